@@ -1,0 +1,1 @@
+//! Tests of the ES protocol emulator (filled by the emulator work).

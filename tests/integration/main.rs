@@ -1,0 +1,7 @@
+//! One integration-test binary of modules, one per capability (ripgrep style).
+//! Tests that need PostgreSQL or the ES emulator are `#[ignore]`d by default;
+//! `cargo test -- --include-ignored` (what `scripts/test.sh` runs) runs them all.
+
+mod support;
+
+mod emulator;

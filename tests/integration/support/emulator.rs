@@ -1,0 +1,1 @@
+//! The ES emulator process and its typed control client (filled by the emulator work).
