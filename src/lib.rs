@@ -1,1 +1,22 @@
-//! scanstore library.
+//! scanstore: the storage server of a network-scanning platform.
+//!
+//! ```text
+//!  scanner ──POST batch──▶ http (fixed worker threads) ──▶ upload
+//!                                                     │  tx A (db, short)  reserve receipt
+//!                                                     │  es bulk (no connection held)
+//!                                                     │  tx B (db, short)  confirm; final → outbox row
+//!  projection workers ◀── claim/lease/checkpoint ── scan_projection_outbox (PostgreSQL)
+//!        └── paged _bulk ──▶ es current asset projection (aliases)
+//!  owners ──GET──▶ http ──▶ read (execution projection, current assets)
+//! ```
+//!
+//! Modules, one responsibility each: [`config`] (start-up TOML), [`db`] (pool, checkout
+//! guard, migrations), [`es`] (Elasticsearch client), [`http`] (threads, routing, error
+//! mapping), [`app`] (start-up and shutdown), [`telemetry`] (events).
+
+pub mod app;
+pub mod config;
+pub mod db;
+pub mod es;
+pub mod http;
+pub mod telemetry;

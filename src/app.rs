@@ -1,0 +1,84 @@
+//! The running service: shared state (`App`) and the start-up sequence (migrate, start the
+//! HTTP workers) with its orderly shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::db::{self, Db, DbError};
+use crate::es::EsClient;
+use crate::http::router;
+use crate::http::server::{self, Handler, HttpServer};
+use crate::telemetry::Line;
+
+/// Timeout of the readiness probe's Elasticsearch ping.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What every handler and worker shares.
+pub struct App {
+    pub config: Config,
+    pub db: Db,
+    pub es: EsClient,
+    /// A short-timeout client for probes, so `/readyz` answers quickly when ES hangs.
+    pub es_probe: EsClient,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("database: {0}")]
+    Db(#[from] DbError),
+    #[error("http listener: {0}")]
+    Http(#[from] std::io::Error),
+}
+
+impl App {
+    pub fn new(config: Config) -> Result<App, StartError> {
+        let db = Db::new(&config.database)?;
+        let es = EsClient::new(
+            &config.elasticsearch.url,
+            config.elasticsearch.request_timeout,
+        );
+        let es_probe = EsClient::new(&config.elasticsearch.url, PROBE_TIMEOUT);
+        Ok(App {
+            config,
+            db,
+            es,
+            es_probe,
+        })
+    }
+}
+
+/// A started scanstore: stop it with [`Running::shutdown`].
+pub struct Running {
+    pub app: Arc<App>,
+    http: HttpServer,
+}
+
+impl Running {
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.http.addr()
+    }
+
+    /// Stops taking requests, lets in-flight ones finish within the configured grace.
+    /// Returns true when everything stopped in time.
+    pub fn shutdown(self) -> bool {
+        let grace = self.app.config.server.shutdown_grace;
+        self.http.shutdown(grace)
+    }
+}
+
+/// Migrates the schema and starts serving with the product's router.
+pub fn start(config: Config) -> Result<Running, StartError> {
+    start_with(config, router::route)
+}
+
+/// As [`start`], with another handler (tests of the HTTP machinery itself).
+pub fn start_with(config: Config, handler: Handler) -> Result<Running, StartError> {
+    let app = Arc::new(App::new(config)?);
+    let outcome = db::migrate::run(&app.db)?;
+    Line::new("SchemaReady")
+        .field("outcome", format!("{outcome:?}"))
+        .info();
+    let http = server::start(app.clone(), handler)?;
+    Ok(Running { app, http })
+}

@@ -1,0 +1,579 @@
+//! Start-up configuration: `RawConfig` is what serde reads from TOML, `Config` is what the
+//! rest of scanstore may rely on — every documented range checked, environment overrides
+//! applied. Not a dynamic runtime configuration (seed 000, "配置").
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Environment variable that overrides `database.url` (keeps the password out of the file).
+pub const ENV_DATABASE_URL: &str = "SCANSTORE_DATABASE_URL";
+/// Environment variable that overrides `elasticsearch.url`.
+pub const ENV_ES_URL: &str = "SCANSTORE_ES_URL";
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+/// Why a configuration was refused: the key, the value found and what is allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub key: String,
+    pub value: String,
+    pub allowed: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid configuration: {} = {} (allowed: {})",
+            self.key, self.value, self.allowed
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn refuse(key: &str, value: impl fmt::Display, allowed: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.to_string(),
+        value: value.to_string(),
+        allowed: allowed.into(),
+    }
+}
+
+/// The file as written. Unknown keys are refused so that a typo never silently falls back
+/// to a default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub database: RawDatabase,
+    #[serde(default)]
+    pub elasticsearch: RawElasticsearch,
+    #[serde(default)]
+    pub projection: RawProjection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawServer {
+    pub listen: String,
+    pub worker_threads: u64,
+    pub max_body_bytes: u64,
+    pub max_observations: u64,
+    pub read_timeout_ms: u64,
+    pub body_deadline_ms: u64,
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: "127.0.0.1:8080".into(),
+            worker_threads: 16,
+            max_body_bytes: 16 * MIB,
+            max_observations: 5000,
+            read_timeout_ms: 10_000,
+            body_deadline_ms: 60_000,
+            shutdown_grace_seconds: 30,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDatabase {
+    pub url: Option<String>,
+    pub pool_size: u64,
+    pub pool_timeout_ms: u64,
+}
+
+impl Default for RawDatabase {
+    fn default() -> Self {
+        RawDatabase {
+            url: None,
+            pool_size: 8,
+            pool_timeout_ms: 5000,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawElasticsearch {
+    pub url: String,
+    pub index_prefix: String,
+    pub bulk_batch_size: u64,
+    pub bulk_max_concurrency: u64,
+    pub request_timeout_ms: u64,
+    pub projection_page_size: u64,
+    pub projection_bulk_max_bytes: u64,
+    pub projection_pages_per_tick: u64,
+    pub projection_lease_seconds: u64,
+    pub projection_heartbeat_seconds: u64,
+}
+
+impl Default for RawElasticsearch {
+    fn default() -> Self {
+        RawElasticsearch {
+            url: "http://127.0.0.1:9200".into(),
+            index_prefix: "scanstore".into(),
+            bulk_batch_size: 1000,
+            bulk_max_concurrency: 4,
+            request_timeout_ms: 30_000,
+            projection_page_size: 1000,
+            projection_bulk_max_bytes: 5 * MIB,
+            projection_pages_per_tick: 4,
+            projection_lease_seconds: 120,
+            projection_heartbeat_seconds: 20,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawProjection {
+    pub workers: u64,
+}
+
+impl Default for RawProjection {
+    fn default() -> Self {
+        RawProjection { workers: 1 }
+    }
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub elasticsearch: EsConfig,
+    pub projection: ProjectionConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub worker_threads: usize,
+    pub max_body_bytes: u64,
+    pub max_observations: usize,
+    /// Bound on every socket read and write (inherited by accepted sockets).
+    pub read_timeout: Duration,
+    /// Total time a client may take to send one request body.
+    pub body_deadline: Duration,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    pub url: String,
+    pub pool_size: u32,
+    pub pool_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct EsConfig {
+    pub url: String,
+    pub index_prefix: String,
+    pub bulk_batch_size: usize,
+    pub bulk_max_concurrency: usize,
+    pub request_timeout: Duration,
+    pub projection_page_size: usize,
+    pub projection_bulk_max_bytes: usize,
+    pub projection_pages_per_tick: usize,
+    pub projection_lease: Duration,
+    pub projection_heartbeat: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProjectionConfig {
+    pub workers: usize,
+}
+
+/// One documented range: `(key, low, high, unit)`. The table is the single source for
+/// validation, the example file's comments and the boundary tests.
+pub const RANGES: &[(&str, u64, u64, &str)] = &[
+    ("server.worker_threads", 1, 512, ""),
+    ("server.max_body_bytes", KIB, 256 * MIB, " bytes"),
+    ("server.max_observations", 1, 100_000, ""),
+    ("server.read_timeout_ms", 100, 600_000, " ms"),
+    ("server.body_deadline_ms", 1000, 3_600_000, " ms"),
+    ("server.shutdown_grace_seconds", 1, 600, " s"),
+    ("database.pool_size", 1, 512, ""),
+    ("database.pool_timeout_ms", 10, 600_000, " ms"),
+    ("elasticsearch.bulk_batch_size", 1, 10_000, ""),
+    ("elasticsearch.bulk_max_concurrency", 1, 64, ""),
+    ("elasticsearch.request_timeout_ms", 100, 600_000, " ms"),
+    ("elasticsearch.projection_page_size", 1, 2000, ""),
+    (
+        "elasticsearch.projection_bulk_max_bytes",
+        64 * KIB,
+        16 * MIB,
+        " bytes",
+    ),
+    ("elasticsearch.projection_pages_per_tick", 1, 32, ""),
+    ("elasticsearch.projection_lease_seconds", 10, 3600, " s"),
+    ("elasticsearch.projection_heartbeat_seconds", 1, 1200, " s"),
+    ("projection.workers", 0, 64, ""),
+];
+
+fn checked(key: &str, value: u64) -> Result<u64, ConfigError> {
+    let (_, lo, hi, unit) = RANGES
+        .iter()
+        .find(|(k, ..)| *k == key)
+        .copied()
+        .unwrap_or((key, value, value, ""));
+    if (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(refuse(key, value, format!("{lo}..={hi}{unit}")))
+    }
+}
+
+fn to_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+impl Config {
+    /// Reads, parses and validates a TOML file, then applies the environment overrides.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            refuse(
+                "config file",
+                path.display(),
+                format!("a readable file ({e})"),
+            )
+        })?;
+        let raw: RawConfig = toml::from_str(&text)
+            .map_err(|e| refuse("config file", path.display(), format!("valid TOML: {e}")))?;
+        Config::from_raw(raw, &|name| std::env::var(name).ok())
+    }
+
+    /// Validates a parsed file; `env` looks up environment overrides (injectable for tests).
+    pub fn from_raw(
+        raw: RawConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let s = raw.server;
+        let d = raw.database;
+        let e = raw.elasticsearch;
+
+        if s.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(refuse(
+                "server.listen",
+                &s.listen,
+                "HOST:PORT with an IP address",
+            ));
+        }
+        let db_url = env(ENV_DATABASE_URL)
+            .filter(|u| !u.is_empty())
+            .or(d.url)
+            .ok_or_else(|| {
+                refuse(
+                    "database.url",
+                    "(unset)",
+                    format!("a postgresql:// URL in the file or ${ENV_DATABASE_URL}"),
+                )
+            })?;
+        if !(db_url.starts_with("postgres://")
+            || db_url.starts_with("postgresql://")
+            || db_url.contains("host="))
+        {
+            return Err(refuse(
+                "database.url",
+                "(hidden)",
+                "a postgresql:// URL or a key=value connection string",
+            ));
+        }
+        let es_url = env(ENV_ES_URL).filter(|u| !u.is_empty()).unwrap_or(e.url);
+        if !(es_url.starts_with("http://") || es_url.starts_with("https://")) {
+            return Err(refuse(
+                "elasticsearch.url",
+                &es_url,
+                "an http:// or https:// URL",
+            ));
+        }
+        validate_index_prefix(&e.index_prefix)?;
+
+        let lease = checked(
+            "elasticsearch.projection_lease_seconds",
+            e.projection_lease_seconds,
+        )?;
+        let heartbeat = checked(
+            "elasticsearch.projection_heartbeat_seconds",
+            e.projection_heartbeat_seconds,
+        )?;
+        // A renewal must fit three times into a lease so that two missed beats still keep it.
+        if heartbeat * 3 > lease {
+            return Err(refuse(
+                "elasticsearch.projection_heartbeat_seconds",
+                format!("{heartbeat} with elasticsearch.projection_lease_seconds = {lease}"),
+                format!(
+                    "at most elasticsearch.projection_lease_seconds / 3 = {}",
+                    lease / 3
+                ),
+            ));
+        }
+
+        Ok(Config {
+            server: ServerConfig {
+                listen: s.listen,
+                worker_threads: to_usize(checked("server.worker_threads", s.worker_threads)?),
+                max_body_bytes: checked("server.max_body_bytes", s.max_body_bytes)?,
+                max_observations: to_usize(checked("server.max_observations", s.max_observations)?),
+                read_timeout: Duration::from_millis(checked(
+                    "server.read_timeout_ms",
+                    s.read_timeout_ms,
+                )?),
+                body_deadline: Duration::from_millis(checked(
+                    "server.body_deadline_ms",
+                    s.body_deadline_ms,
+                )?),
+                shutdown_grace: Duration::from_secs(checked(
+                    "server.shutdown_grace_seconds",
+                    s.shutdown_grace_seconds,
+                )?),
+            },
+            database: DatabaseConfig {
+                url: db_url,
+                pool_size: u32::try_from(checked("database.pool_size", d.pool_size)?)
+                    .unwrap_or(u32::MAX),
+                pool_timeout: Duration::from_millis(checked(
+                    "database.pool_timeout_ms",
+                    d.pool_timeout_ms,
+                )?),
+            },
+            elasticsearch: EsConfig {
+                url: es_url.trim_end_matches('/').to_string(),
+                index_prefix: e.index_prefix,
+                bulk_batch_size: to_usize(checked(
+                    "elasticsearch.bulk_batch_size",
+                    e.bulk_batch_size,
+                )?),
+                bulk_max_concurrency: to_usize(checked(
+                    "elasticsearch.bulk_max_concurrency",
+                    e.bulk_max_concurrency,
+                )?),
+                request_timeout: Duration::from_millis(checked(
+                    "elasticsearch.request_timeout_ms",
+                    e.request_timeout_ms,
+                )?),
+                projection_page_size: to_usize(checked(
+                    "elasticsearch.projection_page_size",
+                    e.projection_page_size,
+                )?),
+                projection_bulk_max_bytes: to_usize(checked(
+                    "elasticsearch.projection_bulk_max_bytes",
+                    e.projection_bulk_max_bytes,
+                )?),
+                projection_pages_per_tick: to_usize(checked(
+                    "elasticsearch.projection_pages_per_tick",
+                    e.projection_pages_per_tick,
+                )?),
+                projection_lease: Duration::from_secs(lease),
+                projection_heartbeat: Duration::from_secs(heartbeat),
+            },
+            projection: ProjectionConfig {
+                workers: to_usize(checked("projection.workers", raw.projection.workers)?),
+            },
+        })
+    }
+}
+
+/// ES index names must be lowercase and may not start with `-`, `_` or `+`; the prefix
+/// also has to leave room for `-facts-YYYY.MM` and friends within the 255-byte limit.
+fn validate_index_prefix(prefix: &str) -> Result<(), ConfigError> {
+    let ok_chars = prefix.bytes().all(|b| {
+        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_' || b == b'.'
+    });
+    let ok_start = prefix
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if ok_chars && ok_start && prefix.len() <= 200 {
+        Ok(())
+    } else {
+        Err(refuse(
+            "elasticsearch.index_prefix",
+            prefix,
+            "1..=200 chars of a-z 0-9 - _ . starting with a letter or digit",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn base() -> RawConfig {
+        let mut raw = RawConfig::default();
+        raw.database.url = Some("postgresql://u@127.0.0.1/db".into());
+        raw
+    }
+
+    fn parse(toml_text: &str) -> Result<Config, ConfigError> {
+        let mut raw: RawConfig = toml::from_str(toml_text).map_err(|e| refuse("toml", e, ""))?;
+        if raw.database.url.is_none() {
+            raw.database.url = Some("postgresql://u@127.0.0.1/db".into());
+        }
+        Config::from_raw(raw, &no_env)
+    }
+
+    /// Sets one key of the table by its dotted name.
+    fn with(key: &str, value: u64) -> Result<Config, ConfigError> {
+        let (section, field) = key.split_once('.').unwrap_or(("", key));
+        let mut text = format!("[{section}]\n{field} = {value}\n");
+        // Keep the heartbeat rule out of the way when testing the lease range alone.
+        if key == "elasticsearch.projection_lease_seconds" {
+            text.push_str("projection_heartbeat_seconds = 1\n");
+        }
+        if key == "elasticsearch.projection_heartbeat_seconds" {
+            text.push_str("projection_lease_seconds = 3600\n");
+        }
+        parse(&text)
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = Config::from_raw(base(), &no_env).unwrap();
+        assert_eq!(c.elasticsearch.projection_page_size, 1000);
+        assert_eq!(c.elasticsearch.projection_bulk_max_bytes, 5_242_880);
+        assert_eq!(c.elasticsearch.projection_pages_per_tick, 4);
+        assert_eq!(c.elasticsearch.projection_lease, Duration::from_secs(120));
+        assert_eq!(
+            c.elasticsearch.projection_heartbeat,
+            Duration::from_secs(20)
+        );
+        assert_eq!(c.projection.workers, 1);
+    }
+
+    #[test]
+    fn every_range_accepts_its_edges_and_refuses_just_outside() {
+        for (key, lo, hi, _) in RANGES {
+            // The heartbeat's upper edge is governed by the lease rule, tested below.
+            let hi = if *key == "elasticsearch.projection_heartbeat_seconds" {
+                1200
+            } else {
+                *hi
+            };
+            assert!(with(key, *lo).is_ok(), "{key} = {lo} should be accepted");
+            assert!(with(key, hi).is_ok(), "{key} = {hi} should be accepted");
+            let above = with(key, hi + 1).unwrap_err();
+            assert_eq!(above.key, *key);
+            assert_eq!(above.value, (hi + 1).to_string());
+            if *lo > 0 {
+                let below = with(key, lo - 1).unwrap_err();
+                assert_eq!(below.key, *key, "{key} = {} should be refused", lo - 1);
+            }
+        }
+    }
+
+    #[test]
+    fn page_size_2000_ok_2001_rejected() {
+        assert!(with("elasticsearch.projection_page_size", 2000).is_ok());
+        let err = with("elasticsearch.projection_page_size", 2001).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: elasticsearch.projection_page_size = 2001 (allowed: 1..=2000)"
+        );
+    }
+
+    #[test]
+    fn bulk_bytes_edges() {
+        assert!(with("elasticsearch.projection_bulk_max_bytes", 65_536).is_ok());
+        assert!(with("elasticsearch.projection_bulk_max_bytes", 65_535).is_err());
+        assert!(with("elasticsearch.projection_bulk_max_bytes", 16_777_216).is_ok());
+        assert!(with("elasticsearch.projection_bulk_max_bytes", 16_777_217).is_err());
+    }
+
+    #[test]
+    fn heartbeat_must_fit_three_times_in_lease() {
+        let err = parse(
+            "[elasticsearch]\nprojection_heartbeat_seconds = 50\nprojection_lease_seconds = 120\n",
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("elasticsearch.projection_heartbeat_seconds"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("elasticsearch.projection_lease_seconds"),
+            "{msg}"
+        );
+        assert!(parse(
+            "[elasticsearch]\nprojection_heartbeat_seconds = 40\nprojection_lease_seconds = 120\n"
+        )
+        .is_ok());
+        assert!(parse(
+            "[elasticsearch]\nprojection_heartbeat_seconds = 41\nprojection_lease_seconds = 120\n"
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        assert!(
+            toml::from_str::<RawConfig>("[elasticsearch]\nprojection_page_sise = 10\n").is_err()
+        );
+        assert!(toml::from_str::<RawConfig>("[nonsense]\n").is_err());
+    }
+
+    #[test]
+    fn environment_overrides_urls() {
+        let env = |name: &str| match name {
+            ENV_DATABASE_URL => Some("postgresql://env@127.0.0.1/envdb".to_string()),
+            ENV_ES_URL => Some("http://127.0.0.1:9999/".to_string()),
+            _ => None,
+        };
+        let c = Config::from_raw(base(), &env).unwrap();
+        assert_eq!(c.database.url, "postgresql://env@127.0.0.1/envdb");
+        assert_eq!(c.elasticsearch.url, "http://127.0.0.1:9999");
+    }
+
+    #[test]
+    fn missing_database_url_is_refused() {
+        let err = Config::from_raw(RawConfig::default(), &no_env).unwrap_err();
+        assert_eq!(err.key, "database.url");
+    }
+
+    #[test]
+    fn bad_prefix_and_listen_refused() {
+        assert_eq!(
+            parse("[elasticsearch]\nindex_prefix = \"Scan\"\n")
+                .unwrap_err()
+                .key,
+            "elasticsearch.index_prefix"
+        );
+        assert_eq!(
+            parse("[elasticsearch]\nindex_prefix = \"_x\"\n")
+                .unwrap_err()
+                .key,
+            "elasticsearch.index_prefix"
+        );
+        assert_eq!(
+            parse("[server]\nlisten = \"localhost\"\n").unwrap_err().key,
+            "server.listen"
+        );
+    }
+
+    #[test]
+    fn example_file_is_valid_and_complete() {
+        let text = include_str!("../scripts/scanstore.example.toml");
+        let raw: RawConfig = toml::from_str(text).unwrap();
+        Config::from_raw(raw, &no_env).unwrap();
+        for (key, ..) in RANGES {
+            let field = key.split_once('.').map(|(_, f)| f).unwrap_or(key);
+            assert!(text.contains(&format!("{field} =")), "example lacks {key}");
+        }
+    }
+}

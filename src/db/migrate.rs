@@ -1,0 +1,95 @@
+//! Schema installation and upgrade, embedded in the binary and run by `scanstore migrate`
+//! and at `serve` start. All of it runs under one session-level advisory lock so that
+//! several instances starting together cannot race; every file is idempotent, and
+//! one-time backfills are guarded by rows in `schema_marker`.
+
+use postgres::Client;
+
+use super::{Db, DbError, Stage};
+
+/// Fresh install: the whole current model.
+const INIT_SQL: &str = include_str!("../../schema/init.sql");
+
+/// Upgrades from the previous release, in the order they must run. Each file is
+/// idempotent and a no-op on a database created by `INIT_SQL`.
+const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "migrate_scan_projection.sql",
+        include_str!("../../schema/migrate_scan_projection.sql"),
+    ),
+    (
+        "migrate_scan_upload_stream.sql",
+        include_str!("../../schema/migrate_scan_upload_stream.sql"),
+    ),
+    (
+        "migrate_search_target_ip.sql",
+        include_str!("../../schema/migrate_search_target_ip.sql"),
+    ),
+];
+
+/// Markers a current schema carries; readiness fails until all are present.
+pub const CURRENT_MARKERS: &[&str] = &[
+    "scan_projection_v2",
+    "scan_upload_stream_backfill",
+    "search_target_ip",
+];
+
+/// Advisory-lock key of the migration ("scanstore" read as bytes); any constant works as
+/// long as every instance uses the same one.
+const MIGRATION_LOCK_KEY: i64 = 0x7363_616e_7374_6f72;
+
+/// What `run` did, for the start-up log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Installed,
+    Upgraded,
+}
+
+/// Installs or upgrades the schema. Safe to call from several processes at once: the
+/// advisory lock serialises them and the files are idempotent.
+pub fn run(db: &Db) -> Result<Outcome, DbError> {
+    let mut conn = db.checkout(Stage::Migrate)?;
+    conn.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])?;
+    let result = run_locked(&mut conn);
+    // Unlock even after a failed migration; if the connection itself broke, the server
+    // drops the session lock with it.
+    let unlocked = conn.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY]);
+    let outcome = result?;
+    unlocked?;
+    Ok(outcome)
+}
+
+fn run_locked(conn: &mut Client) -> Result<Outcome, DbError> {
+    let installed: bool = conn
+        .query_one("SELECT to_regclass('owners') IS NOT NULL", &[])?
+        .get(0);
+    if !installed {
+        // A multi-statement simple query is one implicit transaction: all or nothing.
+        conn.batch_execute(INIT_SQL)?;
+        log::info!(target: "scanstore::migrate", "event=SchemaInstalled");
+        return Ok(Outcome::Installed);
+    }
+    for (name, sql) in MIGRATIONS {
+        conn.batch_execute(sql)?;
+        log::info!(target: "scanstore::migrate", "event=SchemaMigrationApplied file={name}");
+    }
+    Ok(Outcome::Upgraded)
+}
+
+/// True when every marker of the current schema is present (readiness).
+pub fn is_current(conn: &mut Client) -> Result<bool, DbError> {
+    let exists: bool = conn
+        .query_one("SELECT to_regclass('schema_marker') IS NOT NULL", &[])?
+        .get(0);
+    if !exists {
+        return Ok(false);
+    }
+    let markers: Vec<String> = CURRENT_MARKERS.iter().map(|m| m.to_string()).collect();
+    let found: i64 = conn
+        .query_one(
+            "SELECT count(*) FROM schema_marker WHERE name = ANY($1)",
+            &[&markers],
+        )?
+        .get(0);
+    Ok(found == CURRENT_MARKERS.len() as i64)
+}

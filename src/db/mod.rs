@@ -1,0 +1,182 @@
+//! PostgreSQL access: the r2d2 pool, the checkout guard that makes every connection's wait
+//! and hold visible per write stage, and `in_tx` for the short transactions.
+//!
+//! Rule of the house: a connection is checked out only for one short transaction and is back
+//! in the pool before any Elasticsearch I/O. The guard logs `ScanWriteConnectionAcquired`
+//! on checkout and `ScanWriteConnectionReleased` on drop, so the rule is auditable from logs.
+
+pub mod error;
+pub mod migrate;
+
+use std::ops::{Deref, DerefMut};
+use std::time::{Duration, Instant};
+
+use postgres::{NoTls, Transaction};
+use r2d2_postgres::PostgresConnectionManager;
+
+use crate::config::DatabaseConfig;
+use crate::telemetry::events::{ConnectionAcquired, ConnectionReleased, ConnectionTimedOut};
+
+pub use error::DbError;
+
+type Manager = PostgresConnectionManager<NoTls>;
+
+/// What a connection is checked out for; logged with every acquire and release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Scanner authentication and execution lookup.
+    Auth,
+    /// Write path transaction A: identity, continuity, pending receipt.
+    Reserve,
+    /// Write path transaction B: confirm, final bookkeeping.
+    Confirm,
+    /// Scanner claiming its next queued execution.
+    ClaimExecution,
+    /// Projection: claiming an outbox row.
+    Claim,
+    /// Projection: reading the claimed execution's context.
+    Context,
+    /// Projection: renewing a lease.
+    Renew,
+    /// Projection: saving a page's cursor, releasing or completing a claim.
+    Checkpoint,
+    /// Projection: recording an error and its backoff.
+    OutboxError,
+    /// Owner-side reads.
+    Read,
+    /// Readiness probe.
+    Health,
+    /// Schema migration at start-up.
+    Migrate,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Auth => "auth",
+            Stage::Reserve => "reserve",
+            Stage::Confirm => "confirm",
+            Stage::ClaimExecution => "claim_execution",
+            Stage::Claim => "claim",
+            Stage::Context => "context",
+            Stage::Renew => "renew",
+            Stage::Checkpoint => "checkpoint",
+            Stage::OutboxError => "outbox_error",
+            Stage::Read => "read",
+            Stage::Health => "health",
+            Stage::Migrate => "migrate",
+        }
+    }
+}
+
+/// The connection pool. Cheap to clone (r2d2 pools are reference counted).
+#[derive(Clone)]
+pub struct Db {
+    pool: r2d2::Pool<Manager>,
+    timeout: Duration,
+}
+
+impl Db {
+    /// Builds the pool without connecting: start-up reports an unreachable database through
+    /// the migration step, which is the first to check a connection out.
+    pub fn new(cfg: &DatabaseConfig) -> Result<Db, DbError> {
+        let pg: postgres::Config = cfg.url.parse().map_err(DbError::Unavailable)?;
+        let manager = PostgresConnectionManager::new(pg, NoTls);
+        let pool = r2d2::Pool::builder()
+            .max_size(cfg.pool_size)
+            .min_idle(Some(0))
+            .connection_timeout(cfg.pool_timeout)
+            .build_unchecked(manager);
+        Ok(Db {
+            pool,
+            timeout: cfg.pool_timeout,
+        })
+    }
+
+    /// Checks a connection out for `stage`, waiting at most the pool timeout.
+    pub fn checkout(&self, stage: Stage) -> Result<Conn, DbError> {
+        let started = Instant::now();
+        match self.pool.get_timeout(self.timeout) {
+            Ok(inner) => {
+                let wait = started.elapsed();
+                ConnectionAcquired {
+                    stage: stage.as_str(),
+                    wait,
+                }
+                .emit();
+                Ok(Conn {
+                    inner,
+                    stage,
+                    wait,
+                    acquired: Instant::now(),
+                })
+            }
+            Err(_) => {
+                let waited = started.elapsed();
+                ConnectionTimedOut {
+                    stage: stage.as_str(),
+                    wait: waited,
+                }
+                .emit();
+                Err(DbError::PoolTimeout {
+                    stage: stage.as_str(),
+                    waited,
+                })
+            }
+        }
+    }
+
+    /// Runs `f` in one short transaction on a freshly checked-out connection and returns
+    /// the connection before returning: commit on `Ok`, rollback (by drop) on `Err`.
+    pub fn in_tx<T, E>(
+        &self,
+        stage: Stage,
+        f: impl FnOnce(&mut Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<DbError>,
+    {
+        let mut conn = self.checkout(stage)?;
+        let mut tx = conn.transaction().map_err(DbError::from)?;
+        let out = f(&mut tx)?;
+        tx.commit().map_err(DbError::from)?;
+        Ok(out)
+    }
+
+    /// Pool occupancy, for metrics and readiness.
+    pub fn state(&self) -> r2d2::State {
+        self.pool.state()
+    }
+}
+
+/// A checked-out connection. Dropping it returns it to the pool and logs the hold time.
+pub struct Conn {
+    inner: r2d2::PooledConnection<Manager>,
+    stage: Stage,
+    wait: Duration,
+    acquired: Instant,
+}
+
+impl Deref for Conn {
+    type Target = postgres::Client;
+    fn deref(&self) -> &postgres::Client {
+        &self.inner
+    }
+}
+
+impl DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut postgres::Client {
+        &mut self.inner
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        ConnectionReleased {
+            stage: self.stage.as_str(),
+            wait: self.wait,
+            hold: self.acquired.elapsed(),
+        }
+        .emit();
+    }
+}

@@ -1,0 +1,131 @@
+//! The blocking HTTP client for Elasticsearch: one `ureq` agent with connection reuse and
+//! a per-request timeout. Every response body is read, because ES reports meaningful
+//! conditions in 4xx bodies and `_bulk` answers 200 even when items failed.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::error::EsError;
+
+/// Largest response body read (bulk responses of 10k items stay far below).
+const MAX_RESPONSE_BYTES: u64 = 256 * 1024 * 1024;
+
+#[derive(Clone)]
+pub struct EsClient {
+    agent: ureq::Agent,
+    base: String,
+}
+
+/// A response with its status and JSON body (`Value::Null` for HEAD or an empty body).
+#[derive(Debug, Clone)]
+pub struct EsResponse {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl EsResponse {
+    /// Turns an error status into `EsError::Status` with the ES error `type` and `reason`.
+    pub fn ok(self) -> Result<EsResponse, EsError> {
+        if (200..300).contains(&self.status) {
+            return Ok(self);
+        }
+        let error = &self.body["error"];
+        let (error_type, reason) = match error {
+            Value::String(s) => (String::new(), s.clone()),
+            _ => (
+                error["type"].as_str().unwrap_or_default().to_string(),
+                error["reason"].as_str().unwrap_or_default().to_string(),
+            ),
+        };
+        Err(EsError::Status {
+            status: self.status,
+            error_type,
+            reason,
+        })
+    }
+}
+
+impl EsClient {
+    pub fn new(base_url: &str, timeout: Duration) -> EsClient {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .timeout_connect(Some(timeout.min(Duration::from_secs(5))))
+            .max_idle_connections_per_host(64)
+            .build();
+        EsClient {
+            agent: config.into(),
+            base: base_url.trim_end_matches('/').to_string(),
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends one request; `path` starts with `/` and is already URL-encoded.
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &[u8])>,
+    ) -> Result<EsResponse, EsError> {
+        let url = format!("{}{}", self.base, path);
+        let result = match (method, body) {
+            ("GET", None) => self.agent.get(&url).call(),
+            ("HEAD", None) => self.agent.head(&url).call(),
+            ("DELETE", None) => self.agent.delete(&url).call(),
+            ("POST", None) => self.agent.post(&url).send_empty(),
+            ("PUT", None) => self.agent.put(&url).send_empty(),
+            ("POST", Some((ct, b))) => self.agent.post(&url).header("Content-Type", ct).send(b),
+            ("PUT", Some((ct, b))) => self.agent.put(&url).header("Content-Type", ct).send(b),
+            ("GET", Some((ct, b))) => self
+                .agent
+                .get(&url)
+                .force_send_body()
+                .header("Content-Type", ct)
+                .send(b),
+            _ => return Err(EsError::Refused(format!("unsupported method {method}"))),
+        };
+        let mut response = result.map_err(|e| EsError::Transport(e.to_string()))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_RESPONSE_BYTES)
+            .read_to_vec()
+            .map_err(|e| EsError::Transport(e.to_string()))?;
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).map_err(|e| {
+                if (200..300).contains(&status) {
+                    EsError::BadResponse(format!("unparseable JSON body: {e}"))
+                } else {
+                    EsError::Status {
+                        status,
+                        error_type: String::new(),
+                        reason: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
+                    }
+                }
+            })?
+        };
+        Ok(EsResponse { status, body })
+    }
+
+    /// JSON request helper.
+    pub fn json(&self, method: &str, path: &str, body: &Value) -> Result<EsResponse, EsError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| EsError::Refused(e.to_string()))?;
+        self.request(method, path, Some(("application/json", &bytes)))
+    }
+
+    /// `GET /`: reachable and answering as a cluster.
+    pub fn ping(&self) -> Result<String, EsError> {
+        let r = self.request("GET", "/", None)?.ok()?;
+        Ok(r.body["version"]["number"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string())
+    }
+}

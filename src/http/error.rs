@@ -1,0 +1,163 @@
+//! `ApiError` and the one place where any error of any layer becomes an HTTP status, an
+//! error code, a message and (for retryable overload) `Retry-After`.
+
+use serde_json::json;
+
+use super::request::Reply;
+use crate::db::DbError;
+use crate::es::EsError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("not found")]
+    NotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    #[error("request body larger than {limit} bytes")]
+    PayloadTooLarge { limit: u64 },
+    #[error("request body not received in time")]
+    BodyTimeout,
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    Es(#[from] EsError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Status, code and `Retry-After` of an error; the only status mapping in scanstore.
+struct Mapping {
+    status: u16,
+    code: &'static str,
+    retry_after: Option<u32>,
+}
+
+impl ApiError {
+    fn mapping(&self) -> Mapping {
+        let m = |status, code| Mapping {
+            status,
+            code,
+            retry_after: None,
+        };
+        match self {
+            ApiError::BadRequest { code, .. } => m(400, code),
+            ApiError::Unauthorized => m(401, "unauthorized"),
+            ApiError::Forbidden(_) => m(403, "forbidden"),
+            ApiError::NotFound => m(404, "not_found"),
+            ApiError::MethodNotAllowed => m(405, "method_not_allowed"),
+            ApiError::Conflict { code, .. } => m(409, code),
+            ApiError::PayloadTooLarge { .. } => m(413, "payload_too_large"),
+            ApiError::BodyTimeout => m(408, "request_timeout"),
+            // The pool is saturated: the client should come back shortly.
+            ApiError::Db(DbError::PoolTimeout { .. }) => Mapping {
+                status: 503,
+                code: "database_busy",
+                retry_after: Some(2),
+            },
+            ApiError::Db(DbError::Unavailable(_)) => m(503, "database_unavailable"),
+            ApiError::Db(DbError::Contention(_)) => m(503, "database_contention"),
+            ApiError::Db(DbError::Constraint(_)) => m(409, "database_constraint"),
+            ApiError::Db(DbError::Query(_)) => m(500, "database_error"),
+            ApiError::Es(e) => match e {
+                EsError::Transport(_) => m(503, "search_backend_unavailable"),
+                EsError::Status { status, .. } if *status == 429 || *status >= 500 => {
+                    m(503, "search_backend_unavailable")
+                }
+                _ => m(502, "search_backend_error"),
+            },
+            ApiError::Internal(_) => m(500, "internal_error"),
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.mapping().status
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.mapping().code
+    }
+
+    /// The JSON error envelope. Server-side failures get a generic message: internals
+    /// (SQL, hostnames) stay in the log, keyed by the request id.
+    pub fn reply(&self, request_id: &str) -> Reply {
+        let m = self.mapping();
+        let message = if m.status >= 500 {
+            format!("{} (request {request_id})", public_message(m.code))
+        } else {
+            self.to_string()
+        };
+        let body = json!({
+            "success": false,
+            "error": { "code": m.code, "message": message, "request_id": request_id }
+        });
+        let reply = Reply::json(m.status, &body);
+        match m.retry_after {
+            Some(s) => reply.with_header("Retry-After", s.to_string()),
+            None => reply,
+        }
+    }
+}
+
+fn public_message(code: &str) -> &'static str {
+    match code {
+        "database_busy" => "database busy, retry shortly",
+        "database_unavailable" => "database unavailable",
+        "database_contention" => "database contention, retry",
+        "search_backend_unavailable" => "search backend unavailable, retry",
+        "search_backend_error" => "search backend rejected the request",
+        _ => "internal error",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn pool_timeout_is_503_with_retry_after_2() {
+        let e = ApiError::from(DbError::PoolTimeout {
+            stage: "reserve",
+            waited: Duration::from_millis(5),
+        });
+        let r = e.reply("rid");
+        assert_eq!(r.status, 503);
+        assert!(r.headers.contains(&("Retry-After", "2".to_string())));
+        assert_eq!(r.json_body()["error"]["code"], "database_busy");
+        assert_eq!(r.json_body()["success"], false);
+    }
+
+    #[test]
+    fn client_errors_keep_their_message() {
+        let e = ApiError::BadRequest {
+            code: "bad_field",
+            message: "port out of range".into(),
+        };
+        let r = e.reply("rid");
+        assert_eq!(r.status, 400);
+        assert_eq!(r.json_body()["error"]["message"], "port out of range");
+        assert!(r.headers.is_empty());
+    }
+
+    #[test]
+    fn es_errors_are_5xx_without_internals() {
+        let e = ApiError::from(EsError::Status {
+            status: 429,
+            error_type: "es_rejected_execution_exception".into(),
+            reason: "queue full on node-1".into(),
+        });
+        let r = e.reply("rid");
+        assert_eq!(r.status, 503);
+        assert!(!String::from_utf8_lossy(&r.body).contains("node-1"));
+        let e = ApiError::from(EsError::BadResponse("item 3 _id mismatch".into()));
+        assert_eq!(e.reply("rid").status, 502);
+    }
+}

@@ -1,0 +1,34 @@
+//! Probes: `/healthz` says the process serves requests; `/readyz` says it can do its job
+//! (PostgreSQL reachable with the current schema, Elasticsearch reachable).
+
+use serde_json::json;
+
+use super::request::Reply;
+use crate::app::App;
+use crate::db::{migrate, Stage};
+
+pub fn healthz() -> Reply {
+    Reply::ok(json!({ "status": "ok" }))
+}
+
+pub fn readyz(app: &App) -> Reply {
+    let postgres = match app.db.checkout(Stage::Health) {
+        Ok(mut conn) => match migrate::is_current(&mut conn) {
+            Ok(true) => Ok("ok"),
+            Ok(false) => Err("schema not current: run `scanstore migrate`".to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+        Err(e) => Err(e.to_string()),
+    };
+    let elasticsearch = app.es_probe.ping();
+    let ready = postgres.is_ok() && elasticsearch.is_ok();
+    let body = json!({
+        "status": if ready { "ready" } else { "not_ready" },
+        "postgres": match &postgres { Ok(s) => s.to_string(), Err(e) => e.clone() },
+        "elasticsearch": match &elasticsearch {
+            Ok(version) => format!("ok {version}"),
+            Err(e) => e.to_string(),
+        },
+    });
+    Reply::json(if ready { 200 } else { 503 }, &body)
+}

@@ -1,0 +1,12 @@
+//! HTTP: a fixed pool of blocking worker threads over tiny_http ([`server`]), a socket-free
+//! request/reply model ([`request`]), routing ([`router`]), the one error-to-status map
+//! ([`error`]) and the probes ([`health`]).
+
+pub mod error;
+pub mod health;
+pub mod request;
+pub mod router;
+pub mod server;
+
+pub use error::ApiError;
+pub use request::{Reply, Req};

@@ -1,0 +1,18 @@
+//! Routing: method and path to handler. Handlers are plain functions of `(&App, &Req)`, so
+//! every route is testable without a socket.
+
+use super::error::ApiError;
+use super::health;
+use super::request::{Reply, Req};
+use crate::app::App;
+
+/// The product's handler, given to the HTTP server.
+pub fn route(app: &App, req: &Req) -> Result<Reply, ApiError> {
+    let segments = req.segments();
+    match (req.method.as_str(), segments.as_slice()) {
+        ("GET", ["healthz"]) => Ok(health::healthz()),
+        ("GET", ["readyz"]) => Ok(health::readyz(app)),
+        (_, ["healthz"]) | (_, ["readyz"]) => Err(ApiError::MethodNotAllowed),
+        _ => Err(ApiError::NotFound),
+    }
+}

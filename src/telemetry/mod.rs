@@ -1,0 +1,16 @@
+//! Telemetry: structured key=value log events (SPEC §10) and secret-safe value types.
+
+pub mod events;
+pub mod secret;
+
+pub use events::Line;
+pub use secret::Secret;
+
+/// Installs the process logger: one line per event on stderr, `RUST_LOG` honoured
+/// (default `info`), timestamps in UTC with milliseconds.
+pub fn init_logger() {
+    let env = env_logger::Env::default().default_filter_or("info");
+    let _ = env_logger::Builder::from_env(env)
+        .format_timestamp_millis()
+        .try_init();
+}
