@@ -66,7 +66,6 @@ pub struct RawServer {
     pub worker_threads: u64,
     pub max_body_bytes: u64,
     pub max_observations: u64,
-    pub read_timeout_ms: u64,
     pub body_deadline_ms: u64,
     pub shutdown_grace_seconds: u64,
 }
@@ -78,7 +77,6 @@ impl Default for RawServer {
             worker_threads: 16,
             max_body_bytes: 16 * MIB,
             max_observations: 5000,
-            read_timeout_ms: 10_000,
             body_deadline_ms: 60_000,
             shutdown_grace_seconds: 30,
         }
@@ -162,8 +160,6 @@ pub struct ServerConfig {
     pub worker_threads: usize,
     pub max_body_bytes: u64,
     pub max_observations: usize,
-    /// Bound on every socket read and write (inherited by accepted sockets).
-    pub read_timeout: Duration,
     /// Total time a client may take to send one request body.
     pub body_deadline: Duration,
     pub shutdown_grace: Duration,
@@ -201,7 +197,6 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("server.worker_threads", 1, 512, ""),
     ("server.max_body_bytes", KIB, 256 * MIB, " bytes"),
     ("server.max_observations", 1, 100_000, ""),
-    ("server.read_timeout_ms", 100, 600_000, " ms"),
     ("server.body_deadline_ms", 1000, 3_600_000, " ms"),
     ("server.shutdown_grace_seconds", 1, 600, " s"),
     ("database.pool_size", 1, 512, ""),
@@ -326,10 +321,6 @@ impl Config {
                 worker_threads: to_usize(checked("server.worker_threads", s.worker_threads)?),
                 max_body_bytes: checked("server.max_body_bytes", s.max_body_bytes)?,
                 max_observations: to_usize(checked("server.max_observations", s.max_observations)?),
-                read_timeout: Duration::from_millis(checked(
-                    "server.read_timeout_ms",
-                    s.read_timeout_ms,
-                )?),
                 body_deadline: Duration::from_millis(checked(
                     "server.body_deadline_ms",
                     s.body_deadline_ms,

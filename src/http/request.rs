@@ -195,6 +195,13 @@ pub fn read_body(
             }
         }
     }
+    // tiny_http reports a connection closed mid-body as an ordinary end of input.
+    if declared_len.is_some_and(|n| n != body.len()) {
+        return Err(ApiError::BadRequest {
+            code: "body_incomplete",
+            message: "connection closed before the whole body arrived".into(),
+        });
+    }
     Ok(body)
 }
 
@@ -268,6 +275,13 @@ mod tests {
             buf[0] = b'x';
             Ok(1)
         }
+    }
+
+    #[test]
+    fn truncated_body_is_refused() {
+        let data = [1u8; 10];
+        let err = read_body(&mut &data[..], Some(20), 100, Duration::from_secs(5)).unwrap_err();
+        assert_eq!(err.code(), "body_incomplete");
     }
 
     #[test]

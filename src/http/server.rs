@@ -1,8 +1,13 @@
 //! The HTTP server: one tiny_http listener served by a fixed pool of blocking worker
-//! threads. Socket timeouts are set on the listening socket (accepted sockets inherit them
-//! on Linux) so no read or write blocks forever; a body must also arrive within a total
-//! deadline. A panicking handler answers 500 and its thread lives on. Shutdown stops the
-//! workers taking new requests and waits a bounded time for in-flight ones.
+//! threads. A request body must arrive within a total deadline, and a client that stalls
+//! cannot pin a worker (see [`receive_body`]). A panicking handler answers 500 and its
+//! thread lives on. Shutdown stops the workers taking new requests and waits a bounded
+//! time for in-flight ones.
+//!
+//! Why no socket timeouts: on Linux `SO_RCVTIMEO` on the listening socket is inherited by
+//! accepted sockets, but it also makes `accept()` time out, and tiny_http 0.12's accept
+//! thread ends on the first accept error — the server would stop accepting after one idle
+//! period. tiny_http exposes no accepted socket to set it on afterwards.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -18,6 +23,7 @@ use socket2::{Domain, Socket, Type};
 use super::error::ApiError;
 use super::request::{read_body, Reply, Req};
 use crate::app::App;
+use crate::config::ServerConfig;
 use crate::telemetry::events::ms;
 use crate::telemetry::Line;
 
@@ -26,6 +32,10 @@ pub type Handler = fn(&App, &Req) -> Result<Reply, ApiError>;
 
 /// How long a worker waits in `recv` before looking at the stop flag again.
 const POLL: Duration = Duration::from_millis(100);
+
+/// Extra wait beyond the body deadline, so a reader that hit the deadline can still hand
+/// its 408 back to the worker.
+const BODY_SLACK: Duration = Duration::from_millis(250);
 
 pub struct HttpServer {
     addr: SocketAddr,
@@ -43,8 +53,6 @@ pub fn start(app: Arc<App>, handler: Handler) -> io::Result<HttpServer> {
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{}: {e}", cfg.listen)))?;
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
-    socket.set_read_timeout(Some(cfg.read_timeout))?;
-    socket.set_write_timeout(Some(cfg.read_timeout))?;
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
     let listener: TcpListener = socket.into();
@@ -133,7 +141,7 @@ fn work(
     let _ = done.send(());
 }
 
-fn serve_one(app: &App, handler: Handler, mut request: tiny_http::Request) {
+fn serve_one(app: &App, handler: Handler, request: tiny_http::Request) {
     let started = Instant::now();
     let method = request.method().as_str().to_string();
     let url = request.url().to_string();
@@ -147,31 +155,30 @@ fn serve_one(app: &App, handler: Handler, mut request: tiny_http::Request) {
             )
         })
         .collect();
-    let cfg = &app.config.server;
-    let declared = request.body_length();
-    let body = read_body(
-        request.as_reader(),
-        declared,
-        cfg.max_body_bytes,
-        cfg.body_deadline,
-    );
     let req = Req::new(&method, &url, headers, Vec::new());
-    let request_id = req.request_id.clone();
-    let outcome = body.and_then(|body| {
-        let req = Req {
-            body,
-            ..req.clone()
-        };
-        catch_unwind(AssertUnwindSafe(|| handler(app, &req)))
-            .unwrap_or_else(|_| Err(ApiError::Internal("handler panicked".into())))
-    });
+    let Some((request, body)) = receive_body(request, &app.config.server, &req, started) else {
+        return;
+    };
+    let req = Req { body, ..req };
+    let outcome = catch_unwind(AssertUnwindSafe(|| handler(app, &req)))
+        .unwrap_or_else(|_| Err(ApiError::Internal("handler panicked".into())));
+    answer(request, &req, started, outcome);
+}
+
+/// Logs the request and sends the reply (or the error's envelope).
+fn answer(
+    request: tiny_http::Request,
+    req: &Req,
+    started: Instant,
+    outcome: Result<Reply, ApiError>,
+) {
     let (reply, failure) = match outcome {
         Ok(reply) => (reply, None),
-        Err(e) => (e.reply(&request_id), Some(e)),
+        Err(e) => (e.reply(&req.request_id), Some(e)),
     };
     let mut line = Line::new("HttpRequest")
-        .field("request_id", &request_id)
-        .field("method", &method)
+        .field("request_id", &req.request_id)
+        .field("method", &req.method)
         .field("path", &req.path)
         .field("status", reply.status)
         .field("duration_ms", ms(started.elapsed()));
@@ -183,7 +190,86 @@ fn serve_one(app: &App, handler: Handler, mut request: tiny_http::Request) {
     } else {
         line.info();
     }
-    let _ = request.respond(to_response(reply, &request_id));
+    let _ = request.respond(to_response(reply, &req.request_id));
+}
+
+/// Reads the request body within the configured deadline and size limit; `None` when the
+/// request was already answered (a body error) or abandoned (a stalled client).
+///
+/// Small bodies (tiny_http buffers up to 1 KiB while parsing the head) and bodiless
+/// requests are read in place. Larger ones are read on a helper thread while the worker
+/// waits at most the deadline: a trickling client is cut off by the deadline check between
+/// reads, and one that stalls completely leaves only the helper blocked, not the worker.
+/// A failed body is answered by the helper too, because tiny_http drains the unread rest
+/// of the body when the request is dropped — and that drain must not run on a worker.
+fn receive_body(
+    mut request: tiny_http::Request,
+    cfg: &ServerConfig,
+    req: &Req,
+    started: Instant,
+) -> Option<(tiny_http::Request, Vec<u8>)> {
+    let declared = request.body_length();
+    let chunked = request
+        .headers()
+        .iter()
+        .any(|h| h.field.equiv("Transfer-Encoding"));
+    if declared.is_some_and(|n| n <= 1024) || (declared.is_none() && !chunked) {
+        return match read_body(
+            request.as_reader(),
+            declared,
+            cfg.max_body_bytes,
+            cfg.body_deadline,
+        ) {
+            Ok(body) => Some((request, body)),
+            Err(e) => {
+                answer(request, req, started, Err(e));
+                None
+            }
+        };
+    }
+    let (limit, deadline) = (cfg.max_body_bytes, cfg.body_deadline);
+    // A rendezvous channel: the hand-over succeeds only while the worker still waits.
+    let (tx, rx) = crossbeam_channel::bounded::<(tiny_http::Request, Vec<u8>)>(0);
+    let helper_req = req.clone();
+    let spawned = std::thread::Builder::new()
+        .name("http-body".into())
+        .spawn(move || {
+            let mut request = request;
+            let outcome = read_body(request.as_reader(), declared, limit, deadline);
+            match outcome {
+                Ok(body) => {
+                    if let Err(crossbeam_channel::SendError((request, _))) =
+                        tx.send((request, body))
+                    {
+                        answer(request, &helper_req, started, Err(ApiError::BodyTimeout));
+                    }
+                }
+                Err(e) => {
+                    drop(tx);
+                    answer(request, &helper_req, started, Err(e));
+                }
+            }
+        });
+    if spawned.is_err() {
+        // The request went down with the closure; tiny_http answers 500 when it drops.
+        Line::new("HttpBodyReaderUnavailable")
+            .field("request_id", &req.request_id)
+            .warn();
+        return None;
+    }
+    match rx.recv_timeout(deadline + BODY_SLACK) {
+        Ok(received) => Some(received),
+        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+            Line::new("HttpBodyStalled")
+                .field("request_id", &req.request_id)
+                .field("method", &req.method)
+                .field("path", &req.path)
+                .warn();
+            None
+        }
+        // The helper answered an error itself.
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => None,
+    }
 }
 
 fn to_response(reply: Reply, request_id: &str) -> tiny_http::Response<io::Cursor<Vec<u8>>> {

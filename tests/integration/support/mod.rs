@@ -1,4 +1,8 @@
-//! Shared test support: throwaway databases, the ES emulator process and its control client.
+//! Shared test support: throwaway databases, in-process scanstore servers, captured logs,
+//! the ES emulator process and its control client.
 #![allow(dead_code)]
 
+pub mod db;
 pub mod emulator;
+pub mod logs;
+pub mod server;

@@ -1,0 +1,113 @@
+//! The `scanstore` command line: config checking, migrate, serve with signal shutdown.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::support::db;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_scanstore"))
+}
+
+/// A config file in the temp directory, removed on drop.
+struct TempConfig(std::path::PathBuf);
+
+impl Drop for TempConfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn write_config(body: &str) -> TempConfig {
+    let p = std::env::temp_dir().join(format!("scanstore-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&p, body).unwrap();
+    TempConfig(p)
+}
+
+#[test]
+fn check_config_refuses_heartbeat_over_a_third_of_the_lease() {
+    let f = write_config(
+        "[database]\nurl = \"postgresql://x@127.0.0.1/x\"\n[elasticsearch]\nprojection_heartbeat_seconds = 50\nprojection_lease_seconds = 120\n",
+    );
+    let out = bin().arg("check-config").arg(&f.0).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("projection_heartbeat_seconds"), "{err}");
+    assert!(err.contains("projection_lease_seconds"), "{err}");
+}
+
+#[test]
+fn check_config_accepts_the_example() {
+    let out = bin()
+        .args([
+            "check-config",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/scanstore.example.toml"
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn version_flag() {
+    let out = bin().arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("scanstore "));
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn serve_stops_cleanly_on_sigterm() {
+    let t = db::empty();
+    let f = write_config(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{}\"\n[elasticsearch]\nurl = \"http://127.0.0.1:9\"\n",
+        t.url
+    ));
+    let migrated = bin()
+        .args(["migrate", "--config"])
+        .arg(&f.0)
+        .output()
+        .unwrap();
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    let mut child = bin()
+        .args(["serve", "--config"])
+        .arg(&f.0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(
+        line.starts_with("scanstore listening on http://127.0.0.1:"),
+        "{line}"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for _ in 0..100 {
+        if let Some(code) = child.try_wait().unwrap() {
+            assert!(code.success(), "exit status {code:?}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("serve did not stop within 10 s of SIGTERM");
+}

@@ -1,0 +1,155 @@
+//! The HTTP worker pool: error envelope, body limits, slow clients, panics, shutdown.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use scanstore::app::App;
+use scanstore::http::{router, ApiError, Reply, Req};
+
+use super::NO_ES;
+use crate::support::db;
+use crate::support::server::{config, got, http, TestServer};
+
+fn test_handler(app: &App, req: &Req) -> Result<Reply, ApiError> {
+    match req.path.as_str() {
+        "/panic" => panic!("handler bug"),
+        "/slow" => {
+            std::thread::sleep(Duration::from_millis(600));
+            Ok(Reply::ok(serde_json::json!({"slow": true})))
+        }
+        "/echo" => Ok(Reply::ok(serde_json::json!({ "bytes": req.body.len() }))),
+        _ => router::route(app, req),
+    }
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn panic_answers_500_and_the_worker_survives() {
+    let t = db::fresh();
+    let mut cfg = config(&t.url, NO_ES);
+    cfg.server.worker_threads = 1;
+    let server = TestServer::start_with(cfg, test_handler);
+    for _ in 0..3 {
+        let r = got(http().get(server.url("/panic")).call());
+        assert_eq!(r.status, 500);
+        assert_eq!(r.body["error"]["code"], "internal_error");
+        assert_eq!(got(http().get(server.url("/healthz")).call()).status, 200);
+    }
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn unknown_route_and_wrong_method_use_the_envelope() {
+    let t = db::fresh();
+    let server = TestServer::start(config(&t.url, NO_ES));
+    let r = got(http().get(server.url("/nope")).call());
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
+    assert_eq!(r.body["success"], false);
+    let r = got(http().post(server.url("/healthz")).send_empty());
+    assert_eq!(r.status, 405);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn body_over_the_limit_is_413() {
+    let t = db::fresh();
+    let mut cfg = config(&t.url, NO_ES);
+    cfg.server.max_body_bytes = 1024;
+    let server = TestServer::start_with(cfg, test_handler);
+    let r = got(http().post(server.url("/echo")).send(&[b'x'; 1024][..]));
+    assert_eq!((r.status, r.body["bytes"].as_u64()), (200, Some(1024)));
+    let r = got(http().post(server.url("/echo")).send(&[b'x'; 2048][..]));
+    assert_eq!(r.status, 413);
+    assert_eq!(r.body["error"]["code"], "payload_too_large");
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn trickling_client_is_cut_off_and_others_are_served() {
+    let t = db::fresh();
+    let mut cfg = config(&t.url, NO_ES);
+    cfg.server.worker_threads = 1;
+    cfg.server.body_deadline = Duration::from_millis(1000);
+    let server = TestServer::start_with(cfg, test_handler);
+    let addr = server.base.trim_start_matches("http://").to_string();
+
+    let trickler = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+            .unwrap();
+        // One byte every 200 ms: each read succeeds, the whole body never arrives within
+        // the 1 s deadline. Keep trickling while waiting for the answer.
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..25 {
+                if w.write_all(b"x").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    // The only worker is busy with the trickler until its deadline passes.
+    let r = got(http().get(server.url("/healthz")).call());
+    assert_eq!(r.status, 200);
+    let answer = trickler.join().unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 408"),
+        "trickler got: {answer:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn shutdown_lets_in_flight_requests_finish() {
+    let t = db::fresh();
+    let server = TestServer::start_with(config(&t.url, NO_ES), test_handler);
+    let url = server.url("/slow");
+    let in_flight = std::thread::spawn(move || got(http().get(url).call()));
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(server.shutdown(), "shutdown did not finish in time");
+    let r = in_flight.join().unwrap();
+    assert_eq!((r.status, r.body["slow"].as_bool()), (200, Some(true)));
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn readyz_reports_an_unreachable_search_backend() {
+    let t = db::fresh();
+    let server = TestServer::start(config(&t.url, NO_ES));
+    let r = got(http().get(server.url("/readyz")).call());
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body["postgres"], "ok");
+    assert_eq!(r.body["status"], "not_ready");
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn stalled_client_does_not_pin_the_only_worker() {
+    let t = db::fresh();
+    let mut cfg = config(&t.url, NO_ES);
+    cfg.server.worker_threads = 1;
+    cfg.server.body_deadline = Duration::from_millis(1000);
+    let server = TestServer::start_with(cfg, test_handler);
+    let addr = server.base.trim_start_matches("http://").to_string();
+    // Headers promise a body that never comes; the connection stays open.
+    let mut stalled = TcpStream::connect(&addr).unwrap();
+    stalled
+        .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        let r = got(http().get(server.url("/healthz")).call());
+        assert_eq!(r.status, 200);
+    }
+    drop(stalled);
+}

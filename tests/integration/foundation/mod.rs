@@ -1,0 +1,10 @@
+//! The foundation: migrations, the pool and its checkout guard, the HTTP worker pool, the
+//! command line.
+
+mod cli;
+mod http;
+mod migrate;
+mod pool;
+
+/// An ES URL nobody listens on: for tests that must not depend on Elasticsearch.
+pub const NO_ES: &str = "http://127.0.0.1:9";

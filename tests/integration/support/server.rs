@@ -1,0 +1,106 @@
+//! In-process scanstore servers for tests: a config pointing at a test database and an ES
+//! URL, started on a free loopback port, shut down on drop.
+
+use std::time::Duration;
+
+use scanstore::app::{self, Running};
+use scanstore::config::{Config, RawConfig};
+use scanstore::http::server::Handler;
+
+use super::logs;
+
+/// A valid config for `db_url`/`es_url` listening on a free port; tests adjust fields.
+pub fn config(db_url: &str, es_url: &str) -> Config {
+    let mut raw = RawConfig::default();
+    raw.server.listen = "127.0.0.1:0".into();
+    raw.server.worker_threads = 4;
+    raw.server.shutdown_grace_seconds = 5;
+    raw.database.url = Some(db_url.to_string());
+    raw.database.pool_size = 4;
+    raw.elasticsearch.url = es_url.to_string();
+    raw.elasticsearch.index_prefix =
+        format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    raw.elasticsearch.request_timeout_ms = 10_000;
+    Config::from_raw(raw, &|_| None).expect("test config")
+}
+
+pub struct TestServer {
+    running: Option<Running>,
+    pub base: String,
+}
+
+impl TestServer {
+    pub fn start(config: Config) -> TestServer {
+        logs::capture();
+        let running = app::start(config).expect("start scanstore");
+        TestServer::wrap(running)
+    }
+
+    pub fn start_with(config: Config, handler: Handler) -> TestServer {
+        logs::capture();
+        let running = app::start_with(config, handler).expect("start scanstore");
+        TestServer::wrap(running)
+    }
+
+    fn wrap(running: Running) -> TestServer {
+        let base = format!("http://{}", running.addr());
+        TestServer {
+            running: Some(running),
+            base,
+        }
+    }
+
+    pub fn app(&self) -> &scanstore::app::App {
+        &self.running.as_ref().expect("running").app
+    }
+
+    /// Graceful shutdown; true when in-flight requests finished in time.
+    pub fn shutdown(mut self) -> bool {
+        self.running.take().map(Running::shutdown).unwrap_or(true)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.shutdown();
+        }
+    }
+}
+
+/// A plain HTTP client that never treats a status as an error.
+pub fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// Status, headers of interest and JSON body of a response.
+pub struct Got {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub body: serde_json::Value,
+}
+
+pub fn got(resp: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Got {
+    let mut resp = resp.expect("HTTP exchange");
+    let status = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    Got {
+        status,
+        retry_after,
+        body,
+    }
+}
