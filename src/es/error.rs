@@ -17,6 +17,16 @@ pub enum EsError {
     /// a bulk item count/order/id/index that does not match the request).
     #[error("elasticsearch response rejected: {0}")]
     BadResponse(String),
+    /// Some bulk items failed; `status`/`error_type` are those of the deciding item (a
+    /// permanent failure if there is one).
+    #[error("{failed} of {total} bulk items failed, e.g. {status} {error_type}: {reason}")]
+    ItemsFailed {
+        failed: usize,
+        total: usize,
+        status: u16,
+        error_type: String,
+        reason: String,
+    },
     /// A request that must never be sent: over the byte limit, a request line over budget.
     #[error("elasticsearch request refused locally: {0}")]
     Refused(String),
@@ -42,7 +52,7 @@ impl EsError {
     pub fn class(&self) -> ErrorClass {
         match self {
             EsError::Transport(_) | EsError::BadResponse(_) => ErrorClass::Transient,
-            EsError::Status { status, .. } => status_class(*status),
+            EsError::Status { status, .. } | EsError::ItemsFailed { status, .. } => status_class(*status),
             EsError::Refused(_) => ErrorClass::Permanent,
         }
     }

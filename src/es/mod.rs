@@ -1,9 +1,16 @@
-//! Elasticsearch/OpenSearch access over blocking HTTP (`ureq`): the client, its error
-//! classification, and (with the write path and queue) bulk building, splitting and
-//! verification.
+//! Elasticsearch/OpenSearch access over blocking HTTP (`ureq`): the client and its error
+//! classes, index naming, bulk building and splitting, strict verification, the
+//! concurrency limit, retry maths and the bulk writer, and index/template set-up.
 
+pub mod bulk;
 pub mod client;
 pub mod error;
+pub mod index;
+pub mod limit;
+pub mod retry;
+pub mod setup;
+pub mod verify;
+pub mod writer;
 
 pub use client::{EsClient, EsResponse};
 pub use error::EsError;

@@ -106,6 +106,45 @@ impl ConnectionTimedOut<'_> {
     }
 }
 
+/// One `_bulk` request finished (after its retries). `queue_wait` is time spent waiting
+/// for a concurrency permit, kept apart so that it is never mistaken for scan time.
+pub struct BulkCompleted<'a> {
+    pub duration: Duration,
+    pub queue_wait: Duration,
+    pub request: Duration,
+    pub backoff: Duration,
+    pub attempts: u32,
+    pub request_bytes: usize,
+    pub operations: usize,
+    pub es_took_ms: u64,
+    pub success: bool,
+    pub trace_id: &'a str,
+}
+
+impl BulkCompleted<'_> {
+    pub fn line(&self) -> Line {
+        Line::new("ElasticsearchBulkCompleted")
+            .field("duration_ms", ms(self.duration))
+            .field("queue_wait_ms", ms(self.queue_wait))
+            .field("request_ms", ms(self.request))
+            .field("backoff_ms", ms(self.backoff))
+            .field("attempts", self.attempts)
+            .field("request_bytes", self.request_bytes)
+            .field("operations", self.operations)
+            .field("es_took_ms", self.es_took_ms)
+            .field("success", self.success)
+            .field("trace_id", self.trace_id)
+    }
+
+    pub fn emit(&self) {
+        if self.success {
+            self.line().info()
+        } else {
+            self.line().warn()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +186,28 @@ mod tests {
         assert_eq!(
             l.text(),
             "event=ScanWriteConnectionTimedOut stage=reserve wait_ms=100.000"
+        );
+    }
+
+    #[test]
+    fn bulk_completed_line() {
+        let l = BulkCompleted {
+            duration: Duration::from_millis(12),
+            queue_wait: Duration::from_millis(1),
+            request: Duration::from_millis(10),
+            backoff: Duration::ZERO,
+            attempts: 1,
+            request_bytes: 2048,
+            operations: 10,
+            es_took_ms: 4,
+            success: true,
+            trace_id: "r1",
+        }
+        .line();
+        assert_eq!(
+            l.text(),
+            "event=ElasticsearchBulkCompleted duration_ms=12.000 queue_wait_ms=1.000 request_ms=10.000 \
+             backoff_ms=0.000 attempts=1 request_bytes=2048 operations=10 es_took_ms=4 success=true trace_id=r1"
         );
     }
 

@@ -2,6 +2,7 @@
 
 pub mod events;
 pub mod secret;
+pub mod span;
 
 pub use events::Line;
 pub use secret::Secret;

@@ -1,0 +1,90 @@
+//! Index and document naming: every ES name scanstore writes is built here, from the
+//! configured prefix, so naming is consistent and deterministic (a retry hits the same ids).
+
+use chrono::{DateTime, Datelike, Utc};
+use uuid::Uuid;
+
+/// Monthly raw-fact index of an observation time (UTC): `<prefix>-facts-YYYY.MM`.
+pub fn facts_index(prefix: &str, observed_at: &DateTime<Utc>) -> String {
+    format!("{prefix}-facts-{:04}.{:02}", observed_at.year(), observed_at.month())
+}
+
+/// Every fact index, for the legacy all-history scope.
+pub fn facts_pattern(prefix: &str) -> String {
+    format!("{prefix}-facts-*")
+}
+
+/// The execution endpoint projection, one shared index.
+pub fn execution_endpoints(prefix: &str) -> String {
+    format!("{prefix}-execution-endpoints")
+}
+
+/// Name of the facts index template.
+pub fn facts_template(prefix: &str) -> String {
+    format!("{prefix}-facts")
+}
+
+/// Id of one raw fact: the batch identity plus the observation's position in the batch,
+/// so a retried batch overwrites its own facts instead of adding new ones.
+pub fn fact_id(execution_id: Uuid, upload_id: Uuid, stream: &str, batch_index: u32, position: usize) -> String {
+    format!(
+        "{}-{}-{}{}-{}",
+        execution_id.simple(),
+        upload_id.simple(),
+        &stream[..1],
+        batch_index,
+        position
+    )
+}
+
+/// Id of one endpoint in the execution projection: an endpoint seen twice in one
+/// execution is one document.
+pub fn execution_endpoint_id(execution_id: Uuid, ip: &str, transport: &str, port: u16) -> String {
+    format!("{}-{ip}-{transport}-{port}", execution_id.simple())
+}
+
+/// Percent-encodes an index list for a URL path (ES names are lowercase ASCII without
+/// `/`, but `,` `*` and `:` are still escaped as a client must).
+pub fn encode_path(indices: &str) -> String {
+    let mut out = String::with_capacity(indices.len());
+    for b in indices.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn monthly_names_use_utc() {
+        let t = Utc.with_ymd_and_hms(2026, 1, 31, 23, 59, 59).unwrap();
+        assert_eq!(facts_index("scan", &t), "scan-facts-2026.01");
+        assert_eq!(facts_pattern("scan"), "scan-facts-*");
+    }
+
+    #[test]
+    fn ids_are_deterministic() {
+        let e = Uuid::nil();
+        let u = Uuid::from_u128(1);
+        assert_eq!(
+            fact_id(e, u, "main", 3, 7),
+            "00000000000000000000000000000000-00000000000000000000000000000001-m3-7"
+        );
+        assert_eq!(
+            execution_endpoint_id(e, "2001:db8::1", "tcp", 443),
+            "00000000000000000000000000000000-2001:db8::1-tcp-443"
+        );
+    }
+
+    #[test]
+    fn path_encoding() {
+        assert_eq!(encode_path("a-facts-2026.01,b*"), "a-facts-2026.01%2Cb%2A");
+    }
+}

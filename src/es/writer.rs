@@ -1,0 +1,118 @@
+//! Sends a list of bulk operations: split by count and bytes, each request under a
+//! concurrency permit, transient failures retried with backoff (cancellable), every
+//! response verified, and one `ElasticsearchBulkCompleted` event per request.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use super::bulk::{self, BulkOp};
+use super::client::EsClient;
+use super::error::{ErrorClass, EsError};
+use super::limit::Limiter;
+use super::retry::Backoff;
+use super::verify::{self, Verified};
+use crate::telemetry::events::BulkCompleted;
+
+/// Limits and retry behaviour of one write.
+#[derive(Debug, Clone, Copy)]
+pub struct WritePolicy {
+    pub max_ops: usize,
+    pub max_bytes: usize,
+    /// Attempts per request (1 = no retry).
+    pub attempts: u32,
+    pub backoff: Backoff,
+}
+
+/// Totals over all requests of one write.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteReport {
+    pub requests: usize,
+    pub items: usize,
+    pub noops: usize,
+    pub bytes: usize,
+}
+
+pub struct Writer<'a> {
+    pub es: &'a EsClient,
+    pub limiter: &'a Limiter,
+    pub policy: WritePolicy,
+    /// A message or disconnect here aborts waits at once (lost lease, shutdown).
+    pub cancel: Option<&'a Receiver<()>>,
+    /// Correlates the events with the caller's request or claim.
+    pub trace_id: &'a str,
+}
+
+impl Writer<'_> {
+    /// Writes every operation or fails; a failed write may have applied some requests,
+    /// which is why every caller's operations are idempotent.
+    pub fn write(&self, ops: &[BulkOp]) -> Result<WriteReport, EsError> {
+        let mut report = WriteReport::default();
+        for range in bulk::split(ops, self.policy.max_ops, self.policy.max_bytes)? {
+            let part = &ops[range];
+            let body = bulk::body(part);
+            let verified = self.send_with_retry(part, &body)?;
+            report.requests += 1;
+            report.items += verified.items;
+            report.noops += verified.noops;
+            report.bytes += body.len();
+        }
+        Ok(report)
+    }
+
+    fn send_with_retry(&self, ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
+        let started = Instant::now();
+        let mut queue_wait = Duration::ZERO;
+        let mut request_time = Duration::ZERO;
+        let mut backoff_time = Duration::ZERO;
+        let mut attempt = 0;
+        let outcome = loop {
+            attempt += 1;
+            let permit = self.limiter.acquire();
+            queue_wait += permit.waited;
+            let sent = Instant::now();
+            let result = self
+                .es
+                .request("POST", "/_bulk", Some(("application/x-ndjson", body)))
+                .and_then(|r| r.ok())
+                .and_then(|r| verify::verify(ops, &r.body));
+            request_time += sent.elapsed();
+            drop(permit);
+            match result {
+                Err(e) if e.class() == ErrorClass::Transient && attempt < self.policy.attempts => {
+                    let delay = self.policy.backoff.delay_random(attempt);
+                    backoff_time += delay;
+                    if self.cancelled_during(delay) {
+                        break Err(e);
+                    }
+                }
+                other => break other,
+            }
+        };
+        BulkCompleted {
+            duration: started.elapsed(),
+            queue_wait,
+            request: request_time,
+            backoff: backoff_time,
+            attempts: attempt,
+            request_bytes: body.len(),
+            operations: ops.len(),
+            es_took_ms: outcome.as_ref().map(|v| v.es_took_ms).unwrap_or(0),
+            success: outcome.is_ok(),
+            trace_id: self.trace_id,
+        }
+        .emit();
+        outcome
+    }
+
+    /// Sleeps `delay` unless cancelled first; true when cancelled.
+    fn cancelled_during(&self, delay: Duration) -> bool {
+        match self.cancel {
+            Some(rx) => !matches!(rx.recv_timeout(delay), Err(crossbeam_channel::RecvTimeoutError::Timeout)),
+            None => {
+                std::thread::sleep(delay);
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Validation of batch bodies: every field, the checksum over exact bytes, limits.
+
+use super::*;
+use serde_json::json;
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap()
+}
+
+/// A body whose checksum is computed over exactly the observations text given.
+pub fn body_with(observations: &str, extra: &str) -> Vec<u8> {
+    let sum = hex::encode(Sha256::digest(observations.as_bytes()));
+    format!(
+        r#"{{"protocol_version":2,"upload_id":"7d9f8c1e-2a4b-4c6d-8e0f-1a2b3c4d5e6f","stream":"main","batch_index":0,"is_final":false{extra},"checksum":"sha256:{sum}","observations":{observations}}}"#
+    )
+    .into_bytes()
+}
+
+fn endpoint(fields: serde_json::Value) -> String {
+    let mut o = json!({"type": "endpoint", "ip": "203.0.113.7", "port": 443, "transport": "tcp",
+                       "observed_at": "2026-11-29T10:00:00Z"});
+    for (k, v) in fields.as_object().unwrap() {
+        o[k] = v.clone();
+    }
+    format!("[{o}]")
+}
+
+fn err_code(body: &[u8]) -> &'static str {
+    match parse(body, 100, now()) {
+        Err(UploadError::Invalid { code, .. }) => code,
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => "ok",
+    }
+}
+
+#[test]
+fn a_valid_mixed_batch() {
+    let obs = r#"[{"type":"endpoint","ip":"2001:DB8::1","port":443,"transport":"tcp","service":"https","banner":"x","observed_at":"2026-11-29T10:00:00.123456+01:00"},{"type":"dns","name":"WWW.Example.com.","record_type":"a","value":"203.0.113.7","observed_at":"2026-11-29T10:00:01Z"}]"#;
+    let b = parse(&body_with(obs, ""), 100, now()).unwrap();
+    assert_eq!(b.observations.len(), 2);
+    assert_eq!((b.endpoint_count(), b.dns_count()), (1, 1));
+    let Observation::Endpoint(e) = &b.observations[0] else { panic!() };
+    assert_eq!(e.ip, "2001:db8::1");
+    assert_eq!(e.observed_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true), "2026-11-29T09:00:00.123Z");
+    let Observation::Dns(d) = &b.observations[1] else { panic!() };
+    assert_eq!((d.name.as_str(), d.record_type.as_str()), ("www.example.com", "A"));
+    assert!(b.checksum.starts_with("sha256:"));
+}
+
+#[test]
+fn checksum_is_over_the_exact_bytes() {
+    let obs = endpoint(json!({}));
+    let mut body = body_with(&obs, "");
+    assert_eq!(err_code(&body), "ok");
+    // Same JSON value, different bytes (a space): the checksum no longer matches.
+    let spaced = String::from_utf8(body.clone()).unwrap().replacen("[{", "[ {", 1);
+    body = spaced.into_bytes();
+    assert_eq!(err_code(&body), "checksum_mismatch");
+    let bad_form = String::from_utf8(body_with(&obs, "")).unwrap().replace("sha256:", "md5:");
+    assert_eq!(err_code(bad_form.as_bytes()), "bad_field");
+}
+
+#[test]
+fn envelope_errors() {
+    assert_eq!(err_code(b"{"), "malformed_json");
+    assert_eq!(err_code(b"[]"), "malformed_json");
+    let obs = endpoint(json!({}));
+    let b = String::from_utf8(body_with(&obs, "")).unwrap();
+    assert_eq!(err_code(b.replace("\"protocol_version\":2", "\"protocol_version\":1").as_bytes()), "unsupported_protocol_version");
+    assert_eq!(err_code(b.replace("7d9f8c1e-2a4b", "zzz").as_bytes()), "bad_field");
+    assert_eq!(err_code(b.replace("\"main\"", "\"other\"").as_bytes()), "bad_field");
+    assert_eq!(err_code(b.replace("\"batch_index\":0", "\"batch_index\":-1").as_bytes()), "bad_field");
+    assert_eq!(err_code(b.replace("\"batch_index\":0", "\"batch_index\":2147483648").as_bytes()), "bad_field");
+    assert_eq!(err_code(b.replace("\"batch_index\":0", "\"batch_index\":1.5").as_bytes()), "malformed_json");
+    assert_eq!(err_code(body_with(&obs, ",\"extra\":1").as_slice()), "malformed_json");
+    let dns_final = b.replace("\"main\"", "\"dns\"").replace("\"is_final\":false", "\"is_final\":true");
+    assert_eq!(err_code(dns_final.as_bytes()), "bad_field");
+}
+
+#[test]
+fn observation_errors() {
+    for bad in [
+        json!({"ip": "300.1.1.1"}),
+        json!({"ip": "example.com"}),
+        json!({"port": 0}),
+        json!({"port": 65536}),
+        json!({"port": -1}),
+        json!({"port": "80"}),
+        json!({"transport": "icmp"}),
+        json!({"observed_at": "yesterday"}),
+        json!({"observed_at": "2026-11-29T10:00:00"}),
+        json!({"observed_at": "1970-01-01T00:00:00Z"}),
+        json!({"observed_at": "2030-01-01T00:00:00Z"}),
+        json!({"service": "x".repeat(257)}),
+        json!({"banner": "x".repeat(16 * 1024 + 1)}),
+        json!({"unknown": 1}),
+        json!({"type": "other"}),
+    ] {
+        let obs = endpoint(bad.clone());
+        assert_eq!(err_code(&body_with(&obs, "")), "bad_field", "accepted {bad}");
+    }
+    let dns = |name: &str, rt: &str, value: &str| {
+        format!(r#"[{{"type":"dns","name":"{name}","record_type":"{rt}","value":"{value}","observed_at":"2026-11-29T10:00:00Z"}}]"#)
+    };
+    assert_eq!(err_code(&body_with(&dns("a..b", "A", "1.2.3.4"), "")), "bad_field");
+    assert_eq!(err_code(&body_with(&dns("a.b", "A", "::1"), "")), "bad_field");
+    assert_eq!(err_code(&body_with(&dns("a.b", "AAAA", "1.2.3.4"), "")), "bad_field");
+    assert_eq!(err_code(&body_with(&dns("a.b", "BOGUS", "x"), "")), "bad_field");
+    assert_eq!(err_code(&body_with(&dns(&"a".repeat(64), "TXT", "x"), "")), "bad_field");
+    assert_eq!(err_code(&body_with(&dns("_sip._tcp.example.com", "SRV", "10 5 5060 sip.example.com"), "")), "ok");
+}
+
+#[test]
+fn endpoints_are_refused_in_the_dns_stream() {
+    let obs = endpoint(json!({}));
+    let b = String::from_utf8(body_with(&obs, "")).unwrap().replace("\"main\"", "\"dns\"");
+    assert_eq!(err_code(b.as_bytes()), "bad_field");
+}
+
+#[test]
+fn observation_limit() {
+    let one = json!({"type": "endpoint", "ip": "203.0.113.7", "port": 443, "transport": "tcp", "observed_at": "2026-11-29T10:00:00Z"});
+    let obs = serde_json::to_string(&vec![one; 3]).unwrap();
+    match parse(&body_with(&obs, ""), 2, now()) {
+        Err(UploadError::Invalid { code, .. }) => assert_eq!(code, "too_many_observations"),
+        other => panic!("{other:?}"),
+    }
+    assert!(parse(&body_with(&obs, ""), 3, now()).is_ok());
+}
+
+#[test]
+fn empty_batch_is_valid() {
+    let b = parse(&body_with("[]", ""), 10, now()).unwrap();
+    assert!(b.observations.is_empty());
+}

@@ -1,0 +1,134 @@
+//! Enrichment: turns a validated batch into Elasticsearch operations — one raw-fact
+//! document per observation in its monthly index, and one execution-projection document
+//! per endpoint — with deterministic ids so that a retried batch overwrites itself.
+
+use chrono::SecondsFormat;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::batch::{Batch, Endpoint, Observation};
+use crate::es::bulk::BulkOp;
+use crate::es::index;
+
+/// Who and what a batch belongs to: copied into every document.
+#[derive(Debug, Clone)]
+pub struct Owning {
+    pub execution_id: Uuid,
+    pub task_id: Uuid,
+    pub owner_id: Uuid,
+    pub scanner_id: Uuid,
+}
+
+/// The operations of one batch.
+pub struct Ops {
+    pub facts: Vec<BulkOp>,
+    pub endpoints: Vec<BulkOp>,
+}
+
+/// RFC 3339 UTC with milliseconds: the one time format of every document.
+pub fn es_time(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// The ES indices a batch writes, sorted and unique: its fact months, plus the execution
+/// projection when it has endpoints. Stored as the receipt's `storage_references`.
+pub fn storage_references(prefix: &str, batch: &Batch) -> Vec<String> {
+    let mut refs: Vec<String> = batch
+        .observations
+        .iter()
+        .map(|o| index::facts_index(prefix, o.observed_at()))
+        .collect();
+    if batch.endpoint_count() > 0 {
+        refs.push(index::execution_endpoints(prefix));
+    }
+    refs.sort();
+    refs.dedup();
+    refs
+}
+
+pub fn build(prefix: &str, owning: &Owning, batch: &Batch) -> Ops {
+    let stream = batch.stream.as_str();
+    let mut facts = Vec::with_capacity(batch.observations.len());
+    let mut newest: Vec<&Endpoint> = Vec::new();
+    for (position, o) in batch.observations.iter().enumerate() {
+        let mut doc = json!({
+            "execution_id": owning.execution_id.to_string(),
+            "task_id": owning.task_id.to_string(),
+            "owner_id": owning.owner_id.to_string(),
+            "scanner_id": owning.scanner_id.to_string(),
+            "upload_id": batch.upload_id.to_string(),
+            "stream": stream,
+            "batch_index": batch.batch_index,
+            "observed_at": es_time(o.observed_at()),
+            "tags": [],
+        });
+        match o {
+            Observation::Endpoint(e) => {
+                doc["type"] = json!("endpoint");
+                endpoint_fields(&mut doc, e);
+                keep_newest(&mut newest, e);
+            }
+            Observation::Dns(d) => {
+                doc["type"] = json!("dns");
+                doc["name"] = json!(d.name);
+                doc["record_type"] = json!(d.record_type);
+                doc["value"] = json!(d.value);
+            }
+        }
+        let id = index::fact_id(owning.execution_id, batch.upload_id, stream, batch.batch_index, position);
+        facts.push(BulkOp::index(&index::facts_index(prefix, o.observed_at()), &id, &doc));
+    }
+    let projection = index::execution_endpoints(prefix);
+    let endpoints = newest
+        .into_iter()
+        .map(|e| {
+            let mut doc = json!({
+                "execution_id": owning.execution_id.to_string(),
+                "task_id": owning.task_id.to_string(),
+                "owner_id": owning.owner_id.to_string(),
+                "observed_at": es_time(&e.observed_at),
+                "tags": [],
+            });
+            endpoint_fields(&mut doc, e);
+            let id = index::execution_endpoint_id(owning.execution_id, &e.ip, &e.transport, e.port);
+            BulkOp::index(&projection, &id, &doc)
+        })
+        .collect();
+    Ops { facts, endpoints }
+}
+
+fn endpoint_fields(doc: &mut Value, e: &Endpoint) {
+    doc["ip"] = json!(e.ip);
+    doc["port"] = json!(e.port);
+    doc["transport"] = json!(e.transport);
+    for (k, v) in [
+        ("service", &e.service),
+        ("product", &e.product),
+        ("version", &e.version),
+        ("banner", &e.banner),
+    ] {
+        if let Some(v) = v {
+            doc[k] = json!(v);
+        }
+    }
+}
+
+/// The order deciding which observation of one endpoint wins: newest time, then the
+/// service fields (the same total order as the asset merge).
+fn rank(e: &Endpoint) -> (&chrono::DateTime<chrono::Utc>, &str, &str, &str, &str) {
+    let s = |v: &Option<String>| -> &str { v.as_deref().unwrap_or("") };
+    // Borrowing through the closure keeps the tuple tied to `e`.
+    (&e.observed_at, s(&e.service), s(&e.product), s(&e.version), s(&e.banner))
+}
+
+/// One document per endpoint within a batch: the newest observation of it.
+fn keep_newest<'a>(newest: &mut Vec<&'a Endpoint>, e: &'a Endpoint) {
+    match newest
+        .iter_mut()
+        .find(|n| n.ip == e.ip && n.port == e.port && n.transport == e.transport)
+    {
+        Some(slot) if rank(e) > rank(slot) => *slot = e,
+        Some(_) => {}
+        None => newest.push(e),
+    }
+}
