@@ -133,12 +133,16 @@ CREATE TABLE task_targets (
 CREATE TABLE executions (
     id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     task_id          uuid NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
-    -- Why NO ACTION and not RESTRICT: deleting a scanner that authored executions is refused
-    -- either way (its author must not vanish silently), but NO ACTION checks at the end of
-    -- the statement, so deleting an owner - which cascades to both its restricted scanners
-    -- and its tasks' executions - succeeds whatever order the cascades run in. RESTRICT
-    -- checks immediately and made that delete fail (tests/sql/constraints.sql).
-    scanner_id       uuid NOT NULL REFERENCES scanners (id) ON DELETE NO ACTION,
+    -- Why deferred NO ACTION and not RESTRICT: deleting a scanner that authored executions
+    -- must fail (its author must not vanish silently), and it does, at the end of the
+    -- transaction (in autocommit: of the statement), SQLSTATE 23503. But deleting an owner
+    -- cascades both to its restricted scanners and to its tasks' executions, each cascade
+    -- being its own nested query; RESTRICT and immediate NO ACTION both check at the end
+    -- of the scanner cascade, before the task cascade has removed the executions, so the
+    -- owner could never be deleted (tests/sql/constraints.sql shows the
+    -- immediate case). Checking at commit sees the final state.
+    scanner_id       uuid NOT NULL REFERENCES scanners (id) ON DELETE NO ACTION
+                     DEFERRABLE INITIALLY DEFERRED,
     status           text NOT NULL DEFAULT 'queued'
                      CHECK (status IN ('queued', 'running', 'succeeded', 'failed')),
     observation_count bigint NOT NULL DEFAULT 0 CHECK (observation_count >= 0),

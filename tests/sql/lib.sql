@@ -2,6 +2,8 @@
 -- schema dump. \i this file at the top of each test script; every failed check raises and,
 -- with ON_ERROR_STOP, stops the script with a non-zero exit code.
 \set VERBOSITY terse
+\pset tuples_only on
+\pset format unaligned
 SET client_min_messages = notice;
 
 -- check(condition, what): the condition must be true.

@@ -55,12 +55,13 @@ trap cleanup EXIT
 
 psql_q() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
 
+# newdb NAME: (re)create database ${prefix}_NAME and put its name in $DB. Not used via
+# $(...) so that the cleanup list survives (a command substitution is a subshell).
 newdb() {
-    local db="${prefix}_$1"
-    dropdb --if-exists "$db" 2>/dev/null
-    createdb "$db"
-    created_dbs+=("$db")
-    printf '%s' "$db"
+    DB="${prefix}_$1"
+    dropdb --if-exists "$DB" 2>/dev/null
+    createdb "$DB"
+    created_dbs+=("$DB")
 }
 
 # Run a schema file exactly as the Rust runner does: the whole file as ONE simple query
@@ -93,7 +94,7 @@ fresh_dump=""
 fresh_reference() {
     # A fresh install and its dump, the reference for every comparison.
     if [[ -z "$fresh_dump" ]]; then
-        local db; db="$(newdb fresh_ref)"
+        newdb fresh_ref; local db="$DB"
         run_file "$db" "$schema/init.sql"
         fresh_dump="$work/fresh.schema.sql"
         dump_schema "$db" >"$fresh_dump"
@@ -103,7 +104,7 @@ fresh_reference() {
 section_fresh() {
     log "== fresh: init.sql then all migrations twice"
     fresh_reference
-    local db; db="$(newdb fresh)"
+    newdb fresh; local db="$DB"
     run_file "$db" "$schema/init.sql"
     local markers_before; markers_before="$(scalar "$db" "SELECT string_agg(name || '@' || applied_at, ',' ORDER BY name) FROM schema_marker")"
     migrate_all "$db"
@@ -149,7 +150,7 @@ snapshot_kept_data() {
 section_legacy() {
     log "== legacy: legacy_v1 + seed, then the migrations"
     fresh_reference
-    local db; db="$(newdb legacy)"
+    newdb legacy; local db="$DB"
     run_file "$db" "$schema/legacy_v1.sql"
     psql_q -d "$db" -f "$here/legacy_seed.sql" >/dev/null
     snapshot_kept_data "$db" "$work/legacy_before.data"
@@ -187,7 +188,7 @@ section_legacy() {
 
 section_backfill_lock() {
     log "== backfill_lock: receipt writes wait for the backfill, reads do not"
-    local db; db="$(newdb backfill_lock)"
+    newdb backfill_lock; local db="$DB"
     run_file "$db" "$schema/legacy_v1.sql"
     psql_q -d "$db" -f "$here/legacy_seed.sql" >/dev/null
     # The first migration as the runner would, then the stream migration held open for 4 s.
@@ -213,21 +214,21 @@ section_backfill_lock() {
 
 section_triggers() {
     log "== triggers"
-    local db; db="$(newdb triggers)"
+    newdb triggers; local db="$DB"
     run_file "$db" "$schema/init.sql"
     run_sql_test "$db" "$here/triggers.sql" "triggers"
 }
 
 section_constraints() {
     log "== constraints"
-    local db; db="$(newdb constraints)"
+    newdb constraints; local db="$DB"
     run_file "$db" "$schema/init.sql"
     run_sql_test "$db" "$here/constraints.sql" "constraints"
 }
 
 section_concurrency() {
     log "== concurrency: parallel writers on one stream"
-    local db; db="$(newdb concurrency)"
+    newdb concurrency; local db="$DB"
     run_file "$db" "$schema/init.sql"
     psql_q -d "$db" <<'SQL'
 INSERT INTO owners (id, name, token_sha256) VALUES ('00000000-0000-4000-8000-000000000001', 'o', sha256('o'));
@@ -286,7 +287,7 @@ SQL
 
 section_gist() {
     log "== gist: 200k targets, CIDR containment uses the partial GiST index"
-    local db; db="$(newdb gist)"
+    newdb gist; local db="$DB"
     run_file "$db" "$schema/init.sql"
     run_sql_test "$db" "$here/gist.sql" "gist"
 }
