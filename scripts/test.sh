@@ -26,4 +26,11 @@ fi
 
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
+if [ $# -eq 0 ]; then
+  # Schema-level tests in SQL (install, upgrade, triggers, constraints, GiST plans).
+  db_port=$(python3 -c 'import sys, urllib.parse as u; print(u.urlparse(sys.argv[1]).port or 5432)' "$STORAGE_TEST_DATABASE_URL")
+  db_host=$(python3 -c 'import sys, urllib.parse as u; print(u.urlparse(sys.argv[1]).hostname or "127.0.0.1")' "$STORAGE_TEST_DATABASE_URL")
+  db_user=$(python3 -c 'import sys, urllib.parse as u; print(u.urlparse(sys.argv[1]).username or "postgres")' "$STORAGE_TEST_DATABASE_URL")
+  PGHOST=$db_host PGPORT=$db_port PGUSER=$db_user bash tests/sql/run.sh
+fi
 cargo test -- --include-ignored "$@"

@@ -1,12 +1,14 @@
 //! The running service: shared state (`App`) and the start-up sequence (migrate, start the
 //! HTTP workers) with its orderly shutdown.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Config;
 use crate::db::{self, Db, DbError};
-use crate::es::EsClient;
+use crate::es::limit::Limiter;
+use crate::es::{setup, EsClient, EsError};
 use crate::http::router;
 use crate::http::server::{self, Handler, HttpServer};
 use crate::telemetry::Line;
@@ -21,6 +23,11 @@ pub struct App {
     pub es: EsClient,
     /// A short-timeout client for probes, so `/readyz` answers quickly when ES hangs.
     pub es_probe: EsClient,
+    /// Bound on concurrent ES requests, shared by uploads and publication.
+    pub limiter: Limiter,
+    /// Set once the index templates and indices are installed (at start, or lazily by
+    /// the first write when ES was down at start).
+    indices_ready: AtomicBool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -39,12 +46,26 @@ impl App {
             config.elasticsearch.request_timeout,
         );
         let es_probe = EsClient::new(&config.elasticsearch.url, PROBE_TIMEOUT);
+        let limiter = Limiter::new(config.elasticsearch.bulk_max_concurrency);
         Ok(App {
             config,
             db,
             es,
             es_probe,
+            limiter,
+            indices_ready: AtomicBool::new(false),
         })
+    }
+
+    /// Installs templates and indices unless done already; idempotent, so a race between
+    /// two threads only repeats harmless PUTs.
+    pub fn ensure_indices(&self) -> Result<(), EsError> {
+        if self.indices_ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        setup::install(&self.es, &self.config.elasticsearch.index_prefix)?;
+        self.indices_ready.store(true, Ordering::Release);
+        Ok(())
     }
 }
 
@@ -79,6 +100,12 @@ pub fn start_with(config: Config, handler: Handler) -> Result<Running, StartErro
     Line::new("SchemaReady")
         .field("outcome", format!("{outcome:?}"))
         .info();
+    // ES may be down at start: writes install the indices on first use instead.
+    if let Err(e) = app.ensure_indices() {
+        Line::new("ElasticsearchSetupDeferred")
+            .field("error", e)
+            .warn();
+    }
     let http = server::start(app.clone(), handler)?;
     Ok(Running { app, http })
 }

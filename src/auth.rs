@@ -35,7 +35,10 @@ const SCANNER_BY_TOKEN: &str =
 const OWNER_BY_TOKEN: &str =
     "SELECT id, is_admin FROM owners WHERE token_sha256 = $1 AND NOT disabled";
 
-pub fn scanner(db: &mut impl GenericClient, token: &Secret<String>) -> Result<Option<Scanner>, DbError> {
+pub fn scanner(
+    db: &mut impl GenericClient,
+    token: &Secret<String>,
+) -> Result<Option<Scanner>, DbError> {
     let row = db.query_opt(SCANNER_BY_TOKEN, &[&token_digest(token)])?;
     Ok(row.map(|r| Scanner {
         id: r.get(0),
@@ -43,7 +46,10 @@ pub fn scanner(db: &mut impl GenericClient, token: &Secret<String>) -> Result<Op
     }))
 }
 
-pub fn owner(db: &mut impl GenericClient, token: &Secret<String>) -> Result<Option<Owner>, DbError> {
+pub fn owner(
+    db: &mut impl GenericClient,
+    token: &Secret<String>,
+) -> Result<Option<Owner>, DbError> {
     let row = db.query_opt(OWNER_BY_TOKEN, &[&token_digest(token)])?;
     Ok(row.map(|r| Owner {
         id: r.get(0),
@@ -58,6 +64,9 @@ mod tests {
     #[test]
     fn digest_is_sha256_of_the_token_bytes() {
         let d = token_digest(&Secret::new("abc".to_string()));
-        assert_eq!(hex::encode(d), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            hex::encode(d),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }

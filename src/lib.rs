@@ -12,11 +12,14 @@
 //!
 //! Modules, one responsibility each: [`config`] (start-up TOML), [`db`] (pool, checkout
 //! guard, migrations), [`es`] (Elasticsearch client), [`http`] (threads, routing, error
-//! mapping), [`app`] (start-up and shutdown), [`telemetry`] (events).
+//! mapping), [`upload`] (the write path), [`auth`] (tokens to principals), [`app`]
+//! (start-up and shutdown), [`telemetry`] (events).
 
 pub mod app;
+pub mod auth;
 pub mod config;
 pub mod db;
 pub mod es;
 pub mod http;
 pub mod telemetry;
+pub mod upload;

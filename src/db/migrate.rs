@@ -34,6 +34,13 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "search_target_ip",
 ];
 
+/// The schema generation this binary writes (legacy_v1 = 1).
+pub const SCHEMA_VERSION: i32 = 2;
+
+/// Recorded after the migrations; a no-op on a database already at this version.
+const SET_VERSION: &str =
+    "UPDATE schema_version SET version = $1, updated_at = now() WHERE version < $1";
+
 /// Advisory-lock key of the migration ("scanstore" read as bytes); any constant works as
 /// long as every instance uses the same one.
 const MIGRATION_LOCK_KEY: i64 = 0x7363_616e_7374_6f72;
@@ -73,6 +80,7 @@ fn run_locked(conn: &mut Client) -> Result<Outcome, DbError> {
         conn.batch_execute(sql)?;
         log::info!(target: "scanstore::migrate", "event=SchemaMigrationApplied file={name}");
     }
+    conn.execute(SET_VERSION, &[&SCHEMA_VERSION])?;
     Ok(Outcome::Upgraded)
 }
 

@@ -32,7 +32,13 @@ pub struct BulkOp {
 }
 
 impl BulkOp {
-    fn encode(kind: OpKind, index: &str, id: &str, action_extra: Option<(&str, Value)>, source: &Value) -> BulkOp {
+    fn encode(
+        kind: OpKind,
+        index: &str,
+        id: &str,
+        action_extra: Option<(&str, Value)>,
+        source: &Value,
+    ) -> BulkOp {
         let mut meta = json!({ "_index": index, "_id": id });
         if let Some((k, v)) = action_extra {
             meta[k] = v;
@@ -63,7 +69,13 @@ impl BulkOp {
             "script": { "id": script_id, "params": params },
             "upsert": {}
         });
-        BulkOp::encode(OpKind::Update, index, id, Some(("retry_on_conflict", json!(3))), &body)
+        BulkOp::encode(
+            OpKind::Update,
+            index,
+            id,
+            Some(("retry_on_conflict", json!(3))),
+            &body,
+        )
     }
 
     pub fn len(&self) -> usize {
@@ -78,7 +90,11 @@ impl BulkOp {
 /// Splits `ops` into consecutive request ranges of at most `max_ops` operations and at
 /// most `max_bytes` encoded bytes. One operation larger than `max_bytes` is an error:
 /// data is never truncated to fit.
-pub fn split(ops: &[BulkOp], max_ops: usize, max_bytes: usize) -> Result<Vec<Range<usize>>, EsError> {
+pub fn split(
+    ops: &[BulkOp],
+    max_ops: usize,
+    max_bytes: usize,
+) -> Result<Vec<Range<usize>>, EsError> {
     let mut ranges = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, op) in ops.iter().enumerate() {
@@ -128,7 +144,9 @@ mod tests {
         );
         let u = BulkOp::scripted_upsert("a", "b", "s", json!({"obs": {}}));
         let text = String::from_utf8(u.ndjson).unwrap();
-        assert!(text.starts_with("{\"update\":{\"_id\":\"b\",\"_index\":\"a\",\"retry_on_conflict\":3}}\n"));
+        assert!(text.starts_with(
+            "{\"update\":{\"_id\":\"b\",\"_index\":\"a\",\"retry_on_conflict\":3}}\n"
+        ));
         assert!(text.ends_with("\"upsert\":{}}\n"));
     }
 

@@ -52,7 +52,9 @@ impl EsError {
     pub fn class(&self) -> ErrorClass {
         match self {
             EsError::Transport(_) | EsError::BadResponse(_) => ErrorClass::Transient,
-            EsError::Status { status, .. } | EsError::ItemsFailed { status, .. } => status_class(*status),
+            EsError::Status { status, .. } | EsError::ItemsFailed { status, .. } => {
+                status_class(*status)
+            }
             EsError::Refused(_) => ErrorClass::Permanent,
         }
     }

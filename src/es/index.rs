@@ -6,7 +6,11 @@ use uuid::Uuid;
 
 /// Monthly raw-fact index of an observation time (UTC): `<prefix>-facts-YYYY.MM`.
 pub fn facts_index(prefix: &str, observed_at: &DateTime<Utc>) -> String {
-    format!("{prefix}-facts-{:04}.{:02}", observed_at.year(), observed_at.month())
+    format!(
+        "{prefix}-facts-{:04}.{:02}",
+        observed_at.year(),
+        observed_at.month()
+    )
 }
 
 /// Every fact index, for the legacy all-history scope.
@@ -26,7 +30,13 @@ pub fn facts_template(prefix: &str) -> String {
 
 /// Id of one raw fact: the batch identity plus the observation's position in the batch,
 /// so a retried batch overwrites its own facts instead of adding new ones.
-pub fn fact_id(execution_id: Uuid, upload_id: Uuid, stream: &str, batch_index: u32, position: usize) -> String {
+pub fn fact_id(
+    execution_id: Uuid,
+    upload_id: Uuid,
+    stream: &str,
+    batch_index: u32,
+    position: usize,
+) -> String {
     format!(
         "{}-{}-{}{}-{}",
         execution_id.simple(),

@@ -68,8 +68,12 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
             "mappings": facts_mapping()
         }
     });
-    es.json("PUT", &format!("/_index_template/{}", index::facts_template(prefix)), &template)?
-        .ok()?;
+    es.json(
+        "PUT",
+        &format!("/_index_template/{}", index::facts_template(prefix)),
+        &template,
+    )?
+    .ok()?;
     create_index(
         es,
         &index::execution_endpoints(prefix),

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::bulk::{BulkOp, OpKind};
-use super::error::{status_class, EsError, ErrorClass};
+use super::error::{status_class, ErrorClass, EsError};
 
 /// What a verified bulk did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,7 +23,11 @@ pub fn verify(ops: &[BulkOp], response: &Value) -> Result<Verified, EsError> {
         return bad("bulk response has no items array".into());
     };
     if items.len() != ops.len() {
-        return bad(format!("bulk response has {} items for {} operations", items.len(), ops.len()));
+        return bad(format!(
+            "bulk response has {} items for {} operations",
+            items.len(),
+            ops.len()
+        ));
     }
     let mut verified = Verified {
         items: items.len(),
@@ -33,15 +37,27 @@ pub fn verify(ops: &[BulkOp], response: &Value) -> Result<Verified, EsError> {
     let mut failed: Vec<(u16, String, String)> = Vec::new();
     for (n, (op, item)) in ops.iter().zip(items).enumerate() {
         let Some(result) = item.get(op.kind.as_str()) else {
-            return bad(format!("item {n}: expected a {:?} result", op.kind.as_str()));
+            return bad(format!(
+                "item {n}: expected a {:?} result",
+                op.kind.as_str()
+            ));
         };
         if result["_id"].as_str() != Some(op.id.as_str()) {
-            return bad(format!("item {n}: _id {} instead of {}", result["_id"], op.id));
+            return bad(format!(
+                "item {n}: _id {} instead of {}",
+                result["_id"], op.id
+            ));
         }
         if result["_index"].as_str() != Some(op.index.as_str()) {
-            return bad(format!("item {n}: _index {} instead of {}", result["_index"], op.index));
+            return bad(format!(
+                "item {n}: _index {} instead of {}",
+                result["_index"], op.index
+            ));
         }
-        let Some(status) = result["status"].as_u64().and_then(|s| u16::try_from(s).ok()) else {
+        let Some(status) = result["status"]
+            .as_u64()
+            .and_then(|s| u16::try_from(s).ok())
+        else {
             return bad(format!("item {n}: no status"));
         };
         let ok = match op.kind {
@@ -57,7 +73,12 @@ pub fn verify(ops: &[BulkOp], response: &Value) -> Result<Verified, EsError> {
             failed.push((
                 status,
                 error["type"].as_str().unwrap_or("unknown").to_string(),
-                error["reason"].as_str().unwrap_or_default().chars().take(300).collect(),
+                error["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(300)
+                    .collect(),
             ));
         }
     }
@@ -111,7 +132,14 @@ mod tests {
     #[test]
     fn a_clean_response_verifies() {
         let v = verify(&ops(), &ok_response()).unwrap();
-        assert_eq!(v, Verified { items: 2, noops: 1, es_took_ms: 7 });
+        assert_eq!(
+            v,
+            Verified {
+                items: 2,
+                noops: 1,
+                es_took_ms: 7
+            }
+        );
     }
 
     #[test]
@@ -150,14 +178,24 @@ mod tests {
         let mut r = ok_response();
         r["errors"] = json!(true);
         r["items"][0]["index"]["status"] = json!(429);
-        r["items"][0]["index"]["error"] = json!({"type": "es_rejected_execution_exception", "reason": "busy"});
+        r["items"][0]["index"]["error"] =
+            json!({"type": "es_rejected_execution_exception", "reason": "busy"});
         let e = verify(&ops(), &r).unwrap_err();
         assert_eq!(e.class(), ErrorClass::Transient);
         r["items"][1]["update"]["status"] = json!(400);
-        r["items"][1]["update"]["error"] = json!({"type": "mapper_parsing_exception", "reason": "bad"});
+        r["items"][1]["update"]["error"] =
+            json!({"type": "mapper_parsing_exception", "reason": "bad"});
         let e = verify(&ops(), &r).unwrap_err();
         assert_eq!(e.class(), ErrorClass::Permanent);
-        assert!(matches!(e, EsError::ItemsFailed { failed: 2, total: 2, status: 400, .. }));
+        assert!(matches!(
+            e,
+            EsError::ItemsFailed {
+                failed: 2,
+                total: 2,
+                status: 400,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -108,7 +108,10 @@ impl Writer<'_> {
     /// Sleeps `delay` unless cancelled first; true when cancelled.
     fn cancelled_during(&self, delay: Duration) -> bool {
         match self.cancel {
-            Some(rx) => !matches!(rx.recv_timeout(delay), Err(crossbeam_channel::RecvTimeoutError::Timeout)),
+            Some(rx) => !matches!(
+                rx.recv_timeout(delay),
+                Err(crossbeam_channel::RecvTimeoutError::Timeout)
+            ),
             None => {
                 std::thread::sleep(delay);
                 false

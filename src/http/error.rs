@@ -6,6 +6,7 @@ use serde_json::json;
 use super::request::Reply;
 use crate::db::DbError;
 use crate::es::EsError;
+use crate::upload::UploadError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -29,6 +30,8 @@ pub enum ApiError {
     Db(#[from] DbError),
     #[error(transparent)]
     Es(#[from] EsError),
+    #[error(transparent)]
+    Upload(#[from] UploadError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -40,13 +43,58 @@ struct Mapping {
     retry_after: Option<u32>,
 }
 
+fn m(status: u16, code: &'static str) -> Mapping {
+    Mapping {
+        status,
+        code,
+        retry_after: None,
+    }
+}
+
+fn db(e: &DbError) -> Mapping {
+    match e {
+        // The pool is saturated: the client should come back shortly.
+        DbError::PoolTimeout { .. } => Mapping {
+            status: 503,
+            code: "database_busy",
+            retry_after: Some(2),
+        },
+        DbError::Unavailable(_) => m(503, "database_unavailable"),
+        DbError::Contention(_) => m(503, "database_contention"),
+        DbError::Constraint(_) => m(409, "database_constraint"),
+        DbError::Query(_) => m(500, "database_error"),
+    }
+}
+
+fn es(e: &EsError) -> Mapping {
+    match e.class() {
+        // Overload or outage: the same request may succeed later.
+        crate::es::error::ErrorClass::Transient => m(503, "search_backend_unavailable"),
+        crate::es::error::ErrorClass::Permanent => m(502, "search_backend_error"),
+    }
+}
+
+fn upload(e: &UploadError) -> Mapping {
+    match e {
+        UploadError::Invalid { code, .. } => m(400, code),
+        UploadError::Unauthorized => m(401, "unauthorized"),
+        UploadError::Forbidden(_) => m(403, "forbidden"),
+        UploadError::NotFound => m(404, "not_found"),
+        UploadError::Conflict { code, .. } => m(409, code),
+        UploadError::BadCount(_) => m(502, "search_backend_error"),
+        UploadError::IndexNameTooLong(_) => m(500, "index_name_too_long"),
+        UploadError::Db(e) => db(e),
+        UploadError::Es(e) => es(e),
+    }
+}
+
+/// The HTTP status an upload error is answered with (for the upload span's log line).
+pub fn upload_status(e: &UploadError) -> u16 {
+    upload(e).status
+}
+
 impl ApiError {
     fn mapping(&self) -> Mapping {
-        let m = |status, code| Mapping {
-            status,
-            code,
-            retry_after: None,
-        };
         match self {
             ApiError::BadRequest { code, .. } => m(400, code),
             ApiError::Unauthorized => m(401, "unauthorized"),
@@ -56,23 +104,9 @@ impl ApiError {
             ApiError::Conflict { code, .. } => m(409, code),
             ApiError::PayloadTooLarge { .. } => m(413, "payload_too_large"),
             ApiError::BodyTimeout => m(408, "request_timeout"),
-            // The pool is saturated: the client should come back shortly.
-            ApiError::Db(DbError::PoolTimeout { .. }) => Mapping {
-                status: 503,
-                code: "database_busy",
-                retry_after: Some(2),
-            },
-            ApiError::Db(DbError::Unavailable(_)) => m(503, "database_unavailable"),
-            ApiError::Db(DbError::Contention(_)) => m(503, "database_contention"),
-            ApiError::Db(DbError::Constraint(_)) => m(409, "database_constraint"),
-            ApiError::Db(DbError::Query(_)) => m(500, "database_error"),
-            ApiError::Es(e) => match e {
-                EsError::Transport(_) => m(503, "search_backend_unavailable"),
-                EsError::Status { status, .. } if *status == 429 || *status >= 500 => {
-                    m(503, "search_backend_unavailable")
-                }
-                _ => m(502, "search_backend_error"),
-            },
+            ApiError::Db(e) => db(e),
+            ApiError::Es(e) => es(e),
+            ApiError::Upload(e) => upload(e),
             ApiError::Internal(_) => m(500, "internal_error"),
         }
     }
@@ -113,6 +147,7 @@ fn public_message(code: &str) -> &'static str {
         "database_contention" => "database contention, retry",
         "search_backend_unavailable" => "search backend unavailable, retry",
         "search_backend_error" => "search backend rejected the request",
+        "index_name_too_long" => "index name exceeds the request-line budget; check index_prefix",
         _ => "internal error",
     }
 }
@@ -158,6 +193,12 @@ mod tests {
         assert_eq!(r.status, 503);
         assert!(!String::from_utf8_lossy(&r.body).contains("node-1"));
         let e = ApiError::from(EsError::BadResponse("item 3 _id mismatch".into()));
+        assert_eq!(e.reply("rid").status, 503);
+        let e = ApiError::from(EsError::Status {
+            status: 400,
+            error_type: "mapper_parsing_exception".into(),
+            reason: "bad".into(),
+        });
         assert_eq!(e.reply("rid").status, 502);
     }
 }

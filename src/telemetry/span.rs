@@ -39,7 +39,11 @@ impl UploadSpan {
     }
 
     /// Runs one synchronous stage and records its duration and outcome.
-    pub fn stage<T, E>(&self, stage: &'static str, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    pub fn stage<T, E>(
+        &self,
+        stage: &'static str,
+        f: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
         let mut guard = StageGuard {
             span: self,
             stage,

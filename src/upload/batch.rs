@@ -140,13 +140,20 @@ fn invalid(code: &'static str, message: impl Into<String>) -> UploadError {
 
 /// Parses and validates a request body. `now` bounds how far in the future an
 /// observation may claim to be (clock skew allowance: one day).
-pub fn parse(body: &[u8], max_observations: usize, now: DateTime<Utc>) -> Result<Batch, UploadError> {
-    let env: Envelope =
-        serde_json::from_slice(body).map_err(|e| invalid("malformed_json", format!("request body: {e}")))?;
+pub fn parse(
+    body: &[u8],
+    max_observations: usize,
+    now: DateTime<Utc>,
+) -> Result<Batch, UploadError> {
+    let env: Envelope = serde_json::from_slice(body)
+        .map_err(|e| invalid("malformed_json", format!("request body: {e}")))?;
     if env.protocol_version != i64::from(PROTOCOL_VERSION) {
         return Err(invalid(
             "unsupported_protocol_version",
-            format!("protocol_version {} is not supported (expected {PROTOCOL_VERSION})", env.protocol_version),
+            format!(
+                "protocol_version {} is not supported (expected {PROTOCOL_VERSION})",
+                env.protocol_version
+            ),
         ));
     }
     let upload_id = Uuid::parse_str(&env.upload_id)
@@ -159,9 +166,17 @@ pub fn parse(body: &[u8], max_observations: usize, now: DateTime<Utc>) -> Result
     let batch_index = u32::try_from(env.batch_index)
         .ok()
         .filter(|i| *i <= i32::MAX as u32)
-        .ok_or_else(|| invalid("bad_field", "batch_index must be an integer from 0 to 2147483647"))?;
+        .ok_or_else(|| {
+            invalid(
+                "bad_field",
+                "batch_index must be an integer from 0 to 2147483647",
+            )
+        })?;
     if stream == Stream::Dns && env.is_final {
-        return Err(invalid("bad_field", "the dns sidecar stream has no final batch"));
+        return Err(invalid(
+            "bad_field",
+            "the dns sidecar stream has no final batch",
+        ));
     }
     let checksum = verify_checksum(&env.checksum, env.observations.get().as_bytes())?;
     let raw: Vec<&RawValue> = serde_json::from_str(env.observations.get())
@@ -169,18 +184,28 @@ pub fn parse(body: &[u8], max_observations: usize, now: DateTime<Utc>) -> Result
     if raw.len() > max_observations {
         return Err(invalid(
             "too_many_observations",
-            format!("{} observations in one batch; at most {max_observations}", raw.len()),
+            format!(
+                "{} observations in one batch; at most {max_observations}",
+                raw.len()
+            ),
         ));
     }
-    let earliest = Utc.with_ymd_and_hms(1990, 1, 1, 0, 0, 0).single().unwrap_or_default();
+    let earliest = Utc
+        .with_ymd_and_hms(1990, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or_default();
     let latest = now + ChronoDuration::days(1);
     let mut observations = Vec::with_capacity(raw.len());
     for (i, r) in raw.into_iter().enumerate() {
         let o: RawObservation = serde_json::from_str(r.get())
             .map_err(|e| invalid("bad_field", format!("observations[{i}]: {e}")))?;
-        let o = observation(o, earliest, latest).map_err(|m| invalid("bad_field", format!("observations[{i}]: {m}")))?;
+        let o = observation(o, earliest, latest)
+            .map_err(|m| invalid("bad_field", format!("observations[{i}]: {m}")))?;
         if stream == Stream::Dns && matches!(o, Observation::Endpoint(_)) {
-            return Err(invalid("bad_field", format!("observations[{i}]: the dns stream carries only dns records")));
+            return Err(invalid(
+                "bad_field",
+                format!("observations[{i}]: the dns stream carries only dns records"),
+            ));
         }
         observations.push(o);
     }
@@ -200,7 +225,12 @@ fn verify_checksum(claimed: &str, bytes: &[u8]) -> Result<String, UploadError> {
     let hex_part = claimed
         .strip_prefix("sha256:")
         .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-        .ok_or_else(|| invalid("bad_field", "checksum must be \"sha256:\" followed by 64 hex digits"))?;
+        .ok_or_else(|| {
+            invalid(
+                "bad_field",
+                "checksum must be \"sha256:\" followed by 64 hex digits",
+            )
+        })?;
     let actual = hex::encode(Sha256::digest(bytes));
     if !hex_part.eq_ignore_ascii_case(&actual) {
         return Err(invalid(
@@ -230,7 +260,11 @@ fn time(v: &str, earliest: DateTime<Utc>, latest: DateTime<Utc>) -> Result<DateT
     Ok(t.trunc_subsecs(3))
 }
 
-fn observation(o: RawObservation, earliest: DateTime<Utc>, latest: DateTime<Utc>) -> Result<Observation, String> {
+fn observation(
+    o: RawObservation,
+    earliest: DateTime<Utc>,
+    latest: DateTime<Utc>,
+) -> Result<Observation, String> {
     match o {
         RawObservation::Endpoint {
             ip,
@@ -242,7 +276,9 @@ fn observation(o: RawObservation, earliest: DateTime<Utc>, latest: DateTime<Utc>
             banner,
             observed_at,
         } => {
-            let ip: IpAddr = ip.parse().map_err(|_| format!("ip {ip:?} is not an IP address"))?;
+            let ip: IpAddr = ip
+                .parse()
+                .map_err(|_| format!("ip {ip:?} is not an IP address"))?;
             let port = u16::try_from(port)
                 .ok()
                 .filter(|p| *p > 0)
@@ -308,7 +344,10 @@ fn canonical_ip(value: &str, v4: bool) -> Result<String, String> {
 pub fn domain(name: &str) -> Result<String, String> {
     let n = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
     let labels_ok = n.split('.').enumerate().all(|(i, l)| {
-        (!l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+        (!l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
             || (i == 0 && l == "*")
     });
     if n.is_empty() || n.len() > MAX_DOMAIN || !labels_ok {

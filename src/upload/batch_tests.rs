@@ -39,11 +39,22 @@ fn a_valid_mixed_batch() {
     let b = parse(&body_with(obs, ""), 100, now()).unwrap();
     assert_eq!(b.observations.len(), 2);
     assert_eq!((b.endpoint_count(), b.dns_count()), (1, 1));
-    let Observation::Endpoint(e) = &b.observations[0] else { panic!() };
+    let Observation::Endpoint(e) = &b.observations[0] else {
+        panic!()
+    };
     assert_eq!(e.ip, "2001:db8::1");
-    assert_eq!(e.observed_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true), "2026-11-29T09:00:00.123Z");
-    let Observation::Dns(d) = &b.observations[1] else { panic!() };
-    assert_eq!((d.name.as_str(), d.record_type.as_str()), ("www.example.com", "A"));
+    assert_eq!(
+        e.observed_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "2026-11-29T09:00:00.123Z"
+    );
+    let Observation::Dns(d) = &b.observations[1] else {
+        panic!()
+    };
+    assert_eq!(
+        (d.name.as_str(), d.record_type.as_str()),
+        ("www.example.com", "A")
+    );
     assert!(b.checksum.starts_with("sha256:"));
 }
 
@@ -53,10 +64,14 @@ fn checksum_is_over_the_exact_bytes() {
     let mut body = body_with(&obs, "");
     assert_eq!(err_code(&body), "ok");
     // Same JSON value, different bytes (a space): the checksum no longer matches.
-    let spaced = String::from_utf8(body.clone()).unwrap().replacen("[{", "[ {", 1);
+    let spaced = String::from_utf8(body.clone())
+        .unwrap()
+        .replacen("[{", "[ {", 1);
     body = spaced.into_bytes();
     assert_eq!(err_code(&body), "checksum_mismatch");
-    let bad_form = String::from_utf8(body_with(&obs, "")).unwrap().replace("sha256:", "md5:");
+    let bad_form = String::from_utf8(body_with(&obs, ""))
+        .unwrap()
+        .replace("sha256:", "md5:");
     assert_eq!(err_code(bad_form.as_bytes()), "bad_field");
 }
 
@@ -66,14 +81,49 @@ fn envelope_errors() {
     assert_eq!(err_code(b"[]"), "malformed_json");
     let obs = endpoint(json!({}));
     let b = String::from_utf8(body_with(&obs, "")).unwrap();
-    assert_eq!(err_code(b.replace("\"protocol_version\":2", "\"protocol_version\":1").as_bytes()), "unsupported_protocol_version");
-    assert_eq!(err_code(b.replace("7d9f8c1e-2a4b", "zzz").as_bytes()), "bad_field");
-    assert_eq!(err_code(b.replace("\"main\"", "\"other\"").as_bytes()), "bad_field");
-    assert_eq!(err_code(b.replace("\"batch_index\":0", "\"batch_index\":-1").as_bytes()), "bad_field");
-    assert_eq!(err_code(b.replace("\"batch_index\":0", "\"batch_index\":2147483648").as_bytes()), "bad_field");
-    assert_eq!(err_code(b.replace("\"batch_index\":0", "\"batch_index\":1.5").as_bytes()), "malformed_json");
-    assert_eq!(err_code(body_with(&obs, ",\"extra\":1").as_slice()), "malformed_json");
-    let dns_final = b.replace("\"main\"", "\"dns\"").replace("\"is_final\":false", "\"is_final\":true");
+    assert_eq!(
+        err_code(
+            b.replace("\"protocol_version\":2", "\"protocol_version\":1")
+                .as_bytes()
+        ),
+        "unsupported_protocol_version"
+    );
+    assert_eq!(
+        err_code(b.replace("7d9f8c1e-2a4b", "zzz").as_bytes()),
+        "bad_field"
+    );
+    assert_eq!(
+        err_code(b.replace("\"main\"", "\"other\"").as_bytes()),
+        "bad_field"
+    );
+    assert_eq!(
+        err_code(
+            b.replace("\"batch_index\":0", "\"batch_index\":-1")
+                .as_bytes()
+        ),
+        "bad_field"
+    );
+    assert_eq!(
+        err_code(
+            b.replace("\"batch_index\":0", "\"batch_index\":2147483648")
+                .as_bytes()
+        ),
+        "bad_field"
+    );
+    assert_eq!(
+        err_code(
+            b.replace("\"batch_index\":0", "\"batch_index\":1.5")
+                .as_bytes()
+        ),
+        "malformed_json"
+    );
+    assert_eq!(
+        err_code(body_with(&obs, ",\"extra\":1").as_slice()),
+        "malformed_json"
+    );
+    let dns_final = b
+        .replace("\"main\"", "\"dns\"")
+        .replace("\"is_final\":false", "\"is_final\":true");
     assert_eq!(err_code(dns_final.as_bytes()), "bad_field");
 }
 
@@ -97,23 +147,52 @@ fn observation_errors() {
         json!({"type": "other"}),
     ] {
         let obs = endpoint(bad.clone());
-        assert_eq!(err_code(&body_with(&obs, "")), "bad_field", "accepted {bad}");
+        assert_eq!(
+            err_code(&body_with(&obs, "")),
+            "bad_field",
+            "accepted {bad}"
+        );
     }
     let dns = |name: &str, rt: &str, value: &str| {
-        format!(r#"[{{"type":"dns","name":"{name}","record_type":"{rt}","value":"{value}","observed_at":"2026-11-29T10:00:00Z"}}]"#)
+        format!(
+            r#"[{{"type":"dns","name":"{name}","record_type":"{rt}","value":"{value}","observed_at":"2026-11-29T10:00:00Z"}}]"#
+        )
     };
-    assert_eq!(err_code(&body_with(&dns("a..b", "A", "1.2.3.4"), "")), "bad_field");
-    assert_eq!(err_code(&body_with(&dns("a.b", "A", "::1"), "")), "bad_field");
-    assert_eq!(err_code(&body_with(&dns("a.b", "AAAA", "1.2.3.4"), "")), "bad_field");
-    assert_eq!(err_code(&body_with(&dns("a.b", "BOGUS", "x"), "")), "bad_field");
-    assert_eq!(err_code(&body_with(&dns(&"a".repeat(64), "TXT", "x"), "")), "bad_field");
-    assert_eq!(err_code(&body_with(&dns("_sip._tcp.example.com", "SRV", "10 5 5060 sip.example.com"), "")), "ok");
+    assert_eq!(
+        err_code(&body_with(&dns("a..b", "A", "1.2.3.4"), "")),
+        "bad_field"
+    );
+    assert_eq!(
+        err_code(&body_with(&dns("a.b", "A", "::1"), "")),
+        "bad_field"
+    );
+    assert_eq!(
+        err_code(&body_with(&dns("a.b", "AAAA", "1.2.3.4"), "")),
+        "bad_field"
+    );
+    assert_eq!(
+        err_code(&body_with(&dns("a.b", "BOGUS", "x"), "")),
+        "bad_field"
+    );
+    assert_eq!(
+        err_code(&body_with(&dns(&"a".repeat(64), "TXT", "x"), "")),
+        "bad_field"
+    );
+    assert_eq!(
+        err_code(&body_with(
+            &dns("_sip._tcp.example.com", "SRV", "10 5 5060 sip.example.com"),
+            ""
+        )),
+        "ok"
+    );
 }
 
 #[test]
 fn endpoints_are_refused_in_the_dns_stream() {
     let obs = endpoint(json!({}));
-    let b = String::from_utf8(body_with(&obs, "")).unwrap().replace("\"main\"", "\"dns\"");
+    let b = String::from_utf8(body_with(&obs, ""))
+        .unwrap()
+        .replace("\"main\"", "\"dns\"");
     assert_eq!(err_code(b.as_bytes()), "bad_field");
 }
 

@@ -75,8 +75,18 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch) -> Ops {
                 doc["value"] = json!(d.value);
             }
         }
-        let id = index::fact_id(owning.execution_id, batch.upload_id, stream, batch.batch_index, position);
-        facts.push(BulkOp::index(&index::facts_index(prefix, o.observed_at()), &id, &doc));
+        let id = index::fact_id(
+            owning.execution_id,
+            batch.upload_id,
+            stream,
+            batch.batch_index,
+            position,
+        );
+        facts.push(BulkOp::index(
+            &index::facts_index(prefix, o.observed_at()),
+            &id,
+            &doc,
+        ));
     }
     let projection = index::execution_endpoints(prefix);
     let endpoints = newest
@@ -116,9 +126,16 @@ fn endpoint_fields(doc: &mut Value, e: &Endpoint) {
 /// The order deciding which observation of one endpoint wins: newest time, then the
 /// service fields (the same total order as the asset merge).
 fn rank(e: &Endpoint) -> (&chrono::DateTime<chrono::Utc>, &str, &str, &str, &str) {
-    let s = |v: &Option<String>| -> &str { v.as_deref().unwrap_or("") };
-    // Borrowing through the closure keeps the tuple tied to `e`.
-    (&e.observed_at, s(&e.service), s(&e.product), s(&e.version), s(&e.banner))
+    fn s(v: &Option<String>) -> &str {
+        v.as_deref().unwrap_or("")
+    }
+    (
+        &e.observed_at,
+        s(&e.service),
+        s(&e.product),
+        s(&e.version),
+        s(&e.banner),
+    )
 }
 
 /// One document per endpoint within a batch: the newest observation of it.

@@ -44,3 +44,77 @@ fn fresh_schema_is_current() {
         .unwrap();
     assert!(!scanstore::db::migrate::is_current(&mut c).unwrap());
 }
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn legacy_database_upgrades_to_exactly_the_fresh_schema() {
+    let legacy = db::empty();
+    let mut c = legacy.connect();
+    c.batch_execute(include_str!("../../../schema/legacy_v1.sql"))
+        .unwrap();
+    c.batch_execute(include_str!("../../sql/legacy_seed.sql"))
+        .unwrap();
+    let receipts: i64 = c
+        .query_one("SELECT count(*) FROM scan_upload_receipts", &[])
+        .unwrap()
+        .get(0);
+    let outbox: i64 = c
+        .query_one("SELECT count(*) FROM scan_projection_outbox", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        receipts > 0 && outbox > 0,
+        "the seed has receipts and queue rows"
+    );
+    drop(c);
+
+    db::migrate(&legacy.url);
+    let fresh = db::empty();
+    db::migrate(&fresh.url);
+    assert_eq!(db::schema_dump(&legacy.url), db::schema_dump(&fresh.url));
+
+    let mut c = legacy.connect();
+    assert!(scanstore::db::migrate::is_current(&mut c).unwrap());
+    let version: i32 = c
+        .query_one("SELECT version FROM schema_version", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 2);
+    let kept: (i64, i64) = {
+        let r = c
+            .query_one(
+                "SELECT (SELECT count(*) FROM scan_upload_receipts), (SELECT count(*) FROM scan_projection_outbox)",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(kept, (receipts, outbox), "the upgrade lost rows");
+    // Every stream row equals a recount from receipts.
+    let mismatched: i64 = c
+        .query_one(
+            "SELECT count(*) FROM scan_upload_stream s FULL JOIN scan_upload_stream_recount r
+               USING (execution_id, upload_id)
+             WHERE s.batch_count IS DISTINCT FROM r.batch_count
+                OR s.confirmed_count IS DISTINCT FROM r.confirmed_count
+                OR s.pending_count IS DISTINCT FROM r.pending_count
+                OR s.final_count IS DISTINCT FROM r.final_count
+                OR s.confirmed_observations IS DISTINCT FROM r.confirmed_observations
+                OR s.dns_batch_count IS DISTINCT FROM r.dns_batch_count",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(mismatched, 0);
+    // A second start skips the backfill: a stream made dirty stays dirty.
+    c.batch_execute("UPDATE scan_upload_stream SET dirty = true WHERE ctid = (SELECT ctid FROM scan_upload_stream LIMIT 1)")
+        .unwrap();
+    drop(c);
+    db::migrate(&legacy.url);
+    let dirty: i64 = legacy
+        .connect()
+        .query_one("SELECT count(*) FROM scan_upload_stream WHERE dirty", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(dirty, 1, "the backfill ran again");
+}

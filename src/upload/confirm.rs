@@ -1,0 +1,95 @@
+//! Transaction B of the write path: confirm the receipt; for a final also, in the same
+//! transaction, the execution's counts and `succeeded`, the task aggregation, the analysis
+//! queue row and the asset publication outbox row (none for DNS-only executions).
+//! Holds one pooled connection for one short transaction; never touches Elasticsearch.
+
+use super::error::UploadError;
+use super::final_scope::Counts;
+use super::reserve::Execution;
+use crate::telemetry::span::UploadSpan;
+use postgres::Transaction;
+
+const LOCK_EXECUTION: &str = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE";
+
+// A repeated confirm matches no row and changes nothing (the trigger adds nothing either).
+const CONFIRM_RECEIPT: &str = "
+    UPDATE scan_upload_receipts SET status = 'confirmed', confirmed_at = now()
+     WHERE id = $1 AND status = 'pending'";
+
+// Only the running -> succeeded transition counts, so task aggregation happens once even
+// if the final's confirm were replayed.
+const EXECUTION_SUCCEEDED: &str = "
+    UPDATE executions
+       SET status = 'succeeded', finished_at = now(),
+           observation_count = $2, endpoint_count = $3,
+           dns_record_count = (SELECT coalesce(sum(dns_record_count), 0) FROM scan_upload_receipts
+                                WHERE execution_id = $1 AND status = 'confirmed')
+     WHERE id = $1 AND status = 'running'
+    RETURNING dns_record_count";
+
+// The task is succeeded when none of its executions is still queued, running or failed.
+const TASK_AGGREGATION: &str = "
+    UPDATE tasks t
+       SET executions_succeeded = executions_succeeded + 1,
+           endpoints_total = endpoints_total + $2,
+           dns_records_total = dns_records_total + $3,
+           last_succeeded_at = now(),
+           status = CASE WHEN EXISTS (SELECT 1 FROM executions e
+                                       WHERE e.task_id = t.id AND e.status <> 'succeeded')
+                         THEN 'running' ELSE 'succeeded' END
+     WHERE id = $1";
+
+const ANALYSIS_ROW: &str = "
+    INSERT INTO scan_analysis_queue (execution_id) VALUES ($1) ON CONFLICT (execution_id) DO NOTHING";
+
+// One publication row per execution (unique index); a duplicate final adds nothing.
+const OUTBOX_ROW: &str = "
+    INSERT INTO scan_projection_outbox (kind, execution_id, owner_id)
+    VALUES ('execution', $1, $2) ON CONFLICT (execution_id) DO NOTHING";
+
+/// Confirms `receipt_id`; with `counts`, also commits the final's bookkeeping.
+pub fn run(
+    tx: &mut Transaction<'_>,
+    span: &UploadSpan,
+    execution: &Execution,
+    receipt_id: i64,
+    counts: Option<Counts>,
+) -> Result<(), UploadError> {
+    span.stage("execution_lock", || {
+        tx.execute(LOCK_EXECUTION, &[&execution.id])
+    })?;
+    span.stage("receipt_confirm", || {
+        tx.execute(CONFIRM_RECEIPT, &[&receipt_id])
+    })?;
+    let Some(counts) = counts else {
+        return Ok(());
+    };
+    let transitioned = span.stage("execution_stats", || {
+        tx.query_opt(
+            EXECUTION_SUCCEEDED,
+            &[&execution.id, &counts.observations, &counts.endpoints],
+        )
+    })?;
+    let Some(row) = transitioned else {
+        // Already succeeded: a replayed final commits nothing twice.
+        return Ok(());
+    };
+    let dns_records: i64 = row.get(0);
+    span.stage("task_aggregation", || {
+        tx.execute(
+            TASK_AGGREGATION,
+            &[&execution.task_id, &counts.endpoints, &dns_records],
+        )
+    })?;
+    span.stage("queues", || enqueue(tx, execution))?;
+    Ok(())
+}
+
+fn enqueue(tx: &mut Transaction<'_>, execution: &Execution) -> Result<(), postgres::Error> {
+    tx.execute(ANALYSIS_ROW, &[&execution.id])?;
+    // DNS-only executions have no endpoints to publish.
+    if execution.task_kind != "dns" {
+        tx.execute(OUTBOX_ROW, &[&execution.id, &execution.owner_id])?;
+    }
+    Ok(())
+}

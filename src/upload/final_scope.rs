@@ -1,0 +1,261 @@
+//! The final's index scope (SPEC §5): which indices a final refreshes and counts, split
+//! into requests whose HTTP request line stays within 3 KiB, and the sequential run of
+//! those requests. Planning is pure; `run` is the only part that talks to Elasticsearch.
+
+use serde_json::json;
+use uuid::Uuid;
+
+use super::error::UploadError;
+use crate::es::{index, EsClient};
+use crate::telemetry::span::UploadSpan;
+use crate::telemetry::Line;
+
+/// Budget of one request line: method, URL-encoded path and query, `HTTP/1.1`.
+pub const REQUEST_LINE_BUDGET: usize = 3072;
+
+const REFRESH: &str = "/_refresh";
+const COUNT: &str = "/_count";
+/// Legacy scope goes over a wildcard that may match nothing yet.
+const LENIENT: &str = "?ignore_unavailable=true&allow_no_indices=true";
+
+/// Where a final's facts live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// The fact indices recorded by this upload's receipts plus the current batch.
+    Indices(Vec<String>),
+    /// Receipts with observations but no `storage_references`: every fact index.
+    Legacy,
+}
+
+/// The requests a final sends, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Paths (with query) of the refresh requests; the execution projection is in the
+    /// first one, exactly once.
+    pub refresh: Vec<String>,
+    /// Paths of the fact-count requests (each counts this execution's facts).
+    pub count: Vec<String>,
+    /// Path of the execution-projection count.
+    pub endpoint_count: String,
+    pub max_request_line_bytes: usize,
+}
+
+/// Length of `POST <path> HTTP/1.1`.
+pub fn request_line_len(path: &str) -> usize {
+    "POST ".len() + path.len() + " HTTP/1.1".len()
+}
+
+/// Fails when one index alone cannot fit in a request line; called before any fact of
+/// the batch is written, so a too-long prefix never leaves data half written.
+pub fn check_budget(indices: &[String]) -> Result<(), UploadError> {
+    match indices.iter().find(|i| {
+        request_line_len(&format!("/{}{REFRESH}", index::encode_path(i))) > REQUEST_LINE_BUDGET
+    }) {
+        Some(i) => Err(UploadError::IndexNameTooLong(format!(
+            "index name {i:?} does not fit a {REQUEST_LINE_BUDGET}-byte request line"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Greedy chunking of `names` (already sorted and unique) into paths `/{a,b,…}{suffix}`.
+fn chunk(names: &[String], suffix: &str) -> Result<Vec<String>, UploadError> {
+    check_budget(names)?;
+    let mut paths = Vec::new();
+    let mut current: Vec<&str> = Vec::new();
+    for name in names {
+        current.push(name);
+        if request_line_len(&path(&current, suffix)) > REQUEST_LINE_BUDGET {
+            current.pop();
+            paths.push(path(&current, suffix));
+            current = vec![name];
+        }
+    }
+    if !current.is_empty() {
+        paths.push(path(&current, suffix));
+    }
+    Ok(paths)
+}
+
+fn path(names: &[&str], suffix: &str) -> String {
+    format!("/{}{suffix}", index::encode_path(&names.join(",")))
+}
+
+/// Plans the refresh and count requests of a final. No fact index → no fact count.
+pub fn plan(prefix: &str, scope: &Scope) -> Result<Plan, UploadError> {
+    let projection = index::execution_endpoints(prefix);
+    let (refresh, count) = match scope {
+        Scope::Legacy => {
+            let all = index::facts_pattern(prefix);
+            (
+                vec![format!("{}{LENIENT}", path(&[&projection, &all], REFRESH))],
+                vec![format!("{}{LENIENT}", path(&[&all], COUNT))],
+            )
+        }
+        Scope::Indices(facts) => {
+            let mut names = vec![projection.clone()];
+            names.extend(facts.iter().filter(|f| **f != projection).cloned());
+            // The projection first, then the months in order: refreshed exactly once.
+            names[1..].sort();
+            names.dedup();
+            let facts_only: Vec<String> = names[1..].to_vec();
+            (chunk(&names, REFRESH)?, chunk(&facts_only, COUNT)?)
+        }
+    };
+    let endpoint_count = path(&[&projection], COUNT);
+    let max_request_line_bytes = refresh
+        .iter()
+        .chain(&count)
+        .chain(std::iter::once(&endpoint_count))
+        .map(|p| request_line_len(p))
+        .max()
+        .unwrap_or(0);
+    Ok(Plan {
+        refresh,
+        count,
+        endpoint_count,
+        max_request_line_bytes,
+    })
+}
+
+/// What the final's counts say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    pub observations: i64,
+    pub endpoints: i64,
+}
+
+/// Refreshes every chunk, then counts every chunk, in order. Any failure fails the
+/// whole final (the receipt stays pending; the retry redoes all chunks).
+pub fn run(
+    es: &EsClient,
+    span: &UploadSpan,
+    plan: &Plan,
+    execution_id: Uuid,
+) -> Result<Counts, UploadError> {
+    Line::new("ScanFinalRequestPlan")
+        .field("execution_id", execution_id)
+        .field("refresh_requests", plan.refresh.len())
+        .field("count_requests", plan.count.len() + 1)
+        .field("max_request_line_bytes", plan.max_request_line_bytes)
+        .info();
+    for p in &plan.refresh {
+        span.stage("refresh_execution_index_chunk", || {
+            es.request("POST", p, None).and_then(|r| r.ok()).map(|_| ())
+        })?;
+    }
+    let query = json!({ "query": { "term": { "execution_id": execution_id.to_string() } } });
+    let mut observations: i64 = 0;
+    for p in &plan.count {
+        let n = span.stage("count_execution_observation_chunk", || count(es, p, &query))?;
+        observations = observations
+            .checked_add(n)
+            .ok_or_else(|| UploadError::BadCount(format!("observation count overflows at {p}")))?;
+    }
+    let endpoints = span.stage("count_execution_endpoints", || {
+        count(es, &plan.endpoint_count, &query)
+    })?;
+    Ok(Counts {
+        observations,
+        endpoints,
+    })
+}
+
+fn count(es: &EsClient, path: &str, query: &serde_json::Value) -> Result<i64, UploadError> {
+    let r = es.json("POST", path, query)?.ok()?;
+    if r.body["_shards"]["failed"].as_u64().unwrap_or(0) > 0 {
+        return Err(UploadError::BadCount(format!(
+            "shard failures counting {path}"
+        )));
+    }
+    match r.body["count"].as_i64() {
+        Some(n) if n >= 0 => Ok(n),
+        _ => Err(UploadError::BadCount(format!(
+            "count {} from {path}",
+            r.body["count"]
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn months(prefix: &str, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| format!("{prefix}-facts-{:04}.{:02}", 2020 + i / 12, i % 12 + 1))
+            .collect()
+    }
+
+    #[test]
+    fn few_months_are_one_refresh_with_the_projection() {
+        let p = plan("s", &Scope::Indices(months("s", 2))).unwrap();
+        assert_eq!(
+            p.refresh,
+            vec!["/s-execution-endpoints%2Cs-facts-2020.01%2Cs-facts-2020.02/_refresh"]
+        );
+        assert_eq!(p.count, vec!["/s-facts-2020.01%2Cs-facts-2020.02/_count"]);
+        assert_eq!(p.endpoint_count, "/s-execution-endpoints/_count");
+    }
+
+    #[test]
+    fn sixty_months_with_a_long_prefix_split_within_budget() {
+        let prefix = "p".repeat(120);
+        let p = plan(&prefix, &Scope::Indices(months(&prefix, 60))).unwrap();
+        assert!(p.refresh.len() > 1 && p.count.len() > 1);
+        assert!(p.max_request_line_bytes <= REQUEST_LINE_BUDGET);
+        let joined = p.refresh.join("|");
+        assert_eq!(
+            joined.matches("execution-endpoints").count(),
+            1,
+            "projection refreshed once"
+        );
+        for m in months(&prefix, 60) {
+            assert_eq!(
+                p.refresh
+                    .iter()
+                    .filter(|r| r.contains(&format!("{m}%2C")) || r.contains(&format!("{m}/")))
+                    .count(),
+                1
+            );
+            assert_eq!(
+                p.count
+                    .iter()
+                    .filter(|r| r.contains(&format!("{m}%2C")) || r.contains(&format!("{m}/")))
+                    .count(),
+                1
+            );
+        }
+    }
+
+    #[test]
+    fn empty_execution_counts_no_facts() {
+        let p = plan("s", &Scope::Indices(vec![])).unwrap();
+        assert!(p.count.is_empty());
+        assert_eq!(p.refresh, vec!["/s-execution-endpoints/_refresh"]);
+    }
+
+    #[test]
+    fn legacy_scope_uses_the_wildcard_leniently() {
+        let p = plan("s", &Scope::Legacy).unwrap();
+        assert_eq!(p.count, vec![format!("/s-facts-%2A/_count{LENIENT}")]);
+    }
+
+    #[test]
+    fn a_single_name_over_budget_fails() {
+        let long = vec!["x".repeat(3100)];
+        assert!(matches!(
+            check_budget(&long),
+            Err(UploadError::IndexNameTooLong(_))
+        ));
+        assert!(check_budget(&months("s", 3)).is_ok());
+    }
+
+    #[test]
+    fn request_line_counts_method_and_version() {
+        assert_eq!(
+            request_line_len("/a/_count"),
+            "POST /a/_count HTTP/1.1".len()
+        );
+    }
+}

@@ -1,0 +1,167 @@
+//! The upload write path (SPEC §3): a batch is validated, reserved in short transaction A,
+//! written to Elasticsearch with no connection held, counted if final, and confirmed in
+//! short transaction B; the answer goes out after the commit. Never publishes assets.
+//!
+//! ```text
+//!  auth ─▶ validate ─▶ tx A (reserve) ─▶ enrichment ─▶ facts bulk ─▶ endpoint bulk
+//!        ─▶ [final: refresh chunks ─▶ count chunks] ─▶ tx B (confirm, final bookkeeping)
+//! ```
+
+pub mod batch;
+pub mod claim;
+pub mod confirm;
+pub mod error;
+pub mod facts;
+pub mod final_scope;
+pub mod reserve;
+
+use std::time::Duration;
+
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::app::App;
+use crate::auth::{self, Scanner};
+use crate::db::Stage;
+use crate::es::retry::Backoff;
+use crate::es::writer::{WritePolicy, Writer};
+use crate::http::{Reply, Req};
+use crate::telemetry::span::UploadSpan;
+
+pub use error::UploadError;
+use reserve::Reservation;
+
+/// In-request retries of a transient bulk failure before the scanner is told to retry.
+const BULK_ATTEMPTS: u32 = 3;
+const BULK_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(100),
+    cap: Duration::from_secs(2),
+};
+
+/// Authenticates the scanner of a request in its own short checkout.
+pub fn authenticate(app: &App, req: &Req) -> Result<Scanner, UploadError> {
+    let token = req.bearer_token().ok_or(UploadError::Unauthorized)?;
+    let mut conn = app.db.checkout(Stage::Auth)?;
+    auth::scanner(&mut *conn, &token)?.ok_or(UploadError::Unauthorized)
+}
+
+/// `POST /api/v1/scanner/executions/claim`.
+pub fn claim(app: &App, req: &Req) -> Result<Reply, UploadError> {
+    let scanner = authenticate(app, req)?;
+    match app
+        .db
+        .in_tx(Stage::ClaimExecution, |tx| claim::run(tx, &scanner))?
+    {
+        Some(body) => Ok(Reply::ok(body)),
+        None => Ok(Reply::empty(204)),
+    }
+}
+
+/// `POST /api/v1/scanner/executions/{id}/batches`: the whole write path of one batch,
+/// wrapped in its `ScanResultUpload` span.
+pub fn batch(app: &App, req: &Req, execution_id: &str) -> Result<Reply, UploadError> {
+    let span = UploadSpan::new(&req.request_id);
+    let result = write_batch(app, req, execution_id, &span);
+    let status = match &result {
+        Ok(_) => 200,
+        Err(e) => crate::http::error::upload_status(e),
+    };
+    span.finish(status);
+    result
+}
+
+fn write_batch(
+    app: &App,
+    req: &Req,
+    execution_id: &str,
+    span: &UploadSpan,
+) -> Result<Reply, UploadError> {
+    let execution_id = Uuid::parse_str(execution_id).map_err(|_| UploadError::NotFound)?;
+    span.set("execution_id", execution_id);
+    let scanner = span.stage("auth", || authenticate(app, req))?;
+    span.set("scanner_id", scanner.id);
+
+    let cfg = &app.config;
+    let batch = span.stage("validate", || {
+        batch::parse(&req.body, cfg.server.max_observations, chrono::Utc::now())
+    })?;
+    span.set("upload_id", batch.upload_id);
+    span.set("batch_index", batch.batch_index);
+    span.set("is_final", batch.is_final);
+    span.set("protocol_version", batch.protocol_version);
+    span.set("observation_count", batch.observations.len());
+    let class = if batch.is_final {
+        "final"
+    } else if batch.dns_count() > 0 {
+        "dns"
+    } else {
+        "normal"
+    };
+    span.set("class", class);
+
+    let prefix = &cfg.elasticsearch.index_prefix;
+    let refs = facts::storage_references(prefix, &batch);
+    final_scope::check_budget(&refs)?;
+
+    // Transaction A; the connection is back in the pool when this block ends.
+    let (execution, reservation) = {
+        let mut conn = app.db.checkout(Stage::Reserve)?;
+        let mut tx = conn.transaction()?;
+        let out = reserve::run(&mut tx, span, &scanner, execution_id, &batch, &refs)?;
+        span.stage("receipt_commit", || tx.commit())?;
+        out
+    };
+    let (receipt_id, scope) = match reservation {
+        Reservation::AlreadyConfirmed => {
+            span.set("class", "confirmed_retry");
+            return Ok(saved(0));
+        }
+        Reservation::Write { receipt_id, scope } => (receipt_id, scope),
+    };
+
+    // Elasticsearch, with no connection held.
+    app.ensure_indices()?;
+    let owning = facts::Owning {
+        execution_id,
+        task_id: execution.task_id,
+        owner_id: execution.owner_id,
+        scanner_id: scanner.id,
+    };
+    let ops = span.stage("enrichment", || {
+        Ok::<_, UploadError>(facts::build(prefix, &owning, &batch))
+    })?;
+    let writer = Writer {
+        es: &app.es,
+        limiter: &app.limiter,
+        policy: WritePolicy {
+            max_ops: cfg.elasticsearch.bulk_batch_size,
+            max_bytes: cfg.elasticsearch.projection_bulk_max_bytes,
+            attempts: BULK_ATTEMPTS,
+            backoff: BULK_BACKOFF,
+        },
+        cancel: None,
+        trace_id: &req.request_id,
+    };
+    span.stage("es_facts_bulk", || writer.write(&ops.facts))?;
+    span.stage("es_endpoint_bulk", || writer.write(&ops.endpoints))?;
+    let counts = match &scope {
+        Some(scope) => {
+            let plan = final_scope::plan(prefix, scope)?;
+            Some(final_scope::run(&app.es, span, &plan, execution_id)?)
+        }
+        None => None,
+    };
+
+    // Transaction B.
+    {
+        let mut conn = app.db.checkout(Stage::Confirm)?;
+        let mut tx = conn.transaction()?;
+        confirm::run(&mut tx, span, &execution, receipt_id, counts)?;
+        span.stage("commit", || tx.commit())?;
+    }
+    Ok(saved(batch.observations.len()))
+}
+
+fn saved(n: usize) -> Reply {
+    Reply::ok(json!({ "success": true, "saved": n }))
+}

@@ -1,0 +1,300 @@
+//! Transaction A of the write path: under the execution lock, check the batch's identity
+//! against this execution's upload stream only (never the receipt history), check
+//! continuity, reserve a `pending` receipt, and for a final collect its index scope.
+//! Holds one pooled connection for one short transaction; never touches Elasticsearch.
+
+use postgres::Transaction;
+use uuid::Uuid;
+
+use super::batch::Batch;
+use super::error::{conflict, UploadError};
+use super::final_scope::Scope;
+use crate::auth::Scanner;
+use crate::telemetry::span::UploadSpan;
+use crate::telemetry::Line;
+
+/// The execution a batch belongs to, as read under its lock.
+#[derive(Debug, Clone)]
+pub struct Execution {
+    pub id: Uuid,
+    pub task_id: Uuid,
+    pub owner_id: Uuid,
+    pub task_kind: String,
+}
+
+/// What transaction A decided.
+#[derive(Debug, Clone)]
+pub enum Reservation {
+    /// The same batch was confirmed before: answer `saved: 0`, change nothing.
+    AlreadyConfirmed,
+    /// Write (a new batch, or a pending one retried) and confirm receipt `receipt_id`;
+    /// a final also carries its index scope.
+    Write {
+        receipt_id: i64,
+        scope: Option<Scope>,
+    },
+}
+
+// The execution lock: every transaction A and B of one execution serialises here, which
+// is what makes "one final" and "no batch after a final" hold under concurrency. Short.
+const LOCK_EXECUTION: &str = "
+    SELECT e.status, e.scanner_id, e.task_id, t.owner_id, t.kind
+      FROM executions e JOIN tasks t ON t.id = e.task_id
+     WHERE e.id = $1
+       FOR UPDATE OF e";
+
+// Identity lookup through the receipts' unique identity index (one row at most).
+const RECEIPT_BY_IDENTITY: &str = "
+    SELECT id, checksum, is_final, observation_count, status
+      FROM scan_upload_receipts
+     WHERE execution_id = $1 AND upload_id = $2 AND stream = $3 AND batch_index = $4";
+
+// This execution's upload streams: a handful of rows by primary-key prefix.
+const STREAMS: &str = "
+    SELECT upload_id, dirty, final_count FROM scan_upload_stream WHERE execution_id = $1";
+
+const REPAIR_STREAM: &str = "SELECT 1 FROM scan_upload_stream_repair($1, $2)";
+
+const STREAM: &str = "
+    SELECT batch_count, confirmed_count, pending_count, min_batch, max_batch,
+           dns_pending_count, dns_max_batch
+      FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2";
+
+const INSERT_RECEIPT: &str = "
+    INSERT INTO scan_upload_receipts
+        (execution_id, upload_id, stream, batch_index, is_final, checksum,
+         observation_count, endpoint_count, dns_record_count, storage_references)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+    RETURNING id";
+
+// The final's scope: indices of this upload's confirmed receipts; any receipt with
+// observations but no references forces the legacy all-history scope.
+const CONFIRMED_SCOPE: &str = "
+    SELECT coalesce(array_agg(DISTINCT ref) FILTER (WHERE ref IS NOT NULL), '{}'),
+           coalesce(bool_or(r.storage_references IS NULL AND r.observation_count > 0), false)
+      FROM scan_upload_receipts r
+      LEFT JOIN LATERAL unnest(r.storage_references) AS ref ON true
+     WHERE r.execution_id = $1 AND r.upload_id = $2 AND r.status = 'confirmed'";
+
+pub fn run(
+    tx: &mut Transaction<'_>,
+    span: &UploadSpan,
+    scanner: &Scanner,
+    execution_id: Uuid,
+    batch: &Batch,
+    refs: &[String],
+) -> Result<(Execution, Reservation), UploadError> {
+    let (status, execution) = span.stage("execution_lock", || {
+        lock_execution(tx, scanner, execution_id)
+    })?;
+    span.set("task_id", execution.task_id);
+
+    let existing = span.stage("upload_identity", || {
+        tx.query_opt(
+            RECEIPT_BY_IDENTITY,
+            &[
+                &execution_id,
+                &batch.upload_id,
+                &batch.stream.as_str(),
+                &(batch.batch_index as i32),
+            ],
+        )
+    })?;
+    if let Some(row) = existing {
+        let (id, checksum, is_final, count, state): (i64, String, bool, i32, String) =
+            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+        if checksum != batch.checksum
+            || is_final != batch.is_final
+            || count as usize != batch.observations.len()
+        {
+            return Err(conflict(
+                "identity_conflict",
+                "this batch was received before with different content",
+            ));
+        }
+        if state == "confirmed" {
+            return Ok((execution, Reservation::AlreadyConfirmed));
+        }
+        let scope = if batch.is_final {
+            Some(final_scope(tx, &execution, batch, refs)?)
+        } else {
+            None
+        };
+        return Ok((
+            execution,
+            Reservation::Write {
+                receipt_id: id,
+                scope,
+            },
+        ));
+    }
+
+    if status != "running" {
+        return Err(conflict(
+            "execution_not_running",
+            format!("execution is {status}; batches are accepted only while it is running"),
+        ));
+    }
+    span.stage("upload_stream", || {
+        check_streams(tx, execution_id, batch.upload_id)
+    })?;
+    if batch.is_final {
+        span.stage("final_continuity", || {
+            final_continuity(tx, execution_id, batch)
+        })?;
+    }
+    let receipt_id: i64 = span.stage("receipt_reserve", || {
+        tx.query_one(
+            INSERT_RECEIPT,
+            &[
+                &execution_id,
+                &batch.upload_id,
+                &batch.stream.as_str(),
+                &(batch.batch_index as i32),
+                &batch.is_final,
+                &batch.checksum,
+                &(batch.observations.len() as i32),
+                &(batch.endpoint_count() as i32),
+                &(batch.dns_count() as i32),
+                &refs,
+            ],
+        )
+        .map(|r| r.get(0))
+    })?;
+    let scope = if batch.is_final {
+        Some(final_scope(tx, &execution, batch, refs)?)
+    } else {
+        None
+    };
+    Ok((execution, Reservation::Write { receipt_id, scope }))
+}
+
+fn lock_execution(
+    tx: &mut Transaction<'_>,
+    scanner: &Scanner,
+    execution_id: Uuid,
+) -> Result<(String, Execution), UploadError> {
+    let row = tx
+        .query_opt(LOCK_EXECUTION, &[&execution_id])?
+        .ok_or(UploadError::NotFound)?;
+    let (status, scanner_id, task_id, owner_id, task_kind): (String, Uuid, Uuid, Uuid, String) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    if scanner_id != scanner.id || scanner.owner_id.is_some_and(|o| o != owner_id) {
+        return Err(UploadError::Forbidden(
+            "this execution is assigned to another scanner".into(),
+        ));
+    }
+    Ok((
+        status,
+        Execution {
+            id: execution_id,
+            task_id,
+            owner_id,
+            task_kind,
+        },
+    ))
+}
+
+/// Repairs this upload's stream if a receipt deletion marked it dirty, and refuses new
+/// batches once any stream of the execution has reserved its final.
+fn check_streams(
+    tx: &mut Transaction<'_>,
+    execution_id: Uuid,
+    upload_id: Uuid,
+) -> Result<(), UploadError> {
+    let mut closed = false;
+    for row in tx.query(STREAMS, &[&execution_id])? {
+        let (stream_upload, dirty, finals): (Uuid, bool, i32) =
+            (row.get(0), row.get(1), row.get(2));
+        if dirty && stream_upload == upload_id {
+            tx.query(REPAIR_STREAM, &[&execution_id, &upload_id])?;
+            Line::new("ScanUploadStreamRepaired")
+                .field("execution_id", execution_id)
+                .field("upload_id", upload_id)
+                .info();
+        }
+        closed |= finals > 0;
+    }
+    if closed {
+        return Err(conflict(
+            "upload_closed",
+            "the final batch was already received; no new batches",
+        ));
+    }
+    Ok(())
+}
+
+/// A final is accepted only when main batches 0..index-1 are all confirmed, none is
+/// pending, and every DNS sidecar batch is confirmed and inside that range.
+fn final_continuity(
+    tx: &mut Transaction<'_>,
+    execution_id: Uuid,
+    batch: &Batch,
+) -> Result<(), UploadError> {
+    let row = tx.query_opt(STREAM, &[&execution_id, &batch.upload_id])?;
+    let index = batch.batch_index as i32;
+    let (count, confirmed, pending, min, max, dns_pending, dns_max): (
+        i32,
+        i32,
+        i32,
+        Option<i32>,
+        Option<i32>,
+        i32,
+        Option<i32>,
+    ) = match &row {
+        Some(r) => (
+            r.get(0),
+            r.get(1),
+            r.get(2),
+            r.get(3),
+            r.get(4),
+            r.get(5),
+            r.get(6),
+        ),
+        None => (0, 0, 0, None, None, 0, None),
+    };
+    let incomplete = |why: String| Err(conflict("final_incomplete", why));
+    if pending > 0 {
+        return incomplete(format!("{pending} main batches are still pending"));
+    }
+    let contiguous = count == index
+        && confirmed == index
+        && (index == 0 || (min == Some(0) && max == Some(index - 1)));
+    if !contiguous {
+        return incomplete(format!(
+            "final batch {index} needs confirmed batches 0..{index} exactly; the stream has {confirmed} confirmed (min {min:?}, max {max:?})"
+        ));
+    }
+    if dns_pending > 0 {
+        return incomplete(format!(
+            "{dns_pending} dns sidecar batches are still pending"
+        ));
+    }
+    if dns_max.is_some_and(|m| m > index) {
+        return incomplete(format!(
+            "dns sidecar batch {dns_max:?} lies beyond the final batch {index}"
+        ));
+    }
+    Ok(())
+}
+
+fn final_scope(
+    tx: &mut Transaction<'_>,
+    execution: &Execution,
+    batch: &Batch,
+    refs: &[String],
+) -> Result<Scope, UploadError> {
+    let row = tx.query_one(CONFIRMED_SCOPE, &[&execution.id, &batch.upload_id])?;
+    let (mut indices, legacy): (Vec<String>, bool) = (row.get(0), row.get(1));
+    if legacy {
+        Line::new("ScanSummaryLegacyIndexScope")
+            .field("execution_id", execution.id)
+            .field("upload_id", batch.upload_id)
+            .info();
+        return Ok(Scope::Legacy);
+    }
+    indices.extend(refs.iter().cloned());
+    indices.sort();
+    indices.dedup();
+    Ok(Scope::Indices(indices))
+}
