@@ -1,1 +1,3 @@
 //! scanstore library.
+
+pub mod es;

@@ -1,0 +1,2 @@
+//! Elasticsearch-side assets of scanstore.
+pub mod painless;
