@@ -1,12 +1,14 @@
 //! Elasticsearch/OpenSearch access over blocking HTTP (`ureq`): the client and its error
 //! classes, index naming, bulk building and splitting, strict verification, the
-//! concurrency limit, retry maths and the bulk writer, and index/template set-up.
+//! concurrency limit, retry maths and the bulk writer, index/template set-up, and the
+//! Painless scripts with their native twins.
 
 pub mod bulk;
 pub mod client;
 pub mod error;
 pub mod index;
 pub mod limit;
+pub mod painless;
 pub mod retry;
 pub mod setup;
 pub mod verify;

@@ -1,0 +1,90 @@
+//! Shared emulator state (store, faults, request log) behind poison-tolerant locks, the
+//! periodic refresher, and `refresh=wait_for` waiting.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread;
+use std::time::Duration;
+
+use crate::faults::Faults;
+use crate::reqlog::RequestLog;
+use crate::store::Store;
+
+/// HTTP limits of a real node (`http.max_initial_line_length`, `http.max_content_length`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_initial_line: usize,
+    pub max_content_length: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_initial_line: 4096, max_content_length: 100 * 1024 * 1024 }
+    }
+}
+
+pub struct App {
+    pub store: Mutex<Store>,
+    /// Notified after every refresh that published documents.
+    pub refreshed: Condvar,
+    pub faults: Mutex<Faults>,
+    /// Notified when pauses are released.
+    pub released: Condvar,
+    pub log: Mutex<RequestLog>,
+    pub limits: Limits,
+}
+
+/// Locks a mutex even if a panicking handler poisoned it (the state stays usable; handlers
+/// never leave it half-written across a panic point that matters for tests).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl App {
+    pub fn new(limits: Limits) -> Arc<App> {
+        Arc::new(App {
+            store: Mutex::new(Store::default()),
+            refreshed: Condvar::new(),
+            faults: Mutex::new(Faults::default()),
+            released: Condvar::new(),
+            log: Mutex::new(RequestLog::default()),
+            limits,
+        })
+    }
+
+    /// Runs the periodic refresh (each index's `refresh_interval`; `-1` disables it).
+    pub fn spawn_refresher(app: &Arc<App>) {
+        let weak = Arc::downgrade(app);
+        thread::spawn(move || loop {
+            thread::sleep(Duration::from_millis(50));
+            let Some(app) = weak.upgrade() else { return };
+            let mut store = lock(&app.store);
+            let mut any = false;
+            for idx in store.indices.values_mut() {
+                if let Some(every) = idx.refresh_interval {
+                    if !idx.dirty.is_empty() && idx.last_refresh.elapsed() >= every {
+                        any |= idx.refresh();
+                    }
+                }
+            }
+            drop(store);
+            if any {
+                app.refreshed.notify_all();
+            }
+        });
+    }
+
+    /// Blocks until each `(index, generation)` has seen a later refresh (or is gone).
+    pub fn wait_for_refresh(&self, gens: &[(String, u64)]) {
+        let mut store = lock(&self.store);
+        loop {
+            let pending = gens.iter().any(|(name, g)| store.indices.get(name).is_some_and(|i| i.refresh_gen <= *g));
+            if !pending {
+                return;
+            }
+            store = match self.refreshed.wait_timeout(store, Duration::from_millis(100)) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! `bench`: bulk ingest rate of an in-process emulator (NDJSON MB/s and docs/s of small
+//! documents), plain `index` and asset-merge `update` (stored script + scripted_upsert).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use scanstore::es::painless::{ASSET_MERGE_ID, ASSET_MERGE_SOURCE};
+
+use crate::app::Limits;
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Documents per scenario.
+    #[arg(long, default_value_t = 200_000)]
+    docs: usize,
+    /// Target NDJSON bytes per bulk request.
+    #[arg(long, default_value_t = 5 * 1024 * 1024)]
+    batch_bytes: usize,
+    /// Distinct asset ids in the merge scenario (the rest are merges into existing docs).
+    #[arg(long, default_value_t = 50_000)]
+    assets: usize,
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(300))).build().new_agent()
+}
+
+fn call(agent: &ureq::Agent, method: &str, url: &str, body: &[u8], ct: &str) -> Result<(u16, Value), String> {
+    let resp = match method {
+        "PUT" => agent.put(url).header("Content-Type", ct).send(body),
+        _ => agent.post(url).header("Content-Type", ct).send(body),
+    };
+    let mut resp = resp.map_err(|e| format!("{method} {url}: {e}"))?;
+    let status = resp.status().as_u16();
+    let bytes = resp.body_mut().with_config().limit(512 * 1024 * 1024).read_to_vec().map_err(|e| e.to_string())?;
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    Ok((status, v))
+}
+
+fn batches(lines: impl Iterator<Item = String>, batch_bytes: usize) -> Vec<(Vec<u8>, usize)> {
+    let mut out = Vec::new();
+    let (mut cur, mut n) = (Vec::with_capacity(batch_bytes + 4096), 0);
+    for l in lines {
+        cur.extend_from_slice(l.as_bytes());
+        n += 1;
+        if cur.len() >= batch_bytes {
+            out.push((std::mem::take(&mut cur), n));
+            n = 0;
+        }
+    }
+    if !cur.is_empty() {
+        out.push((cur, n));
+    }
+    out
+}
+
+fn ingest(agent: &ureq::Agent, base: &str, name: &str, batches: &[(Vec<u8>, usize)]) -> Result<(), String> {
+    let bytes: usize = batches.iter().map(|b| b.0.len()).sum();
+    let docs: usize = batches.iter().map(|b| b.1).sum();
+    let started = Instant::now();
+    for (body, _) in batches {
+        let (status, v) = call(agent, "POST", &format!("{base}/_bulk"), body, "application/x-ndjson")?;
+        if status != 200 || v["errors"] != json!(false) {
+            return Err(format!("bulk failed: status {status}, errors {}", v["errors"]));
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{name:<28} {docs:>9} docs {:>8.1} MB in {secs:>6.2} s = {:>7.1} MB/s {:>10.0} docs/s",
+        bytes as f64 / 1e6,
+        bytes as f64 / 1e6 / secs,
+        docs as f64 / secs
+    );
+    Ok(())
+}
+
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    let running = crate::start(SocketAddr::from(([127, 0, 0, 1], 0)), 2, Limits::default())?;
+    let base = format!("http://{}", running.addr);
+    let agent = agent();
+    let strict = json!({"settings": {"number_of_replicas": 0, "refresh_interval": "1s"}, "mappings": {"dynamic": "strict", "properties": {
+        "ip": {"type": "ip"}, "port": {"type": "integer"}, "transport": {"type": "keyword"}, "owner_id": {"type": "keyword"},
+        "service": {"type": "keyword"}, "product": {"type": "keyword"}, "version": {"type": "keyword"}, "banner": {"type": "text"},
+        "observed_at": {"type": "date"}, "first_seen": {"type": "date"}, "last_seen": {"type": "date"},
+        "service_observed_at": {"type": "date"}, "execution_id": {"type": "keyword"}}}});
+    for index in ["bench-facts", "bench-assets"] {
+        let (status, v) = call(&agent, "PUT", &format!("{base}/{index}"), strict.to_string().as_bytes(), "application/json")?;
+        if status != 200 {
+            return Err(format!("create {index}: {v}"));
+        }
+    }
+    let script = json!({"script": {"lang": "painless", "source": ASSET_MERGE_SOURCE}});
+    call(&agent, "PUT", &format!("{base}/_scripts/{ASSET_MERGE_ID}"), script.to_string().as_bytes(), "application/json")?;
+    let obs = |i: usize| {
+        json!({"ip": format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255), "port": 443, "transport": "tcp",
+            "service": "https", "product": "nginx", "version": "1.25", "banner": "srv",
+            "observed_at": format!("2026-11-29T10:{:02}:{:02}.000Z", (i / 60) % 60, i % 60), "execution_id": format!("e{}", i % 7)})
+    };
+    println!("scenario                          docs     NDJSON           time      rate");
+    let plain = batches(
+        (0..args.docs).map(|i| format!("{{\"index\":{{\"_index\":\"bench-facts\",\"_id\":\"f{i}\"}}}}\n{}\n", obs(i))),
+        args.batch_bytes,
+    );
+    ingest(&agent, &base, "index (small docs)", &plain)?;
+    let merges = batches(
+        (0..args.docs).map(|i| {
+            let a = i % args.assets.max(1);
+            let mut o = obs(a);
+            o["observed_at"] = json!(format!("2026-11-{:02}T10:00:00.000Z", 1 + (i / args.assets.max(1)) % 28));
+            format!(
+                "{{\"update\":{{\"_index\":\"bench-assets\",\"_id\":\"a{a}\"}}}}\n{}\n",
+                json!({"script": {"id": ASSET_MERGE_ID, "params": {"obs": o}}, "upsert": {}, "scripted_upsert": true})
+            )
+        }),
+        args.batch_bytes,
+    );
+    ingest(&agent, &base, "update (asset merge script)", &merges)?;
+    Ok(())
+}

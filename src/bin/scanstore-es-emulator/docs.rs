@@ -1,0 +1,320 @@
+//! The write engine shared by `_bulk` and the single-document APIs: index, create, update
+//! (doc merge, upserts, stored/native scripts, noop) and delete, with version and
+//! `if_seq_no` checks and mapping enforcement. Callers hold the store lock.
+
+use serde_json::{json, Map, Value};
+
+use scanstore::es::painless::{self, ScriptCtx};
+
+use crate::error::EsError;
+use crate::resolve::{resolve_write, WriteTarget};
+use crate::store::{Index, Store};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    Index,
+    Create,
+    Update,
+    Delete,
+}
+
+impl OpKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Index => "index",
+            OpKind::Create => "create",
+            OpKind::Update => "update",
+            OpKind::Delete => "delete",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionType {
+    Internal,
+    External,
+    ExternalGte,
+}
+
+#[derive(Debug, Clone)]
+pub struct WriteOp {
+    pub kind: OpKind,
+    pub index: String,
+    pub id: Option<String>,
+    /// Document for index/create, payload for update.
+    pub body: Option<Value>,
+    pub version: Option<i64>,
+    pub version_type: VersionType,
+    pub if_seq_no: Option<i64>,
+    pub if_primary_term: Option<i64>,
+    pub require_alias: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct WriteOk {
+    pub index: String,
+    pub id: String,
+    pub version: i64,
+    pub result: &'static str,
+    pub seq_no: i64,
+    pub status: u16,
+    pub shards: Value,
+    pub source: Option<Value>,
+}
+
+impl WriteOk {
+    pub fn to_json(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("_index".into(), json!(self.index));
+        m.insert("_id".into(), json!(self.id));
+        m.insert("_version".into(), json!(self.version));
+        m.insert("result".into(), json!(self.result));
+        m.insert("_shards".into(), self.shards.clone());
+        m.insert("_seq_no".into(), json!(self.seq_no));
+        m.insert("_primary_term".into(), json!(1));
+        m
+    }
+}
+
+/// A failed write, with the index and id it concerned (for the bulk item).
+#[derive(Debug, Clone)]
+pub struct WriteErr {
+    pub index: String,
+    pub id: String,
+    pub error: EsError,
+}
+
+pub fn parse_version_type(v: Option<&str>) -> Result<VersionType, EsError> {
+    match v {
+        None | Some("internal") => Ok(VersionType::Internal),
+        Some("external") => Ok(VersionType::External),
+        Some("external_gte") => Ok(VersionType::ExternalGte),
+        Some(other) => Err(EsError::bad_request(format!("No version type match [{other}]"))),
+    }
+}
+
+fn auto_id() -> String {
+    let raw = uuid::Uuid::new_v4().simple().to_string();
+    raw[..20].to_owned()
+}
+
+/// Resolves (auto-creating) the concrete index of a write.
+pub fn target_index(store: &mut Store, name: &str, require_alias: bool) -> Result<String, EsError> {
+    match resolve_write(store, name, require_alias)? {
+        WriteTarget::Index(i) => Ok(i),
+        WriteTarget::Missing => Ok(store.create_index(name, None)?.name.clone()),
+    }
+}
+
+pub fn apply(store: &mut Store, op: &WriteOp) -> Result<WriteOk, WriteErr> {
+    let id = match &op.id {
+        Some(id) => id.clone(),
+        None if matches!(op.kind, OpKind::Index | OpKind::Create) => auto_id(),
+        None => String::new(),
+    };
+    let fail = |index: &str, error: EsError| WriteErr { index: index.to_owned(), id: id.clone(), error };
+    if op.id.as_deref() == Some("") || (op.id.is_none() && matches!(op.kind, OpKind::Update | OpKind::Delete)) {
+        return Err(fail(&op.index, EsError::new(400, "illegal_argument_exception", "if _id is specified it must not be empty")));
+    }
+    if id.len() > 512 {
+        return Err(fail(&op.index, EsError::bad_request(format!("id [{id}] is too long, must be no longer than 512 bytes but was: {}", id.len()))));
+    }
+    let index_name = target_index(store, &op.index, op.require_alias).map_err(|e| fail(&op.index, e))?;
+    let Some(index) = store.indices.get_mut(&index_name) else {
+        return Err(fail(&op.index, EsError::index_not_found(&op.index)));
+    };
+    let uuid = index.uuid.clone();
+    let scripts = &store.scripts;
+    let res = match op.kind {
+        OpKind::Index | OpKind::Create => write_doc(index, op, &id),
+        OpKind::Delete => delete_doc(index, op, &id),
+        OpKind::Update => update_doc(index, op, &id, scripts),
+    };
+    res.map_err(|e| {
+        let e = if e.meta.contains_key("index") { e } else { e.on_index(&index_name, &uuid) };
+        WriteErr { index: index_name.clone(), id: id.clone(), error: e }
+    })
+}
+
+fn check_cas(index: &Index, op: &WriteOp, id: &str) -> Result<(), EsError> {
+    let (Some(seq), term) = (op.if_seq_no, op.if_primary_term.unwrap_or(1)) else { return Ok(()) };
+    let current = index.docs.get(id).and_then(|s| s.latest.clone());
+    match current {
+        Some(doc) if doc.seq_no == seq && term == 1 => Ok(()),
+        Some(doc) => Err(EsError::version_conflict(id, format!("required seqNo [{seq}], primary term [{term}]. current document has seqNo [{}] and primary term [1]", doc.seq_no), &index.name, &index.uuid)),
+        None => Err(EsError::version_conflict(id, format!("required seqNo [{seq}], primary term [{term}]. but no document was found"), &index.name, &index.uuid)),
+    }
+}
+
+fn next_version(index: &Index, op: &WriteOp, id: &str) -> Result<i64, EsError> {
+    let slot = index.docs.get(id);
+    let exists = slot.is_some_and(|s| s.latest.is_some());
+    let current = slot.map_or(0, |s| s.version);
+    match (op.version_type, op.version) {
+        (VersionType::Internal, Some(_)) if op.kind != OpKind::Delete || op.if_seq_no.is_none() => Err(EsError::new(
+            400,
+            "action_request_validation_exception",
+            "Validation Failed: 1: internal versioning can not be used for optimistic concurrency control. Please use `if_seq_no` and `if_primary_term` instead;",
+        )),
+        (VersionType::Internal, _) => Ok(current + 1),
+        (vt, Some(v)) => {
+            let ok = !exists || if vt == VersionType::External { v > current } else { v >= current };
+            if ok {
+                Ok(v)
+            } else {
+                let cmp = if vt == VersionType::External { "higher or equal to" } else { "higher than" };
+                Err(EsError::version_conflict(id, format!("current version [{current}] is {cmp} the one provided [{v}]"), &index.name, &index.uuid))
+            }
+        }
+        (_, None) => Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: an external version is required;")),
+    }
+}
+
+fn write_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<WriteOk, EsError> {
+    let Some(source) = op.body.clone() else {
+        return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: source is missing;"));
+    };
+    check_cas(index, op, id)?;
+    let exists = index.docs.get(id).is_some_and(|s| s.latest.is_some());
+    if op.kind == OpKind::Create && exists {
+        let v = index.docs.get(id).map_or(0, |s| s.version);
+        return Err(EsError::version_conflict(id, format!("document already exists (current version [{v}])"), &index.name, &index.uuid));
+    }
+    let version = next_version(index, op, id)?;
+    index.mapping.index_doc(id, &source)?;
+    let (version, seq_no) = index.put(id, Some(source), version);
+    Ok(ok(index, id, version, seq_no, if exists { "updated" } else { "created" }))
+}
+
+fn ok(index: &Index, id: &str, version: i64, seq_no: i64, result: &'static str) -> WriteOk {
+    let status = match result {
+        "created" => 201,
+        "not_found" => 404,
+        _ => 200,
+    };
+    let shards = if result == "noop" { json!({"total": 0, "successful": 0, "failed": 0}) } else { index.write_shards() };
+    WriteOk { index: index.name.clone(), id: id.to_owned(), version, result, seq_no, status, shards, source: None }
+}
+
+fn delete_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<WriteOk, EsError> {
+    check_cas(index, op, id)?;
+    let exists = index.docs.get(id).is_some_and(|s| s.latest.is_some());
+    let version = next_version(index, op, id)?;
+    let (version, seq_no) = index.put(id, None, version);
+    Ok(ok(index, id, version, seq_no, if exists { "deleted" } else { "not_found" }))
+}
+
+/// Recursive partial-document merge; returns whether anything changed.
+fn merge(dst: &mut Map<String, Value>, patch: &Map<String, Value>) -> bool {
+    let mut changed = false;
+    for (k, v) in patch {
+        match (dst.get_mut(k), v) {
+            (Some(Value::Object(d)), Value::Object(p)) => changed |= merge(d, p),
+            (Some(existing), _) if existing == v => {}
+            _ => {
+                dst.insert(k.clone(), v.clone());
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+const UPDATE_FIELDS: [&str; 8] = ["doc", "upsert", "doc_as_upsert", "script", "scripted_upsert", "detect_noop", "_source", "lang"];
+
+fn update_doc(index: &mut Index, op: &WriteOp, id: &str, scripts: &std::collections::BTreeMap<String, crate::store::StoredScript>) -> Result<WriteOk, EsError> {
+    if op.version.is_some() {
+        return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: Update requests do not support versioning. Please use `if_seq_no` and `if_primary_term` instead;"));
+    }
+    let empty = Map::new();
+    let payload = op.body.as_ref().and_then(Value::as_object).unwrap_or(&empty);
+    if let Some(bad) = payload.keys().find(|k| !UPDATE_FIELDS.contains(&k.as_str())) {
+        let hint = if bad.starts_with('d') { " did you mean [doc]?" } else { "" };
+        return Err(EsError::new(400, "x_content_parse_exception", format!("[1:2] [UpdateRequest] unknown field [{bad}]{hint}")));
+    }
+    let current = index.docs.get(id).and_then(|s| s.latest.clone());
+    if current.is_some() {
+        check_cas(index, op, id)?;
+    } else if op.if_seq_no.is_some() {
+        return Err(EsError::new(404, "document_missing_exception", format!("[{id}]: document missing")).with("shard", "0"));
+    }
+    let flag = |k: &str, default: bool| payload.get(k).and_then(Value::as_bool).unwrap_or(default);
+    let script = payload.get("script");
+    let (new_source, created) = match (&current, script) {
+        (Some(doc), Some(script)) => {
+            let mut ctx = ScriptCtx { op: "index".into(), source: doc.source.as_object().cloned().unwrap_or_default() };
+            run_script(script, scripts, &mut ctx)?;
+            match ctx.op.as_str() {
+                "index" => (Value::Object(ctx.source), false),
+                "delete" => return delete_doc(index, &WriteOp { kind: OpKind::Delete, ..op.clone() }, id),
+                _ => return Ok(ok(index, id, doc.version, doc.seq_no, "noop")),
+            }
+        }
+        (Some(doc), None) => {
+            let Some(Value::Object(patch)) = payload.get("doc") else {
+                return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: script or doc is missing;"));
+            };
+            let mut merged = doc.source.as_object().cloned().unwrap_or_default();
+            if !merge(&mut merged, patch) && flag("detect_noop", true) {
+                return Ok(ok(index, id, doc.version, doc.seq_no, "noop"));
+            }
+            (Value::Object(merged), false)
+        }
+        (None, Some(script)) if flag("scripted_upsert", false) => {
+            let upsert = payload.get("upsert").and_then(Value::as_object).cloned().unwrap_or_default();
+            let mut ctx = ScriptCtx { op: "create".into(), source: upsert };
+            run_script(script, scripts, &mut ctx)?;
+            if ctx.op != "create" {
+                return Ok(ok(index, id, 0, -2, "noop"));
+            }
+            (Value::Object(ctx.source), true)
+        }
+        (None, _) => match (payload.get("upsert"), payload.get("doc")) {
+            (Some(up), _) => (up.clone(), true),
+            (None, Some(doc)) if flag("doc_as_upsert", false) => (doc.clone(), true),
+            _ => return Err(EsError::new(404, "document_missing_exception", format!("[{id}]: document missing")).with("shard", "0")),
+        },
+    };
+    index.mapping.index_doc(id, &new_source)?;
+    let version = index.docs.get(id).map_or(0, |s| s.version) + 1;
+    let (version, seq_no) = index.put(id, Some(new_source.clone()), version);
+    let mut res = ok(index, id, version, seq_no, if created { "created" } else { "updated" });
+    res.source = Some(new_source);
+    Ok(res)
+}
+
+fn script_error(reason: String, script: &str) -> EsError {
+    EsError::new(400, "script_exception", reason).with("script", script).with("lang", "painless")
+}
+
+fn run_script(spec: &Value, stored: &std::collections::BTreeMap<String, crate::store::StoredScript>, ctx: &mut ScriptCtx) -> Result<(), EsError> {
+    let (source, label, params) = match spec {
+        Value::String(s) => (s.clone(), s.clone(), Map::new()),
+        Value::Object(o) => {
+            let params = o.get("params").and_then(Value::as_object).cloned().unwrap_or_default();
+            match (o.get("id").and_then(Value::as_str), o.get("source").and_then(Value::as_str)) {
+                (Some(id), _) => match stored.get(id) {
+                    Some(s) => (s.source.clone(), id.to_owned(), params),
+                    None => {
+                        return Err(EsError::bad_request("failed to execute script").caused_by(
+                            EsError::new(404, "resource_not_found_exception", format!("unable to find script [{id}] in cluster state")),
+                        ))
+                    }
+                },
+                (None, Some(src)) => (src.to_owned(), src.to_owned(), params),
+                _ => return Err(EsError::parsing("must specify either [source] for an inline script or [id] for a stored script")),
+            }
+        }
+        _ => return Err(EsError::parsing("script must be a string or an object")),
+    };
+    let Some(native) = painless::native_for_source(&source) else {
+        return Err(script_error(
+            format!(
+                "the ES emulator cannot run Painless: no native implementation is registered for this script source (sha256 {}); only scanstore's own scripts run here, their Painless text is proven on a real cluster (STORAGE_TEST_ES_URL)",
+                painless::source_sha256(&source)
+            ),
+            &label,
+        ));
+    };
+    native.run(ctx, &params).map_err(|e| script_error(format!("runtime error: {e}"), &label))
+}

@@ -1,0 +1,229 @@
+//! Cluster and index administration: `GET /`, cluster health, create/delete/exists/get
+//! index, mappings and settings, `_refresh`, index templates, aliases and stored scripts.
+
+use serde_json::{json, Map, Value};
+
+use crate::app::{lock, App};
+use crate::error::EsError;
+use crate::http::{HandlerResult, Reply, Req};
+use crate::resolve::{resolve_read, IndicesOptions};
+use crate::store::{glob_match, StoredScript, Template};
+
+pub fn info() -> HandlerResult {
+    Ok(Reply::ok(&json!({
+        "name": "scanstore-es-emulator",
+        "cluster_name": "scanstore-emulator",
+        "cluster_uuid": "emulator-cluster-uuid",
+        "version": {
+            "number": "8.15.0",
+            "build_flavor": "default",
+            "build_type": "emulator",
+            "build_hash": "emulator",
+            "build_date": "2026-01-01T00:00:00.000Z",
+            "build_snapshot": false,
+            "lucene_version": "9.11.1",
+            "minimum_wire_compatibility_version": "7.17.0",
+            "minimum_index_compatibility_version": "7.0.0"
+        },
+        "tagline": "You Know, for Search"
+    })))
+}
+
+pub fn health(app: &App) -> HandlerResult {
+    let store = lock(&app.store);
+    let primaries: u64 = store.indices.values().map(|i| i.shards).sum();
+    let unassigned: u64 = store.indices.values().map(|i| i.shards * i.replicas).sum();
+    let status = if unassigned > 0 { "yellow" } else { "green" };
+    Ok(Reply::ok(&json!({
+        "cluster_name": "scanstore-emulator", "status": status, "timed_out": false,
+        "number_of_nodes": 1, "number_of_data_nodes": 1,
+        "active_primary_shards": primaries, "active_shards": primaries,
+        "relocating_shards": 0, "initializing_shards": 0, "unassigned_shards": unassigned,
+        "delayed_unassigned_shards": 0, "number_of_pending_tasks": 0, "number_of_in_flight_fetch": 0,
+        "task_max_waiting_in_queue_millis": 0,
+        "active_shards_percent_as_number": if primaries + unassigned == 0 { 100.0 } else { 100.0 * primaries as f64 / (primaries + unassigned) as f64 }
+    })))
+}
+
+pub fn create(app: &App, req: &Req, name: &str) -> HandlerResult {
+    let body = req.json_body()?;
+    let mut store = lock(&app.store);
+    store.create_index(name, body.as_ref())?;
+    Ok(Reply::ok(&json!({"acknowledged": true, "shards_acknowledged": true, "index": name})))
+}
+
+pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {
+    let opts = IndicesOptions::from_req(req)?;
+    let mut store = lock(&app.store);
+    for part in expr.split(',') {
+        if !part.contains('*') && !store.indices.contains_key(part) && store.alias_exists(part) {
+            return Err(EsError::bad_request(format!(
+                "The provided expression [{part}] matches an alias, specify the corresponding concrete indices instead."
+            )));
+        }
+    }
+    let names = resolve_read(&store, expr, opts)?;
+    for n in &names {
+        store.indices.remove(n);
+    }
+    Ok(Reply::ok(&json!({"acknowledged": true})))
+}
+
+pub fn exists(app: &App, req: &Req, expr: &str) -> HandlerResult {
+    let store = lock(&app.store);
+    let opts = IndicesOptions { ignore_unavailable: false, allow_no_indices: req.flag("allow_no_indices")?.unwrap_or(false) };
+    Ok(Reply::empty(if resolve_read(&store, expr, opts).is_ok() { 200 } else { 404 }))
+}
+
+/// `GET /{index}`, `/{index}/_mapping`, `/{index}/_settings`, `/{index}/_alias`.
+pub fn get(app: &App, req: &Req, expr: &str, what: Option<&str>) -> HandlerResult {
+    let opts = IndicesOptions::from_req(req)?;
+    let store = lock(&app.store);
+    let names = resolve_read(&store, expr, opts)?;
+    let mut out = Map::new();
+    for n in names {
+        let Some(i) = store.indices.get(&n) else { continue };
+        let aliases: Map<String, Value> = i.aliases.iter().map(|(a, m)| (a.clone(), alias_json(m))).collect();
+        let v = match what {
+            Some("_mapping") => json!({"mappings": i.mapping.to_json()}),
+            Some("_settings") => json!({"settings": i.settings_json()}),
+            _ => json!({"aliases": aliases, "mappings": i.mapping.to_json(), "settings": i.settings_json()}),
+        };
+        out.insert(n, v);
+    }
+    Ok(Reply::ok(&Value::Object(out)))
+}
+
+fn alias_json(m: &crate::store::AliasMeta) -> Value {
+    let mut o = m.extra.clone();
+    if let Some(w) = m.is_write_index {
+        o.insert("is_write_index".into(), json!(w));
+    }
+    Value::Object(o)
+}
+
+pub fn refresh(app: &App, req: &Req, expr: &str) -> HandlerResult {
+    let opts = IndicesOptions::from_req(req)?;
+    let fail = lock(&app.faults).refresh_failure();
+    let mut store = lock(&app.store);
+    let names = resolve_read(&store, expr, opts)?;
+    let (mut total, mut ok) = (0, 0);
+    let mut failures = Vec::new();
+    for n in &names {
+        let Some(i) = store.indices.get_mut(n) else { continue };
+        total += i.shards * (1 + i.replicas);
+        if fail {
+            for shard in 0..i.shards {
+                failures.push(json!({"shard": shard, "index": n, "status": "INTERNAL_SERVER_ERROR",
+                    "reason": {"type": "refresh_failed_engine_exception", "reason": "injected refresh failure"}}));
+            }
+        } else {
+            i.refresh();
+            ok += i.shards;
+        }
+    }
+    drop(store);
+    app.refreshed.notify_all();
+    let mut shards = json!({"total": total, "successful": ok, "failed": failures.len()});
+    if !failures.is_empty() {
+        shards["failures"] = json!(failures);
+    }
+    let status = if fail && !names.is_empty() { 500 } else { 200 };
+    Ok(Reply::json(status, &json!({"_shards": shards})))
+}
+
+pub fn put_template(app: &App, req: &Req, name: &str) -> HandlerResult {
+    let body = req.json_body()?.unwrap_or(json!({}));
+    let patterns: Vec<String> = match body.get("index_patterns") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
+        _ => return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: index patterns are missing;")),
+    };
+    let priority = body.get("priority").and_then(Value::as_i64).unwrap_or(0);
+    if let Some(t) = body.get("template") {
+        if let Some(m) = t.get("mappings") {
+            crate::mapping::Mapping::parse(m)?;
+        }
+    }
+    let mut store = lock(&app.store);
+    if req.flag("create")?.unwrap_or(false) && store.templates.contains_key(name) {
+        return Err(EsError::bad_request(format!("index template [{name}] already exists")));
+    }
+    for (other, t) in &store.templates {
+        let overlap = t.patterns.iter().any(|a| patterns.iter().any(|b| glob_match(a, b) || glob_match(b, a)));
+        if other != name && t.priority == priority && overlap {
+            return Err(EsError::bad_request(format!(
+                "index template [{name}] has index patterns {patterns:?} matching patterns from existing templates [{other}] with patterns ({other} => {:?}) that have the same priority [{priority}], multiple index templates may not match during index creation, please use a different priority",
+                t.patterns
+            )));
+        }
+    }
+    store.templates.insert(name.to_owned(), Template { patterns, priority, body });
+    Ok(Reply::ok(&json!({"acknowledged": true})))
+}
+
+pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
+    let store = lock(&app.store);
+    let list: Vec<Value> = store
+        .templates
+        .iter()
+        .filter(|(n, _)| name.map_or(true, |p| glob_match(p, n)))
+        .map(|(n, t)| {
+            let mut body = t.body.clone();
+            if let Some(s) = body.get("template").and_then(|t| t.get("settings")).cloned() {
+                let mut flat = Map::new();
+                crate::store::flatten_settings(&s, "", &mut flat);
+                let mut index = Map::new();
+                for (k, v) in flat {
+                    index.insert(k.trim_start_matches("index.").to_owned(), v);
+                }
+                body["template"]["settings"] = json!({"index": index});
+            }
+            json!({"name": n, "index_template": body})
+        })
+        .collect();
+    if list.is_empty() && name.is_some_and(|n| !n.contains('*')) {
+        return Err(EsError::new(404, "resource_not_found_exception", format!("index template matching [{}] not found", name.unwrap_or(""))));
+    }
+    Ok(Reply::ok(&json!({"index_templates": list})))
+}
+
+pub fn delete_template(app: &App, name: &str) -> HandlerResult {
+    let mut store = lock(&app.store);
+    let before = store.templates.len();
+    store.templates.retain(|n, _| !glob_match(name, n));
+    if before == store.templates.len() {
+        return Err(EsError::new(404, "resource_not_found_exception", format!("index_template [{name}] missing")));
+    }
+    Ok(Reply::ok(&json!({"acknowledged": true})))
+}
+
+pub fn put_script(app: &App, req: &Req, id: &str) -> HandlerResult {
+    let body = req.json_body()?.unwrap_or(json!({}));
+    let Some(script) = body.get("script") else {
+        return Err(EsError::parsing("unable to parse stored script: [script] is missing"));
+    };
+    let Some(lang) = script.get("lang").and_then(Value::as_str) else {
+        return Err(EsError::new(400, "illegal_argument_exception", "must specify lang for stored script"));
+    };
+    let Some(source) = script.get("source").and_then(|s| s.as_str().map(str::to_owned).or_else(|| s.is_object().then(|| s.to_string()))) else {
+        return Err(EsError::new(400, "illegal_argument_exception", "must specify source for stored script"));
+    };
+    lock(&app.store).scripts.insert(id.to_owned(), StoredScript { lang: lang.to_owned(), source });
+    Ok(Reply::ok(&json!({"acknowledged": true})))
+}
+
+pub fn get_script(app: &App, id: &str) -> HandlerResult {
+    let store = lock(&app.store);
+    Ok(match store.scripts.get(id) {
+        Some(s) => Reply::ok(&json!({"_id": id, "found": true, "script": {"lang": s.lang, "source": s.source}})),
+        None => Reply::json(404, &json!({"_id": id, "found": false})),
+    })
+}
+
+pub fn delete_script(app: &App, id: &str) -> HandlerResult {
+    match lock(&app.store).scripts.remove(id) {
+        Some(_) => Ok(Reply::ok(&json!({"acknowledged": true}))),
+        None => Err(EsError::new(404, "resource_not_found_exception", format!("stored script [{id}] does not exist"))),
+    }
+}

@@ -1,0 +1,106 @@
+//! `scanstore-es-emulator`: a strict, in-memory, Elasticsearch 8.x-like HTTP server for
+//! scanstore's tests, benchmarks and local development, with fault injection under
+//! `/_emulator/…`. See README.md in this directory for the API subset and its limits.
+
+mod aggs;
+mod aliases;
+mod app;
+mod bench;
+mod bulk;
+mod doc_api;
+mod docs;
+mod error;
+mod faults;
+mod http;
+mod indices;
+mod mapping;
+mod query;
+mod reqlog;
+mod resolve;
+mod router;
+mod search;
+mod server;
+mod sockets;
+mod source_filter;
+mod store;
+mod values;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+use crate::app::{App, Limits};
+
+#[derive(Parser, Debug)]
+#[command(name = "scanstore-es-emulator", about = "Elasticsearch protocol emulator for scanstore tests")]
+struct Cli {
+    /// Loopback address to listen on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:9200")]
+    listen: SocketAddr,
+    /// HTTP worker threads.
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// `http.max_content_length` in bytes.
+    #[arg(long, default_value_t = 100 * 1024 * 1024)]
+    max_content_length: u64,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Measures bulk ingest through an in-process server.
+    Bench(bench::BenchArgs),
+}
+
+/// A running emulator: its address and the server handle (dropping it stops listening).
+pub struct Running {
+    pub addr: SocketAddr,
+    pub server: Arc<tiny_http::Server>,
+    pub app: Arc<App>,
+}
+
+pub fn start(listen: SocketAddr, threads: usize, limits: Limits) -> Result<Running, String> {
+    if !listen.ip().is_loopback() {
+        return Err(format!("--listen must be a loopback address (got {listen}); the emulator has no authentication"));
+    }
+    let server = tiny_http::Server::http(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = server.server_addr().to_ip().ok_or_else(|| "listener has no IP address".to_owned())?;
+    let server = Arc::new(server);
+    let app = App::new(limits);
+    App::spawn_refresher(&app);
+    server::spawn_workers(&app, &server, threads.max(1));
+    Ok(Running { addr, server, app })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Command::Bench(args)) = cli.command {
+        return match bench::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench failed: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let limits = Limits { max_content_length: cli.max_content_length, ..Limits::default() };
+    let running = match start(cli.listen, cli.threads, limits) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "listening on http://{}", running.addr).and_then(|_| out.flush()).is_err() {
+        return ExitCode::FAILURE;
+    }
+    drop(out);
+    loop {
+        std::thread::park();
+    }
+}

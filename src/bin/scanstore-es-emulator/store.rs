@@ -1,0 +1,362 @@
+//! The in-memory cluster state: indices (latest vs searchable documents), index templates,
+//! stored scripts, aliases, and the refresh that publishes latest → searchable.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use crate::error::EsError;
+use crate::mapping::Mapping;
+
+/// One version of a document.
+#[derive(Debug)]
+pub struct DocVersion {
+    pub source: Value,
+    pub version: i64,
+    pub seq_no: i64,
+}
+
+/// A document id's slot: the latest write (what GET sees) and the refreshed state (what
+/// search sees). `version` survives deletes so a re-create continues the version sequence.
+#[derive(Debug, Default)]
+pub struct Slot {
+    pub latest: Option<Arc<DocVersion>>,
+    pub visible: Option<Arc<DocVersion>>,
+    pub version: i64,
+    pub dirty: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AliasMeta {
+    pub is_write_index: Option<bool>,
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug)]
+pub struct Index {
+    pub name: String,
+    pub uuid: String,
+    pub shards: u64,
+    pub replicas: u64,
+    /// `None` = `refresh_interval: -1`.
+    pub refresh_interval: Option<Duration>,
+    pub settings: Map<String, Value>,
+    pub mapping: Mapping,
+    pub aliases: BTreeMap<String, AliasMeta>,
+    pub docs: HashMap<String, Slot>,
+    pub dirty: Vec<String>,
+    pub next_seq_no: i64,
+    pub last_refresh: Instant,
+    /// Incremented by every refresh that published something (wait_for listeners watch it).
+    pub refresh_gen: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub patterns: Vec<String>,
+    pub priority: i64,
+    pub body: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoredScript {
+    pub lang: String,
+    pub source: String,
+}
+
+#[derive(Debug, Default)]
+pub struct Store {
+    pub indices: BTreeMap<String, Index>,
+    pub templates: BTreeMap<String, Template>,
+    pub scripts: BTreeMap<String, StoredScript>,
+    uuid_counter: u64,
+}
+
+pub fn glob_match(pattern: &str, s: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), s.as_bytes());
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some(sp) = star {
+            pi = sp + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+fn setting<'a>(s: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+    s.get(key).or_else(|| s.get(&format!("index.{key}")))
+}
+
+/// Flattens `{"index": {"number_of_shards": 1}}` and dotted keys into `index.*` keys.
+pub fn flatten_settings(v: &Value, prefix: &str, out: &mut Map<String, Value>) {
+    if let Some(obj) = v.as_object() {
+        for (k, val) in obj {
+            let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            if val.is_object() {
+                flatten_settings(val, &key, out);
+            } else {
+                let key = if key.starts_with("index.") { key } else { format!("index.{key}") };
+                let as_str = match val {
+                    Value::String(s) => json!(s),
+                    other => json!(other.to_string()),
+                };
+                out.insert(key, as_str);
+            }
+        }
+    }
+}
+
+pub fn parse_interval(v: &str) -> Result<Option<Duration>, EsError> {
+    if v == "-1" {
+        return Ok(None);
+    }
+    let (num, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+    let n: u64 = num.parse().map_err(|_| EsError::bad_request(format!("failed to parse setting [index.refresh_interval] with value [{v}] as a time value")))?;
+    let ms = match unit {
+        "ms" => n,
+        "s" | "" => n * 1000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        _ => return Err(EsError::bad_request(format!("failed to parse setting [index.refresh_interval] with value [{v}] as a time value: unit is missing or unrecognized"))),
+    };
+    Ok(Some(Duration::from_millis(ms)))
+}
+
+pub fn validate_index_name(name: &str) -> Result<(), EsError> {
+    let invalid = |why: &str| {
+        EsError::new(400, "invalid_index_name_exception", format!("Invalid index name [{name}], {why}")).on_index(name, "_na_")
+    };
+    if name.is_empty() || name.len() > 255 {
+        return Err(invalid("index name is too long or empty"));
+    }
+    if name.chars().any(|c| c.is_uppercase()) {
+        return Err(invalid("must be lowercase"));
+    }
+    if name.starts_with(['-', '_', '+']) {
+        return Err(invalid("must not start with '_', '-', or '+'"));
+    }
+    if name == "." || name == ".." {
+        return Err(invalid("must not be '.' or '..'"));
+    }
+    if name.contains(['\\', '/', '*', '?', '"', '<', '>', '|', ' ', ',', '#', ':']) {
+        return Err(invalid("must not contain the following characters [ , \", *, \\, <, |, ,, >, /, ?]"));
+    }
+    Ok(())
+}
+
+impl Store {
+    pub fn next_uuid(&mut self) -> String {
+        self.uuid_counter += 1;
+        format!("emu{:019}", self.uuid_counter)
+    }
+
+    /// Which index (if any) carries alias `name`.
+    pub fn alias_exists(&self, name: &str) -> bool {
+        self.indices.values().any(|i| i.aliases.contains_key(name))
+    }
+
+    /// Creates an index from a request body (`settings`, `mappings`, `aliases`) on top of the
+    /// highest-priority matching template.
+    pub fn create_index(&mut self, name: &str, body: Option<&Value>) -> Result<&mut Index, EsError> {
+        validate_index_name(name)?;
+        if let Some(existing) = self.indices.get(name) {
+            return Err(EsError::new(400, "resource_already_exists_exception", format!("index [{name}/{}] already exists", existing.uuid))
+                .on_index(name, &existing.uuid.clone()));
+        }
+        if self.alias_exists(name) {
+            return Err(EsError::new(400, "invalid_index_name_exception", format!("Invalid index name [{name}], already exists as alias")).on_index(name, "_na_"));
+        }
+        let template = self
+            .templates
+            .values()
+            .filter(|t| t.patterns.iter().any(|p| glob_match(p, name)))
+            .max_by_key(|t| t.priority)
+            .map(|t| t.body.get("template").cloned().unwrap_or(Value::Null));
+        let mut settings = Map::new();
+        let mut mapping = Mapping::empty();
+        let mut aliases: BTreeMap<String, AliasMeta> = BTreeMap::new();
+        for layer in [template.as_ref(), body].into_iter().flatten() {
+            if let Some(s) = layer.get("settings") {
+                flatten_settings(s, "", &mut settings);
+            }
+            if let Some(m) = layer.get("mappings") {
+                mapping.merge(&Mapping::parse(m)?);
+            }
+            if let Some(Value::Object(a)) = layer.get("aliases") {
+                for (alias, meta) in a {
+                    aliases.insert(alias.clone(), parse_alias_meta(meta));
+                }
+            }
+        }
+        let num = |key: &str, default: u64| -> Result<u64, EsError> {
+            match setting(&settings, key) {
+                None => Ok(default),
+                Some(v) => v.as_str().and_then(|s| s.parse().ok()).ok_or_else(|| EsError::bad_request(format!("Failed to parse value [{v}] for setting [index.{key}]"))),
+            }
+        };
+        let shards = num("number_of_shards", 1)?;
+        let replicas = num("number_of_replicas", 1)?;
+        if shards == 0 {
+            return Err(EsError::bad_request("Failed to parse value [0] for setting [index.number_of_shards] must be >= 1"));
+        }
+        let refresh_interval = match setting(&settings, "refresh_interval").and_then(Value::as_str) {
+            Some(v) => parse_interval(v)?,
+            None => Some(Duration::from_secs(1)),
+        };
+        let uuid = self.next_uuid();
+        let index = Index {
+            name: name.to_owned(),
+            uuid,
+            shards,
+            replicas,
+            refresh_interval,
+            settings,
+            mapping,
+            aliases,
+            docs: HashMap::new(),
+            dirty: Vec::new(),
+            next_seq_no: 0,
+            last_refresh: Instant::now(),
+            refresh_gen: 0,
+        };
+        Ok(self.indices.entry(name.to_owned()).or_insert(index))
+    }
+}
+
+pub fn parse_alias_meta(v: &Value) -> AliasMeta {
+    let mut meta = AliasMeta::default();
+    if let Some(obj) = v.as_object() {
+        for (k, val) in obj {
+            if k == "is_write_index" {
+                meta.is_write_index = val.as_bool();
+            } else if k == "routing" {
+                meta.extra.insert("index_routing".into(), val.clone());
+                meta.extra.insert("search_routing".into(), val.clone());
+            } else {
+                meta.extra.insert(k.clone(), val.clone());
+            }
+        }
+    }
+    meta
+}
+
+fn insert_dotted(map: &mut Map<String, Value>, key: &str, v: Value) {
+    match key.split_once('.') {
+        None => {
+            map.insert(key.to_owned(), v);
+        }
+        Some((head, rest)) => {
+            let entry = map.entry(head.to_owned()).or_insert_with(|| json!({}));
+            if !entry.is_object() {
+                *entry = json!({});
+            }
+            if let Some(inner) = entry.as_object_mut() {
+                insert_dotted(inner, rest, v);
+            }
+        }
+    }
+}
+
+impl Index {
+    /// Publishes every pending write to search. Returns whether anything changed.
+    pub fn refresh(&mut self) -> bool {
+        self.last_refresh = Instant::now();
+        if self.dirty.is_empty() {
+            return false;
+        }
+        for id in std::mem::take(&mut self.dirty) {
+            let remove = match self.docs.get_mut(&id) {
+                Some(slot) => {
+                    slot.visible = slot.latest.clone();
+                    slot.dirty = false;
+                    slot.latest.is_none() && slot.version == 0
+                }
+                None => false,
+            };
+            if remove {
+                self.docs.remove(&id);
+            }
+        }
+        self.refresh_gen += 1;
+        true
+    }
+
+    /// `_shards` of a write: primaries and their (unassigned) replicas on a single node.
+    pub fn write_shards(&self) -> Value {
+        json!({"total": 1 + self.replicas, "successful": 1, "failed": 0})
+    }
+
+    /// Stores a new latest version and marks the id for the next refresh.
+    pub fn put(&mut self, id: &str, source: Option<Value>, version: i64) -> (i64, i64) {
+        let seq_no = self.next_seq_no;
+        self.next_seq_no += 1;
+        let slot = self.docs.entry(id.to_owned()).or_default();
+        slot.version = version;
+        slot.latest = source.map(|source| Arc::new(DocVersion { source, version, seq_no }));
+        if !slot.dirty {
+            slot.dirty = true;
+            self.dirty.push(id.to_owned());
+        }
+        (version, seq_no)
+    }
+
+    pub fn settings_json(&self) -> Value {
+        let mut s = self.settings.clone();
+        s.insert("index.number_of_shards".into(), json!(self.shards.to_string()));
+        s.insert("index.number_of_replicas".into(), json!(self.replicas.to_string()));
+        s.insert("index.uuid".into(), json!(self.uuid));
+        s.insert("index.provided_name".into(), json!(self.name));
+        let mut nested = Map::new();
+        for (k, v) in s {
+            insert_dotted(&mut nested, &k, v);
+        }
+        Value::Object(nested)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*-facts-*", "scan-facts-2026.11"));
+        assert!(glob_match("*", ""));
+        assert!(!glob_match("a*b", "ac"));
+        assert!(glob_match("a*b*c", "axxbyyc"));
+    }
+
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval("-1").ok(), Some(None));
+        assert_eq!(parse_interval("1s").ok(), Some(Some(Duration::from_secs(1))));
+        assert_eq!(parse_interval("250ms").ok(), Some(Some(Duration::from_millis(250))));
+        assert!(parse_interval("x").is_err());
+    }
+
+    #[test]
+    fn templates_apply_by_pattern_and_priority() {
+        let mut s = Store::default();
+        s.templates.insert("low".into(), Template { patterns: vec!["*-facts-*".into()], priority: 1,
+            body: json!({"template": {"settings": {"number_of_replicas": 0}}}) });
+        s.templates.insert("high".into(), Template { patterns: vec!["scan-*".into()], priority: 9,
+            body: json!({"template": {"settings": {"index": {"refresh_interval": "-1"}}}}) });
+        let idx = s.create_index("scan-facts-2026.11", None).map(|i| (i.replicas, i.refresh_interval));
+        assert_eq!(idx.ok(), Some((1, None)));
+        assert!(s.create_index("scan-facts-2026.11", None).is_err());
+        assert!(s.create_index("Bad", None).is_err());
+    }
+}
