@@ -89,29 +89,8 @@ pub fn run(
     })?;
     span.set("task_id", execution.task_id);
 
-    let existing = span.stage("upload_identity", || {
-        tx.query_opt(
-            RECEIPT_BY_IDENTITY,
-            &[
-                &execution_id,
-                &batch.upload_id,
-                &batch.stream.as_str(),
-                &(batch.batch_index as i32),
-            ],
-        )
-    })?;
-    if let Some(row) = existing {
-        let (id, checksum, is_final, count, state): (i64, String, bool, i32, String) =
-            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-        if checksum != batch.checksum
-            || is_final != batch.is_final
-            || count as usize != batch.observations.len()
-        {
-            return Err(conflict(
-                "identity_conflict",
-                "this batch was received before with different content",
-            ));
-        }
+    let existing = span.stage("upload_identity", || known_receipt(tx, execution_id, batch))?;
+    if let Some((id, state)) = existing {
         if state == "confirmed" {
             return Ok((execution, Reservation::AlreadyConfirmed));
         }
@@ -167,6 +146,37 @@ pub fn run(
         None
     };
     Ok((execution, Reservation::Write { receipt_id, scope }))
+}
+
+/// The receipt of this batch identity, if it was received before with the same content
+/// (id and status); the same identity with other content is a conflict.
+fn known_receipt(
+    tx: &mut Transaction<'_>,
+    execution_id: Uuid,
+    batch: &Batch,
+) -> Result<Option<(i64, String)>, UploadError> {
+    let row = tx.query_opt(
+        RECEIPT_BY_IDENTITY,
+        &[
+            &execution_id,
+            &batch.upload_id,
+            &batch.stream.as_str(),
+            &(batch.batch_index as i32),
+        ],
+    )?;
+    let Some(row) = row else { return Ok(None) };
+    let (id, checksum, is_final, count, state): (i64, String, bool, i32, String) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    if checksum != batch.checksum
+        || is_final != batch.is_final
+        || count as usize != batch.observations.len()
+    {
+        return Err(conflict(
+            "identity_conflict",
+            "this batch was received before with different content",
+        ));
+    }
+    Ok(Some((id, state)))
 }
 
 fn lock_execution(

@@ -6,3 +6,4 @@ mod support;
 
 mod emulator;
 mod foundation;
+mod upload;

@@ -11,17 +11,30 @@ use crate::source_filter::SourceFilter;
 
 fn param_i64(req: &Req, key: &str) -> Result<Option<i64>, EsError> {
     req.param(key)
-        .map(|v| v.parse::<i64>().map_err(|_| EsError::bad_request(format!("Failed to parse [{key}] value [{v}]"))))
+        .map(|v| {
+            v.parse::<i64>()
+                .map_err(|_| EsError::bad_request(format!("Failed to parse [{key}] value [{v}]")))
+        })
         .transpose()
 }
 
 pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) -> HandlerResult {
     let refresh = req.param("refresh");
     let forced = matches!(refresh, Some("") | Some("true"));
-    let kind = if kind == OpKind::Index && req.param("op_type") == Some("create") { OpKind::Create } else { kind };
+    let kind = if kind == OpKind::Index && req.param("op_type") == Some("create") {
+        OpKind::Create
+    } else {
+        kind
+    };
     let body = match kind {
         OpKind::Delete => None,
-        _ => Some(req.json_body()?.ok_or_else(|| EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: source is missing;"))?),
+        _ => Some(req.json_body()?.ok_or_else(|| {
+            EsError::new(
+                400,
+                "action_request_validation_exception",
+                "Validation Failed: 1: source is missing;",
+            )
+        })?),
     };
     let op = WriteOp {
         kind,
@@ -45,14 +58,27 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
         app.refreshed.notify_all();
     }
     if refresh == Some("wait_for") && res.result != "noop" {
-        let gens: Vec<(String, u64)> = store.indices.get(&res.index).filter(|i| !i.dirty.is_empty()).map(|i| (res.index.clone(), i.refresh_gen)).into_iter().collect();
+        let gens: Vec<(String, u64)> = store
+            .indices
+            .get(&res.index)
+            .filter(|i| !i.dirty.is_empty())
+            .map(|i| (res.index.clone(), i.refresh_gen))
+            .into_iter()
+            .collect();
         drop(store);
         app.wait_for_refresh(&gens);
     }
     if kind == OpKind::Update {
-        let filter = SourceFilter::default().with_params(req.param("_source"), req.param("_source_includes"), req.param("_source_excludes"));
+        let filter = SourceFilter::default().with_params(
+            req.param("_source"),
+            req.param("_source_includes"),
+            req.param("_source_excludes"),
+        );
         if let Some(src) = res.source.as_ref().and_then(|s| filter.apply(s)) {
-            m.insert("get".into(), json!({"_seq_no": res.seq_no, "_primary_term": 1, "found": true, "_source": src}));
+            m.insert(
+                "get".into(),
+                json!({"_seq_no": res.seq_no, "_primary_term": 1, "found": true, "_source": src}),
+            );
         }
     }
     Ok(Reply::json(res.status, &Value::Object(m)))
@@ -61,21 +87,41 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
 pub fn get(app: &App, req: &Req, index: &str, id: &str, source_only: bool) -> HandlerResult {
     let realtime = req.flag("realtime")?.unwrap_or(true);
     let mut store = lock(&app.store);
-    let names = resolve_read(&store, index, IndicesOptions { ignore_unavailable: false, allow_no_indices: true })?;
+    let names = resolve_read(
+        &store,
+        index,
+        IndicesOptions {
+            ignore_unavailable: false,
+            allow_no_indices: true,
+        },
+    )?;
     let [name] = names.as_slice() else {
         return Err(EsError::bad_request(format!("alias [{index}] has more than one index associated with it, can't execute a single index op")));
     };
-    let Some(idx) = store.indices.get_mut(name) else { return Err(EsError::index_not_found(index)) };
+    let Some(idx) = store.indices.get_mut(name) else {
+        return Err(EsError::index_not_found(index));
+    };
     if req.flag("refresh")?.unwrap_or(false) {
         idx.refresh();
     }
     let slot = idx.docs.get(id);
-    let doc = if realtime { slot.and_then(|s| s.latest.clone()) } else { slot.and_then(|s| s.visible.clone()) };
+    let doc = if realtime {
+        slot.and_then(|s| s.latest.clone())
+    } else {
+        slot.and_then(|s| s.visible.clone())
+    };
     let Some(doc) = doc else {
         if source_only {
-            return Err(EsError::new(404, "resource_not_found_exception", format!("Document not found [{name}]/[{id}]")));
+            return Err(EsError::new(
+                404,
+                "resource_not_found_exception",
+                format!("Document not found [{name}]/[{id}]"),
+            ));
         }
-        return Ok(Reply::json(404, &json!({"_index": name, "_id": id, "found": false})));
+        return Ok(Reply::json(
+            404,
+            &json!({"_index": name, "_id": id, "found": false}),
+        ));
     };
     if let Some(v) = param_i64(req, "version")? {
         let vt = parse_version_type(req.param("version_type"))?;
@@ -84,10 +130,22 @@ pub fn get(app: &App, req: &Req, index: &str, id: &str, source_only: bool) -> Ha
             _ => doc.version != v,
         };
         if conflict {
-            return Err(EsError::version_conflict(id, format!("current version [{}] is different than the one provided [{v}]", doc.version), name, &idx.uuid));
+            return Err(EsError::version_conflict(
+                id,
+                format!(
+                    "current version [{}] is different than the one provided [{v}]",
+                    doc.version
+                ),
+                name,
+                &idx.uuid,
+            ));
         }
     }
-    let filter = SourceFilter::all().with_params(req.param("_source"), req.param("_source_includes"), req.param("_source_excludes"));
+    let filter = SourceFilter::all().with_params(
+        req.param("_source"),
+        req.param("_source_includes"),
+        req.param("_source_excludes"),
+    );
     if source_only {
         return Ok(Reply::ok(&filter.apply(&doc.source).unwrap_or(json!({}))));
     }

@@ -4,5 +4,8 @@
 
 pub mod db;
 pub mod emulator;
+pub mod factory;
 pub mod logs;
+pub mod scan;
 pub mod server;
+pub mod stack;

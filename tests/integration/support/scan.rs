@@ -1,0 +1,113 @@
+//! A scanner's side of the protocol for tests: batch bodies with correct checksums over the
+//! exact bytes of the observations array, and the HTTP calls.
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::server::{got, http, Got};
+
+/// One endpoint observation.
+pub fn endpoint(ip: &str, port: u16, observed_at: &str) -> Value {
+    json!({"type": "endpoint", "ip": ip, "port": port, "transport": "tcp", "service": "https",
+           "product": "nginx", "banner": "HTTP/1.1 200 OK", "observed_at": observed_at})
+}
+
+/// One DNS observation.
+pub fn dns(name: &str, value: &str, observed_at: &str) -> Value {
+    json!({"type": "dns", "name": name, "record_type": "A", "value": value, "observed_at": observed_at})
+}
+
+/// `n` endpoints 10.0.x.y:443 observed at `observed_at`, starting at `first`.
+pub fn endpoints(first: usize, n: usize, observed_at: &str) -> Vec<Value> {
+    (first..first + n)
+        .map(|i| {
+            endpoint(
+                &format!("10.0.{}.{}", i / 250, i % 250 + 1),
+                443,
+                observed_at,
+            )
+        })
+        .collect()
+}
+
+pub struct Batch {
+    pub upload_id: Uuid,
+    pub stream: &'static str,
+    pub index: u32,
+    pub is_final: bool,
+    pub observations: Vec<Value>,
+}
+
+impl Batch {
+    pub fn main(upload_id: Uuid, index: u32, observations: Vec<Value>) -> Batch {
+        Batch {
+            upload_id,
+            stream: "main",
+            index,
+            is_final: false,
+            observations,
+        }
+    }
+
+    pub fn final_(upload_id: Uuid, index: u32, observations: Vec<Value>) -> Batch {
+        Batch {
+            upload_id,
+            stream: "main",
+            index,
+            is_final: true,
+            observations,
+        }
+    }
+
+    pub fn dns(upload_id: Uuid, index: u32, observations: Vec<Value>) -> Batch {
+        Batch {
+            upload_id,
+            stream: "dns",
+            index,
+            is_final: false,
+            observations,
+        }
+    }
+
+    /// The exact request body, checksum over the serialised observations.
+    pub fn body(&self) -> String {
+        let observations = serde_json::to_string(&self.observations).unwrap();
+        let checksum = hex::encode(Sha256::digest(observations.as_bytes()));
+        format!(
+            r#"{{"protocol_version":2,"upload_id":"{}","stream":"{}","batch_index":{},"is_final":{},"checksum":"sha256:{checksum}","observations":{observations}}}"#,
+            self.upload_id, self.stream, self.index, self.is_final
+        )
+    }
+
+    pub fn checksum(&self) -> String {
+        let observations = serde_json::to_string(&self.observations).unwrap();
+        hex::encode(Sha256::digest(observations.as_bytes()))
+    }
+}
+
+pub fn post_raw(base: &str, token: Option<&str>, execution: &str, body: &[u8]) -> Got {
+    let mut r = http().post(format!(
+        "{base}/api/v1/scanner/executions/{execution}/batches"
+    ));
+    if let Some(t) = token {
+        r = r.header("Authorization", &format!("Bearer {t}"));
+    }
+    got(r.header("Content-Type", "application/json").send(body))
+}
+
+pub fn post(base: &str, token: &str, execution: Uuid, batch: &Batch) -> Got {
+    post_raw(
+        base,
+        Some(token),
+        &execution.to_string(),
+        batch.body().as_bytes(),
+    )
+}
+
+pub fn claim(base: &str, token: &str) -> Got {
+    got(http()
+        .post(format!("{base}/api/v1/scanner/executions/claim"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .send_empty())
+}
