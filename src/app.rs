@@ -1,5 +1,5 @@
-//! The running service: shared state (`App`) and the start-up sequence (migrate, start the
-//! HTTP workers) with its orderly shutdown.
+//! The running service: shared state (`App`) and the start-up sequence (migrate, install
+//! indices, start the HTTP workers and the publishers) with its orderly shutdown.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use crate::es::limit::Limiter;
 use crate::es::{setup, EsClient, EsError};
 use crate::http::router;
 use crate::http::server::{self, Handler, HttpServer};
+use crate::projection::Workers;
 use crate::telemetry::Line;
 
 /// Timeout of the readiness probe's Elasticsearch ping.
@@ -73,6 +74,7 @@ impl App {
 pub struct Running {
     pub app: Arc<App>,
     http: HttpServer,
+    workers: Workers,
 }
 
 impl Running {
@@ -84,7 +86,9 @@ impl Running {
     /// Returns true when everything stopped in time.
     pub fn shutdown(self) -> bool {
         let grace = self.app.config.server.shutdown_grace;
-        self.http.shutdown(grace)
+        let http = self.http.shutdown(grace);
+        self.workers.stop();
+        http
     }
 }
 
@@ -107,5 +111,6 @@ pub fn start_with(config: Config, handler: Handler) -> Result<Running, StartErro
             .warn();
     }
     let http = server::start(app.clone(), handler)?;
-    Ok(Running { app, http })
+    let workers = Workers::start(&app)?;
+    Ok(Running { app, http, workers })
 }

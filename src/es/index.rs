@@ -23,6 +23,32 @@ pub fn execution_endpoints(prefix: &str) -> String {
     format!("{prefix}-execution-endpoints")
 }
 
+/// The read/write alias of the global current-asset view.
+pub fn assets_global_alias(prefix: &str) -> String {
+    format!("{prefix}-assets-global")
+}
+
+/// The read/write alias of the per-owner current-asset view.
+pub fn assets_user_alias(prefix: &str) -> String {
+    format!("{prefix}-assets-user")
+}
+
+/// A versioned physical index behind an alias (`…-v1`); a rebuild creates the next one
+/// and switches the alias.
+pub fn versioned(alias: &str, version: u32) -> String {
+    format!("{alias}-v{version}")
+}
+
+/// Global asset document id: one per endpoint.
+pub fn global_asset_id(ip: &str, transport: &str, port: u16) -> String {
+    format!("{ip}-{transport}-{port}")
+}
+
+/// Owner asset document id: one per owner and endpoint.
+pub fn user_asset_id(owner_id: Uuid, ip: &str, transport: &str, port: u16) -> String {
+    format!("{}-{ip}-{transport}-{port}", owner_id.simple())
+}
+
 /// Name of the facts index template.
 pub fn facts_template(prefix: &str) -> String {
     format!("{prefix}-facts")

@@ -1,12 +1,14 @@
 //! Index set-up at start-up, idempotent: the facts index template (monthly indices are
-//! created by the first bulk that needs them) and the execution endpoint index, both with
-//! strict mappings so a field scanstore does not know about is refused, never guessed.
+//! created by the first bulk that needs them), the execution endpoint index, the versioned
+//! current-asset indices with their aliases, and the stored merge script. Mappings are
+//! strict, so a field scanstore does not know about is refused, never guessed.
 
 use serde_json::{json, Value};
 
 use super::client::EsClient;
 use super::error::EsError;
 use super::index;
+use super::painless;
 
 /// Mapping of a raw fact (an endpoint or a DNS record, one document per observation).
 pub fn facts_mapping() -> Value {
@@ -58,6 +60,31 @@ pub fn execution_endpoints_mapping() -> Value {
     })
 }
 
+/// Mapping of a current-asset document (global and per-owner views alike).
+pub fn assets_mapping() -> Value {
+    json!({
+        "dynamic": "strict",
+        "properties": {
+            "ip": {"type": "ip"},
+            "port": {"type": "integer"},
+            "transport": {"type": "keyword"},
+            "owner_id": {"type": "keyword"},
+            "first_seen": {"type": "date"},
+            "last_seen": {"type": "date"},
+            "service": {"type": "keyword"},
+            "product": {"type": "keyword"},
+            "version": {"type": "keyword"},
+            "banner": {"type": "text"},
+            "service_observed_at": {"type": "date"},
+            "execution_id": {"type": "keyword"},
+            "tags": {"type": "keyword"}
+        }
+    })
+}
+
+/// The physical asset indices publication writes to, and their aliases.
+pub const ASSETS_VERSION: u32 = 1;
+
 /// Installs templates and indices; safe to run on every start and from several instances.
 pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
     let template = json!({
@@ -78,7 +105,41 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
         es,
         &index::execution_endpoints(prefix),
         &json!({ "settings": {"number_of_shards": 1}, "mappings": execution_endpoints_mapping() }),
-    )
+    )?;
+    for alias in [
+        index::assets_global_alias(prefix),
+        index::assets_user_alias(prefix),
+    ] {
+        let physical = index::versioned(&alias, ASSETS_VERSION);
+        create_index(
+            es,
+            &physical,
+            &json!({ "settings": {"number_of_shards": 1}, "mappings": assets_mapping() }),
+        )?;
+        ensure_alias(es, &alias, &physical)?;
+    }
+    es.json(
+        "PUT",
+        &format!("/_scripts/{}", painless::ASSET_MERGE_ID),
+        &json!({ "script": { "lang": "painless", "source": painless::ASSET_MERGE_SOURCE } }),
+    )?
+    .ok()?;
+    Ok(())
+}
+
+/// Points `alias` at `physical` unless the alias exists already (a rebuild may have moved
+/// it to a newer index, which must not be undone by a restart).
+fn ensure_alias(es: &EsClient, alias: &str, physical: &str) -> Result<(), EsError> {
+    let existing = es.request(
+        "GET",
+        &format!("/_alias/{}", index::encode_path(alias)),
+        None,
+    )?;
+    if existing.status == 200 {
+        return Ok(());
+    }
+    let actions = json!({ "actions": [ { "add": { "index": physical, "alias": alias } } ] });
+    es.json("POST", "/_aliases", &actions)?.ok().map(|_| ())
 }
 
 /// Creates an index unless it exists already.

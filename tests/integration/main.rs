@@ -6,4 +6,5 @@ mod support;
 
 mod emulator;
 mod foundation;
+mod projection;
 mod upload;

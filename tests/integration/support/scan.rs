@@ -18,17 +18,16 @@ pub fn dns(name: &str, value: &str, observed_at: &str) -> Value {
     json!({"type": "dns", "name": name, "record_type": "A", "value": value, "observed_at": observed_at})
 }
 
-/// `n` endpoints 10.0.x.y:443 observed at `observed_at`, starting at `first`.
+/// `n` endpoints 10.x.y.z:443 observed at `observed_at`, starting at `first`.
 pub fn endpoints(first: usize, n: usize, observed_at: &str) -> Vec<Value> {
     (first..first + n)
-        .map(|i| {
-            endpoint(
-                &format!("10.0.{}.{}", i / 250, i % 250 + 1),
-                443,
-                observed_at,
-            )
-        })
+        .map(|i| endpoint(&nth_ip(i), 443, observed_at))
         .collect()
+}
+
+/// The i-th test address: 10.0.0.1, 10.0.0.2, … (250 per /24).
+pub fn nth_ip(i: usize) -> String {
+    format!("10.{}.{}.{}", i / 62_500, (i / 250) % 250, i % 250 + 1)
 }
 
 pub struct Batch {
@@ -110,4 +109,30 @@ pub fn claim(base: &str, token: &str) -> Got {
         .post(format!("{base}/api/v1/scanner/executions/claim"))
         .header("Authorization", &format!("Bearer {token}"))
         .send_empty())
+}
+
+/// Uploads `n` endpoints (from `first`) in batches of `batch` and a final; panics on any
+/// non-200 answer.
+pub fn upload_execution(
+    base: &str,
+    token: &str,
+    execution: Uuid,
+    first: usize,
+    n: usize,
+    batch: usize,
+    at: &str,
+) {
+    let up = Uuid::new_v4();
+    let mut index = 0;
+    let mut done = 0;
+    while done < n {
+        let take = batch.min(n - done);
+        let b = Batch::main(up, index, endpoints(first + done, take, at));
+        let r = post(base, token, execution, &b);
+        assert_eq!(r.status, 200, "batch {index}: {}", r.body);
+        done += take;
+        index += 1;
+    }
+    let r = post(base, token, execution, &Batch::final_(up, index, vec![]));
+    assert_eq!(r.status, 200, "final: {}", r.body);
 }

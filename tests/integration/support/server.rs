@@ -54,6 +54,10 @@ impl TestServer {
         &self.running.as_ref().expect("running").app
     }
 
+    pub fn app_arc(&self) -> std::sync::Arc<scanstore::app::App> {
+        self.running.as_ref().expect("running").app.clone()
+    }
+
     /// Graceful shutdown; true when in-flight requests finished in time.
     pub fn shutdown(mut self) -> bool {
         self.running.take().map(Running::shutdown).unwrap_or(true)

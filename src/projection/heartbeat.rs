@@ -1,0 +1,89 @@
+//! The heartbeat of one claim: a thread that renews the lease every
+//! `projection_heartbeat_seconds`, independently of page work, so a slow bulk never
+//! starves it. When a renewal finds the lease gone it disconnects the `lost` channel at
+//! once, which cancels the worker's waits and stops further pages.
+
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+
+use super::outbox::{self, Claim};
+use super::ProjectionError;
+use crate::db::Db;
+use crate::telemetry::Line;
+
+pub struct Heartbeat {
+    stop: Option<Sender<()>>,
+    lost: Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    pub fn start(db: Db, claim: Claim, period: Duration, lease: Duration) -> Heartbeat {
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let (lost_tx, lost) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name(format!("heartbeat-{}", claim.id))
+            .spawn(move || beat(&db, &claim, period, lease, &stop_rx, lost_tx))
+            .ok();
+        Heartbeat {
+            stop: Some(stop_tx),
+            lost,
+            thread,
+        }
+    }
+
+    /// Disconnected when the lease was lost (or the heartbeat could not start).
+    pub fn cancel(&self) -> &Receiver<()> {
+        &self.lost
+    }
+
+    pub fn is_lost(&self) -> bool {
+        matches!(self.lost.try_recv(), Err(TryRecvError::Disconnected))
+    }
+
+    /// Stops renewing (the tick is over) and waits for the thread.
+    pub fn stop(mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn beat(
+    db: &Db,
+    claim: &Claim,
+    period: Duration,
+    lease: Duration,
+    stop: &Receiver<()>,
+    lost: Sender<()>,
+) {
+    loop {
+        match stop.recv_timeout(period) {
+            Err(RecvTimeoutError::Timeout) => {}
+            // Stopped by the worker.
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        match outbox::renew(db, claim, lease) {
+            Ok(()) => Line::new("ScanProjectionLeaseRenewed")
+                .field("outbox_id", claim.id)
+                .field("execution_id", claim.execution_id)
+                .info(),
+            Err(ProjectionError::LeaseLost) => {
+                Line::new("ScanProjectionLeaseLost")
+                    .field("outbox_id", claim.id)
+                    .field("execution_id", claim.execution_id)
+                    .warn();
+                drop(lost);
+                return;
+            }
+            // The database may be back before the lease runs out: keep trying.
+            Err(e) => Line::new("ScanProjectionLeaseRenewFailed")
+                .field("outbox_id", claim.id)
+                .field("error", e)
+                .warn(),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Asset publication: dedicated worker threads turn each succeeded execution into the
+//! current asset view through `scan_projection_outbox`.
+//!
+//! ```text
+//!            final (tx B) inserts
+//!                   │
+//!                   ▼
+//!   waiting ──claim (SKIP LOCKED, token + lease)──▶ leased/publishing ──page, verify,
+//!     ▲  ▲                                           │     checkpoint cursor ─┐
+//!     │  └──release after pages_per_tick (due now)───┤ ◀──────────────────────┘
+//!     │                                              │ no more endpoints
+//!     └──error: attempts+1, backoff into available_at│
+//!                                                    ▼
+//!                                       leased/refreshing ──refresh once──▶ done
+//!                                                                          (processed_at)
+//! ```
+//!
+//! Lease rules: renewal, checkpoint, release, retry and completion all match `claim_token`
+//! *and* an unexpired `lease_expires_at` (database time); zero rows means the lease is lost,
+//! and the worker sends nothing more. A heartbeat thread renews the lease independently of
+//! page work. A crashed worker's row comes back when its lease expires. Pages are idempotent
+//! merges, so a page replayed after a lost checkpoint — or a stale owner's late write —
+//! leaves the documents as they would be anyway. Connections are checked out per statement
+//! and never held across Elasticsearch I/O.
+
+pub mod heartbeat;
+pub mod outbox;
+pub mod page;
+pub mod status;
+pub mod worker;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::app::App;
+use crate::db::DbError;
+use crate::es::error::ErrorClass;
+use crate::es::EsError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectionError {
+    #[error("lease lost")]
+    LeaseLost,
+    #[error(transparent)]
+    Db(#[from] DbError),
+    #[error(transparent)]
+    Es(#[from] EsError),
+}
+
+impl From<postgres::Error> for ProjectionError {
+    fn from(e: postgres::Error) -> Self {
+        ProjectionError::Db(DbError::from(e))
+    }
+}
+
+impl ProjectionError {
+    /// Database trouble is transient; ES errors keep their own class.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ProjectionError::Es(e) => e.class(),
+            ProjectionError::LeaseLost | ProjectionError::Db(_) => ErrorClass::Transient,
+        }
+    }
+}
+
+/// The running worker threads.
+pub struct Workers {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Workers {
+    pub fn start(app: &Arc<App>) -> std::io::Result<Workers> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for n in 0..app.config.projection.workers {
+            let (app, stop) = (app.clone(), stop.clone());
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("projection-{n}"))
+                    .spawn(move || worker::run(&worker::Worker::new(app), &stop))?,
+            );
+        }
+        Ok(Workers { stop, threads })
+    }
+
+    /// Stops after the current ticks (each bounded by `projection_pages_per_tick`).
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The outbox's SQL: claim, context, lease renewal, checkpoint, release, completion and
+//! error recording — each one short statement on a freshly checked-out connection. Every
+//! write after the claim matches the whole lease (`claim_token = $2 AND lease_expires_at >
+//! now()`): zero rows means the lease is lost and the caller must stop. Leases use the
+//! database clock, so workers' clocks never matter.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::ProjectionError;
+use crate::db::{Db, Stage};
+
+/// A claimed row, as the claim returned it.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub id: i64,
+    pub token: Uuid,
+    pub execution_id: Uuid,
+    pub owner_id: Uuid,
+    pub cursor: Option<String>,
+    pub refreshing: bool,
+    pub processed_endpoints: i64,
+    pub attempts: i32,
+}
+
+// Takes the oldest due row whose execution has succeeded and whose lease is free or
+// expired. SKIP LOCKED: concurrent claimers take different rows instead of queueing on one.
+// The partial index scan_projection_outbox_claim_idx serves the ORDER BY.
+const OUTBOX_CLAIM: &str = "
+    WITH next AS (
+        SELECT o.id
+          FROM scan_projection_outbox o
+          JOIN executions e ON e.id = o.execution_id
+         WHERE o.processed_at IS NULL
+           AND o.kind = 'execution'
+           AND o.available_at <= now()
+           AND (o.claim_token IS NULL OR o.lease_expires_at <= now())
+           AND e.status = 'succeeded'
+         ORDER BY o.available_at, o.id
+         LIMIT 1
+           FOR UPDATE OF o SKIP LOCKED)
+    UPDATE scan_projection_outbox o
+       SET claim_token = $1, lease_expires_at = now() + make_interval(secs => $2)
+      FROM next
+     WHERE o.id = next.id
+    RETURNING o.id, o.execution_id, o.owner_id, o.cursor, o.phase = 'refreshing',
+              o.processed_endpoints, o.attempts";
+
+const OUTBOX_RENEW_LEASE: &str = "
+    UPDATE scan_projection_outbox SET lease_expires_at = now() + make_interval(secs => $3)
+     WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()";
+
+const OUTBOX_CHECKPOINT: &str = "
+    UPDATE scan_projection_outbox
+       SET cursor = $3, processed_endpoints = processed_endpoints + $4
+     WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()";
+
+const OUTBOX_ENTER_REFRESHING: &str = "
+    UPDATE scan_projection_outbox SET phase = 'refreshing'
+     WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()";
+
+// Gives the row back, due now: it queues behind every row that was due earlier.
+const OUTBOX_RELEASE: &str = "
+    UPDATE scan_projection_outbox
+       SET claim_token = NULL, lease_expires_at = NULL, available_at = now()
+     WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()";
+
+const OUTBOX_COMPLETE: &str = "
+    UPDATE scan_projection_outbox
+       SET processed_at = now(), claim_token = NULL, lease_expires_at = NULL,
+           last_error = NULL, last_error_class = NULL
+     WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()";
+
+const OUTBOX_RECORD_ERROR: &str = "
+    UPDATE scan_projection_outbox
+       SET attempts = attempts + 1, last_error = $3, last_error_class = $4,
+           available_at = now() + make_interval(secs => $5),
+           claim_token = NULL, lease_expires_at = NULL
+     WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()
+    RETURNING attempts";
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Claims the next due row for `lease`, or `None` when nothing is due.
+pub fn claim(db: &Db, lease: Duration) -> Result<Option<Claim>, ProjectionError> {
+    let token = Uuid::new_v4();
+    let mut conn = db.checkout(Stage::Claim)?;
+    let row = conn.query_opt(OUTBOX_CLAIM, &[&token, &secs(lease)])?;
+    Ok(row.map(|r| Claim {
+        id: r.get(0),
+        token,
+        execution_id: r.get(1),
+        owner_id: r.get(2),
+        cursor: r.get(3),
+        refreshing: r.get(4),
+        processed_endpoints: r.get(5),
+        attempts: r.get(6),
+    }))
+}
+
+/// Runs one lease-guarded write; zero rows is `LeaseLost`.
+fn guarded(
+    db: &Db,
+    stage: Stage,
+    sql: &str,
+    claim: &Claim,
+    extra: &[&(dyn postgres::types::ToSql + Sync)],
+) -> Result<(), ProjectionError> {
+    let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&claim.id, &claim.token];
+    params.extend_from_slice(extra);
+    let mut conn = db.checkout(stage)?;
+    match conn.execute(sql, &params)? {
+        0 => Err(ProjectionError::LeaseLost),
+        _ => Ok(()),
+    }
+}
+
+pub fn renew(db: &Db, claim: &Claim, lease: Duration) -> Result<(), ProjectionError> {
+    guarded(db, Stage::Renew, OUTBOX_RENEW_LEASE, claim, &[&secs(lease)])
+}
+
+pub fn checkpoint(
+    db: &Db,
+    claim: &Claim,
+    cursor: &str,
+    endpoints: i64,
+) -> Result<(), ProjectionError> {
+    guarded(
+        db,
+        Stage::Checkpoint,
+        OUTBOX_CHECKPOINT,
+        claim,
+        &[&cursor, &endpoints],
+    )
+}
+
+pub fn enter_refreshing(db: &Db, claim: &Claim) -> Result<(), ProjectionError> {
+    guarded(db, Stage::Checkpoint, OUTBOX_ENTER_REFRESHING, claim, &[])
+}
+
+pub fn release(db: &Db, claim: &Claim) -> Result<(), ProjectionError> {
+    guarded(db, Stage::Checkpoint, OUTBOX_RELEASE, claim, &[])
+}
+
+pub fn complete(db: &Db, claim: &Claim) -> Result<(), ProjectionError> {
+    guarded(db, Stage::Checkpoint, OUTBOX_COMPLETE, claim, &[])
+}
+
+/// Records a failed tick and schedules the next attempt after `backoff`; returns the new
+/// attempt count.
+pub fn record_error(
+    db: &Db,
+    claim: &Claim,
+    message: &str,
+    class: &str,
+    backoff: Duration,
+) -> Result<i32, ProjectionError> {
+    let mut conn = db.checkout(Stage::OutboxError)?;
+    let row = conn.query_opt(
+        OUTBOX_RECORD_ERROR,
+        &[&claim.id, &claim.token, &message, &class, &secs(backoff)],
+    )?;
+    row.map(|r| r.get(0)).ok_or(ProjectionError::LeaseLost)
+}

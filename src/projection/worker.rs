@@ -1,0 +1,228 @@
+//! A publication worker: `tick()` claims one outbox row, publishes up to
+//! `projection_pages_per_tick` pages (each verified, then checkpointed), and either yields
+//! the row, or refreshes the asset indices once and completes it. The loop around it
+//! survives panics (recorded as errors) and idles between empty claims.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::app::App;
+use crate::es::error::ErrorClass;
+use crate::es::retry::Backoff;
+use crate::es::writer::{WritePolicy, Writer};
+use crate::es::{index, setup};
+use crate::telemetry::events::ms;
+use crate::telemetry::Line;
+
+use super::heartbeat::Heartbeat;
+use super::outbox::{self, Claim};
+use super::{page, ProjectionError};
+
+/// Wait between claims when nothing is due.
+pub const IDLE_WAIT: Duration = Duration::from_millis(250);
+
+/// Backoff of a failed row: transient errors grow from 1 s to the cap; permanent ones go
+/// straight to the cap, so they never hot-loop but are never dropped either.
+pub const OUTBOX_BACKOFF: Backoff = Backoff {
+    base: Duration::from_secs(1),
+    cap: Duration::from_secs(300),
+};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TickOutcome {
+    /// Nothing was due.
+    Idle,
+    /// Published `pages` pages and gave the row back for others' turn.
+    Yielded { pages: usize },
+    /// Published the rest, refreshed and completed the row.
+    Completed { pages: usize },
+    /// The lease was lost; nothing more was sent.
+    LeaseLost,
+    /// The attempt failed and was recorded with its backoff.
+    Failed { class: ErrorClass },
+}
+
+pub struct Worker {
+    app: Arc<App>,
+}
+
+impl Worker {
+    pub fn new(app: Arc<App>) -> Worker {
+        Worker { app }
+    }
+
+    /// One claim → pages → checkpoint round.
+    pub fn tick(&self) -> Result<TickOutcome, ProjectionError> {
+        let es_cfg = &self.app.config.elasticsearch;
+        let Some(claim) = outbox::claim(&self.app.db, es_cfg.projection_lease)? else {
+            return Ok(TickOutcome::Idle);
+        };
+        Line::new("ScanProjectionClaimed")
+            .field("outbox_id", claim.id)
+            .field("execution_id", claim.execution_id)
+            .field(
+                "phase",
+                if claim.refreshing {
+                    "refreshing"
+                } else {
+                    "publishing"
+                },
+            )
+            .field("processed_endpoints", claim.processed_endpoints)
+            .field("attempts", claim.attempts)
+            .info();
+        let heartbeat = Heartbeat::start(
+            self.app.db.clone(),
+            claim.clone(),
+            es_cfg.projection_heartbeat,
+            es_cfg.projection_lease,
+        );
+        let result = self.publish(&claim, &heartbeat);
+        heartbeat.stop();
+        match result {
+            Ok(outcome) => Ok(outcome),
+            Err(ProjectionError::LeaseLost) => Ok(TickOutcome::LeaseLost),
+            Err(e) => self.record(&claim, &e),
+        }
+    }
+
+    fn publish(
+        &self,
+        claim: &Claim,
+        heartbeat: &Heartbeat,
+    ) -> Result<TickOutcome, ProjectionError> {
+        let app = &self.app;
+        let cfg = &app.config.elasticsearch;
+        let prefix = &cfg.index_prefix;
+        app.ensure_indices()?;
+        let trace_id = format!("outbox-{}", claim.id);
+        let writer = Writer {
+            es: &app.es,
+            limiter: &app.limiter,
+            policy: WritePolicy {
+                max_ops: cfg.bulk_batch_size,
+                max_bytes: cfg.projection_bulk_max_bytes,
+                attempts: 1,
+                backoff: OUTBOX_BACKOFF,
+            },
+            cancel: Some(heartbeat.cancel()),
+            trace_id: &trace_id,
+        };
+        let mut pages = 0;
+        if !claim.refreshing {
+            let mut cursor = claim.cursor.clone();
+            let mut processed = claim.processed_endpoints;
+            loop {
+                if heartbeat.is_lost() {
+                    return Err(ProjectionError::LeaseLost);
+                }
+                if pages == cfg.projection_pages_per_tick {
+                    outbox::release(&app.db, claim)?;
+                    return Ok(TickOutcome::Yielded { pages });
+                }
+                let started = Instant::now();
+                let page = page::read(
+                    &app.es,
+                    prefix,
+                    claim.execution_id,
+                    cursor.as_deref(),
+                    cfg.projection_page_size,
+                )?;
+                let Some(next) = page.cursor.clone() else {
+                    break;
+                };
+                let ops = page::operations(prefix, claim.owner_id, &page.endpoints);
+                writer.write(&ops)?;
+                if heartbeat.is_lost() {
+                    return Err(ProjectionError::LeaseLost);
+                }
+                let n = page.endpoints.len() as i64;
+                outbox::checkpoint(&app.db, claim, &next, n)?;
+                processed += n;
+                pages += 1;
+                cursor = Some(next);
+                Line::new("ScanProjectionPageCompleted")
+                    .field("outbox_id", claim.id)
+                    .field("execution_id", claim.execution_id)
+                    .field("endpoints", n)
+                    .field("processed_endpoints", processed)
+                    .field("duration_ms", ms(started.elapsed()))
+                    .info();
+                if page.endpoints.len() < cfg.projection_page_size {
+                    break;
+                }
+            }
+            outbox::enter_refreshing(&app.db, claim)?;
+        }
+        // Every page is written: make them visible once, then finish. A failure here is
+        // retried later in phase `refreshing`, which re-sends no page.
+        let indices = [
+            index::versioned(&index::assets_global_alias(prefix), setup::ASSETS_VERSION),
+            index::versioned(&index::assets_user_alias(prefix), setup::ASSETS_VERSION),
+        ];
+        let path = format!("/{}/_refresh", index::encode_path(&indices.join(",")));
+        app.es.request("POST", &path, None)?.ok()?;
+        outbox::complete(&app.db, claim)?;
+        Line::new("ScanProjectionCompleted")
+            .field("outbox_id", claim.id)
+            .field("execution_id", claim.execution_id)
+            .field("pages", pages)
+            .info();
+        Ok(TickOutcome::Completed { pages })
+    }
+
+    fn record(
+        &self,
+        claim: &Claim,
+        error: &ProjectionError,
+    ) -> Result<TickOutcome, ProjectionError> {
+        let class = error.class();
+        let backoff = match class {
+            ErrorClass::Transient => OUTBOX_BACKOFF.delay_random(claim.attempts as u32 + 1),
+            ErrorClass::Permanent => OUTBOX_BACKOFF.cap,
+        };
+        let message: String = error.to_string().chars().take(1000).collect();
+        match outbox::record_error(&self.app.db, claim, &message, class.as_str(), backoff) {
+            Ok(attempts) => {
+                Line::new("ScanProjectionOutboxError")
+                    .field("outbox_id", claim.id)
+                    .field("execution_id", claim.execution_id)
+                    .field("class", class.as_str())
+                    .field("attempts", attempts)
+                    .field("backoff_ms", ms(backoff))
+                    .field("error", &message)
+                    .warn();
+                Ok(TickOutcome::Failed { class })
+            }
+            Err(ProjectionError::LeaseLost) => Ok(TickOutcome::LeaseLost),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The worker thread's loop: ticks until `stop`, idling when nothing is due. A panic in
+/// a tick is logged and the loop goes on (the claimed row recovers by lease expiry).
+pub fn run(worker: &Worker, stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        let outcome = catch_unwind(AssertUnwindSafe(|| worker.tick()));
+        let idle = match outcome {
+            Ok(Ok(TickOutcome::Idle)) => true,
+            Ok(Ok(_)) => false,
+            Ok(Err(e)) => {
+                Line::new("ScanProjectionTickFailed")
+                    .field("error", e)
+                    .warn();
+                true
+            }
+            Err(_) => {
+                Line::new("ScanProjectionTickPanicked").warn();
+                true
+            }
+        };
+        if idle {
+            std::thread::sleep(IDLE_WAIT);
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Claims and leases: concurrent claimers take different rows, a stale token changes
+//! nothing, the heartbeat keeps a lease alive while ES hangs, and connections are not
+//! held across ES I/O.
+
+use std::time::Duration;
+
+use scanstore::projection::outbox;
+use scanstore::projection::worker::TickOutcome;
+use scanstore::projection::ProjectionError;
+
+use super::{assets, outbox_row, wait_for, worker, T0};
+use crate::support::emulator::Fault;
+use crate::support::factory;
+use crate::support::logs;
+use crate::support::scan;
+use crate::support::stack::Stack;
+
+fn manual(test: &str, adjust: impl FnOnce(&mut scanstore::config::Config)) -> Option<Stack> {
+    Stack::with_faults(test, "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        adjust(cfg);
+    })
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn concurrent_claims_take_different_rows() {
+    let Some(s) = manual("concurrent_claims", |_| {}) else {
+        return;
+    };
+    let mut c = s.sql();
+    let mut executions = vec![s.execution()];
+    for _ in 0..5 {
+        executions.push(
+            factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running").execution_id,
+        );
+    }
+    for (i, e) in executions.iter().enumerate() {
+        scan::upload_execution(s.base(), &s.scanner.token, *e, i * 10, 3, 3, T0);
+    }
+    let app = s.server.app_arc();
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let app = app.clone();
+            std::thread::spawn(move || {
+                outbox::claim(&app.db, Duration::from_secs(60))
+                    .unwrap()
+                    .map(|c| c.id)
+            })
+        })
+        .collect();
+    let mut claimed: Vec<i64> = handles
+        .into_iter()
+        .filter_map(|h| h.join().unwrap())
+        .collect();
+    assert_eq!(claimed.len(), 6, "each due row once, the rest find nothing");
+    claimed.sort();
+    claimed.dedup();
+    assert_eq!(claimed.len(), 6, "a row was claimed twice");
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_stale_token_changes_nothing() {
+    let Some(s) = manual("stale_token", |_| {}) else {
+        return;
+    };
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 5, 5, T0);
+    let app = s.server.app_arc();
+    let lease = Duration::from_secs(60);
+    let old = outbox::claim(&app.db, lease).unwrap().unwrap();
+    s.sql()
+        .execute(
+            "UPDATE scan_projection_outbox SET lease_expires_at = now() - interval '1 second'",
+            &[],
+        )
+        .unwrap();
+    let new = outbox::claim(&app.db, lease).unwrap().unwrap();
+    assert_eq!(new.id, old.id);
+    assert_ne!(new.token, old.token);
+    outbox::checkpoint(&app.db, &new, "[\"10.0.0.1\",443,\"tcp\"]", 1).unwrap();
+    let before = outbox_row(&s, s.execution());
+    let lost = |r: Result<(), ProjectionError>| matches!(r, Err(ProjectionError::LeaseLost));
+    assert!(lost(outbox::checkpoint(&app.db, &old, "[\"z\"]", 99)));
+    assert!(lost(outbox::renew(&app.db, &old, lease)));
+    assert!(lost(outbox::enter_refreshing(&app.db, &old)));
+    assert!(lost(outbox::release(&app.db, &old)));
+    assert!(lost(outbox::complete(&app.db, &old)));
+    assert!(matches!(
+        outbox::record_error(&app.db, &old, "x", "transient", Duration::from_secs(1)),
+        Err(ProjectionError::LeaseLost)
+    ));
+    assert_eq!(
+        outbox_row(&s, s.execution()),
+        before,
+        "a stale owner changed the row"
+    );
+    // An expired lease is no lease either, even with the right token.
+    s.sql()
+        .execute(
+            "UPDATE scan_projection_outbox SET lease_expires_at = now() - interval '1 second'",
+            &[],
+        )
+        .unwrap();
+    assert!(lost(outbox::complete(&app.db, &new)));
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn lease_is_renewed_while_es_hangs_longer_than_the_lease() {
+    let Some(s) = manual("lease_renewal", |cfg| {
+        cfg.elasticsearch.projection_lease = Duration::from_secs(10);
+        cfg.elasticsearch.projection_heartbeat = Duration::from_secs(1);
+        cfg.elasticsearch.request_timeout = Duration::from_secs(60);
+    }) else {
+        return;
+    };
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 5, 5, T0);
+    let fault = s.emulator().add_fault(Fault::Pause {
+        path: "/_bulk".into(),
+        method: None,
+        count: Some(1),
+    });
+    let w = worker(&s);
+    let ticking = std::thread::spawn(move || w.tick().unwrap());
+    s.emulator().wait_paused(1, Duration::from_secs(10));
+    // Hang for longer than the lease.
+    std::thread::sleep(Duration::from_secs(12));
+    let row = outbox_row(&s, s.execution());
+    assert!(
+        row["claim_token"].is_string(),
+        "the lease was lost while ES hung: {row}"
+    );
+    s.emulator().remove_fault(fault);
+    s.emulator().release_all();
+    assert_eq!(ticking.join().unwrap(), TickOutcome::Completed { pages: 1 });
+    let id = row["id"].to_string();
+    let renewals = logs::lines_with(&[
+        "event=ScanProjectionLeaseRenewed",
+        &format!("outbox_id={id} "),
+    ]);
+    assert!(
+        renewals.len() >= 8,
+        "only {} renewals in 12 s",
+        renewals.len()
+    );
+    assert!(
+        logs::lines_with(&["event=ScanProjectionLeaseLost", &format!("outbox_id={id} ")])
+            .is_empty()
+    );
+    assert_eq!(assets(&s, "global").len(), 5);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn single_connection_pool_is_released_during_publication() {
+    let Some(s) = Stack::with_faults("pool_release_publication", "port_scan", |cfg| {
+        cfg.database.pool_size = 1;
+        cfg.projection.workers = 1;
+    }) else {
+        return;
+    };
+    let mut c = s.sql();
+    let other = factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running");
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 30, 30, T0);
+    // Asset writes are slow; uploads still get the one connection between statements.
+    s.emulator().add_fault(Fault::Latency {
+        path: "/_bulk".into(),
+        method: None,
+        ms: 500,
+        count: None,
+    });
+    scan::upload_execution(
+        s.base(),
+        &s.scanner.token,
+        other.execution_id,
+        100,
+        5,
+        5,
+        T0,
+    );
+    wait_for("both published", Duration::from_secs(60), || {
+        outbox_row(&s, s.execution())["processed_at"].is_string()
+            && outbox_row(&s, other.execution_id)["processed_at"].is_string()
+    });
+    for line in logs::lines_with(&["event=ScanWriteConnectionReleased"]) {
+        let stage_ok = [
+            "stage=claim ",
+            "stage=renew ",
+            "stage=checkpoint ",
+            "stage=outbox_error ",
+        ]
+        .iter()
+        .any(|s| line.contains(s));
+        if !stage_ok {
+            continue;
+        }
+        let hold: f64 = line
+            .split("hold_ms=")
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        assert!(
+            hold < 500.0,
+            "a publication connection was held across ES I/O: {line}"
+        );
+    }
+    assert_eq!(assets(&s, "global").len(), 35);
+}

@@ -1,0 +1,83 @@
+//! Asset publication (SPEC §4), run with `cargo test projection:: -- --include-ignored`:
+//! leased claims, heartbeats, verified paged bulk with checkpoints, the refresh phase,
+//! backoff and recovery. Tests that drive ticks by hand start the server with no workers.
+
+mod claims;
+mod faults;
+mod publish;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::support::stack::Stack;
+
+pub const T0: &str = "2026-11-29T10:00:00Z";
+
+/// Polls `cond` until it holds or `limit` passes (then panics with `what`).
+pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A worker on the stack's app, for tests that tick by hand.
+pub fn worker(s: &Stack) -> scanstore::projection::worker::Worker {
+    scanstore::projection::worker::Worker::new(Arc::clone(&s.server.app_arc()))
+}
+
+/// The outbox row of an execution as JSON (for before/after comparisons).
+pub fn outbox_row(s: &Stack, execution: Uuid) -> Value {
+    let text: String = s
+        .sql()
+        .query_one(
+            "SELECT row_to_json(o)::text FROM scan_projection_outbox o WHERE execution_id = $1",
+            &[&execution],
+        )
+        .unwrap()
+        .get(0);
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Every document of an asset view (alias `global` or `user`), sorted by id.
+pub fn assets(s: &Stack, view: &str) -> Vec<(String, Value)> {
+    let es = s.es();
+    let alias = format!("{}-assets-{view}", s.prefix());
+    es.post(&format!("/{alias}/_refresh"), &serde_json::json!({}));
+    let (status, body) = es.post(
+        &format!("/{alias}/_search"),
+        &serde_json::json!({"size": 10000, "sort": [{"ip": "asc"}, {"port": "asc"}], "query": {"match_all": {}}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let mut docs: Vec<(String, Value)> = body["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["_id"].as_str().unwrap().to_string(), h["_source"].clone()))
+        .collect();
+    docs.sort_by(|a, b| a.0.cmp(&b.0));
+    docs
+}
+
+/// Ticks until the execution's row is processed (at most `max` ticks).
+pub fn tick_until_done(
+    w: &scanstore::projection::worker::Worker,
+    s: &Stack,
+    execution: Uuid,
+    max: usize,
+) {
+    for _ in 0..max {
+        w.tick().unwrap();
+        if outbox_row(s, execution)["processed_at"].is_string() {
+            return;
+        }
+    }
+    panic!(
+        "not published after {max} ticks: {}",
+        outbox_row(s, execution)
+    );
+}

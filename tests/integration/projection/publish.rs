@@ -1,0 +1,171 @@
+//! Publication end to end: both views, merge semantics, resume, fairness.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::{assets, outbox_row, tick_until_done, wait_for, worker, T0};
+use crate::support::factory;
+use crate::support::scan::{self, endpoint, Batch};
+use crate::support::stack::Stack;
+use scanstore::projection::worker::TickOutcome;
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_final_is_published_into_both_views_by_the_workers() {
+    let s = Stack::new("port_scan");
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 10, T0);
+    wait_for("publication", Duration::from_secs(30), || {
+        outbox_row(&s, s.execution())["processed_at"].is_string()
+    });
+    let row = outbox_row(&s, s.execution());
+    assert_eq!(row["processed_endpoints"], 25);
+    assert_eq!(row["phase"], "refreshing");
+    assert!(row["claim_token"].is_null());
+    let global = assets(&s, "global");
+    let user = assets(&s, "user");
+    assert_eq!((global.len(), user.len()), (25, 25));
+    let (id, doc) = &user[0];
+    assert!(id.starts_with(&s.owner.id.simple().to_string()));
+    assert_eq!(doc["owner_id"], s.owner.id.to_string());
+    assert_eq!(doc["first_seen"], "2026-11-29T10:00:00.000Z");
+    assert_eq!(doc["last_seen"], "2026-11-29T10:00:00.000Z");
+    assert_eq!(doc["service"], "https");
+    assert!(global[0].1.get("owner_id").is_none());
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn later_executions_merge_first_and_last_seen() {
+    let s = Stack::new("port_scan");
+    let mut c = s.sql();
+    let second = factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running");
+    let up = Uuid::new_v4();
+    let mut newer = endpoint("10.0.0.1", 443, "2026-11-30T10:00:00Z");
+    newer["service"] = serde_json::json!("http");
+    let fin = Batch::final_(up, 0, vec![newer]);
+    assert_eq!(
+        scan::post(s.base(), &s.scanner.token, second.execution_id, &fin).status,
+        200
+    );
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 1, 1, T0);
+    wait_for("both published", Duration::from_secs(30), || {
+        outbox_row(&s, s.execution())["processed_at"].is_string()
+            && outbox_row(&s, second.execution_id)["processed_at"].is_string()
+    });
+    let global = assets(&s, "global");
+    assert_eq!(global.len(), 1);
+    let doc = &global[0].1;
+    assert_eq!(doc["first_seen"], "2026-11-29T10:00:00.000Z");
+    assert_eq!(doc["last_seen"], "2026-11-30T10:00:00.000Z");
+    // The newer observation decides the service, whatever the publication order was.
+    assert_eq!(doc["service"], "http");
+    assert_eq!(doc["execution_id"], second.execution_id.to_string());
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_crashed_worker_is_resumed_from_the_saved_cursor() {
+    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        cfg.elasticsearch.projection_page_size = 10;
+        cfg.elasticsearch.projection_pages_per_tick = 2;
+    });
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 55, 20, T0);
+    let w = worker(&s);
+    assert_eq!(w.tick().unwrap(), TickOutcome::Yielded { pages: 2 });
+    let row = outbox_row(&s, s.execution());
+    assert_eq!(row["processed_endpoints"], 20);
+    assert!(row["cursor"].is_string());
+    // A worker claims, checkpoints nothing, and dies holding the lease.
+    let app = s.server.app_arc();
+    let dead = scanstore::projection::outbox::claim(&app.db, Duration::from_secs(60))
+        .unwrap()
+        .unwrap();
+    assert_eq!(dead.execution_id, s.execution());
+    assert_eq!(
+        w.tick().unwrap(),
+        TickOutcome::Idle,
+        "a live lease must not be taken over"
+    );
+    s.sql()
+        .execute(
+            "UPDATE scan_projection_outbox SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
+            &[&dead.id],
+        )
+        .unwrap();
+    tick_until_done(&w, &s, s.execution(), 10);
+    let row = outbox_row(&s, s.execution());
+    assert_eq!(
+        row["processed_endpoints"], 55,
+        "pages were skipped or repeated: {row}"
+    );
+    let global = assets(&s, "global");
+    assert_eq!(global.len(), 55);
+    for (i, (_, doc)) in assets(&s, "user").iter().enumerate() {
+        assert_eq!(doc["first_seen"], "2026-11-29T10:00:00.000Z", "doc {i}");
+        assert_eq!(doc["execution_id"], s.execution().to_string());
+    }
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn small_executions_are_not_starved_by_a_big_one() {
+    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        cfg.server.max_observations = 5000;
+        cfg.elasticsearch.projection_page_size = 2000;
+        cfg.elasticsearch.projection_pages_per_tick = 1;
+    });
+    let big_endpoints = 20_000;
+    scan::upload_execution(
+        s.base(),
+        &s.scanner.token,
+        s.execution(),
+        0,
+        big_endpoints,
+        5000,
+        T0,
+    );
+    let mut c = s.sql();
+    let small: Vec<Uuid> = (0..3)
+        .map(|i| {
+            let run = factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running");
+            scan::upload_execution(
+                s.base(),
+                &s.scanner.token,
+                run.execution_id,
+                100_000 + i * 10,
+                10,
+                10,
+                T0,
+            );
+            run.execution_id
+        })
+        .collect();
+    let w = worker(&s);
+    let mut order = Vec::new();
+    for _ in 0..40 {
+        w.tick().unwrap();
+        for e in small.iter().chain(std::iter::once(&s.execution())) {
+            if outbox_row(&s, *e)["processed_at"].is_string() && !order.contains(e) {
+                order.push(*e);
+            }
+        }
+        if order.len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(order.len(), 4, "not all published");
+    assert_eq!(
+        order[3],
+        s.execution(),
+        "the big execution finished before a small one: {order:?}"
+    );
+    let global = format!("{}-assets-global", s.prefix());
+    assert_eq!(
+        s.es()
+            .refreshed_count(&global, serde_json::json!({"match_all": {}})),
+        big_endpoints as u64 + 30
+    );
+}
