@@ -35,7 +35,7 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
         require_alias: req.flag("require_alias")?.unwrap_or(false),
     };
     let mut store = lock(&app.store);
-    let res = apply(&mut store, &op).map_err(|e| e.error)?;
+    let res = apply(&mut store, op).map_err(|e| e.error)?;
     let mut m = res.to_json();
     if forced && res.result != "noop" {
         if let Some(i) = store.indices.get_mut(&res.index) {
@@ -44,17 +44,19 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
         m.insert("forced_refresh".into(), json!(true));
         app.refreshed.notify_all();
     }
-    if refresh == Some("wait_for") && res.result != "noop" {
-        let gens: Vec<(String, u64)> = store.indices.get(&res.index).filter(|i| !i.dirty.is_empty()).map(|i| (res.index.clone(), i.refresh_gen)).into_iter().collect();
-        drop(store);
-        app.wait_for_refresh(&gens);
-    }
     if kind == OpKind::Update {
         let filter = SourceFilter::default().with_params(req.param("_source"), req.param("_source_includes"), req.param("_source_excludes"));
-        if let Some(src) = res.source.as_ref().and_then(|s| filter.apply(s)) {
+        let latest = store.indices.get(&res.index).and_then(|i| i.docs.get(&res.id)).and_then(|s| s.latest.clone());
+        if let Some(src) = latest.as_ref().and_then(|d| filter.apply(&d.source)) {
             m.insert("get".into(), json!({"_seq_no": res.seq_no, "_primary_term": 1, "found": true, "_source": src}));
         }
     }
+    let gens: Vec<(String, u64)> = match store.indices.get(&res.index) {
+        Some(i) if refresh == Some("wait_for") && res.result != "noop" && !i.dirty.is_empty() => vec![(res.index.clone(), i.refresh_gen)],
+        _ => Vec::new(),
+    };
+    drop(store);
+    app.wait_for_refresh(&gens);
     Ok(Reply::json(res.status, &Value::Object(m)))
 }
 

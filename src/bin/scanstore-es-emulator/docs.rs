@@ -58,18 +58,38 @@ pub struct WriteOk {
     pub result: &'static str,
     pub seq_no: i64,
     pub status: u16,
-    pub shards: Value,
-    pub source: Option<Value>,
+    /// `_shards` as (total, successful, failed).
+    pub shards: (u64, u64, u64),
 }
 
 impl WriteOk {
+    /// Appends this result as a bulk item body (`{...}`), written directly for speed.
+    pub fn write_item(&self, out: &mut Vec<u8>, forced_refresh: bool) {
+        use std::io::Write;
+        let (total, successful, failed) = self.shards;
+        out.extend_from_slice(b"{\"_index\":");
+        let _ = serde_json::to_writer(&mut *out, &self.index);
+        out.extend_from_slice(b",\"_id\":");
+        let _ = serde_json::to_writer(&mut *out, &self.id);
+        let _ = write!(
+            out,
+            ",\"_version\":{},\"result\":\"{}\",{}\"_shards\":{{\"total\":{total},\"successful\":{successful},\"failed\":{failed}}},\"_seq_no\":{},\"_primary_term\":1,\"status\":{}}}",
+            self.version,
+            self.result,
+            if forced_refresh { "\"forced_refresh\":true," } else { "" },
+            self.seq_no,
+            self.status
+        );
+    }
+
     pub fn to_json(&self) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert("_index".into(), json!(self.index));
         m.insert("_id".into(), json!(self.id));
         m.insert("_version".into(), json!(self.version));
         m.insert("result".into(), json!(self.result));
-        m.insert("_shards".into(), self.shards.clone());
+        let (total, successful, failed) = self.shards;
+        m.insert("_shards".into(), json!({"total": total, "successful": successful, "failed": failed}));
         m.insert("_seq_no".into(), json!(self.seq_no));
         m.insert("_primary_term".into(), json!(1));
         m
@@ -106,7 +126,7 @@ pub fn target_index(store: &mut Store, name: &str, require_alias: bool) -> Resul
     }
 }
 
-pub fn apply(store: &mut Store, op: &WriteOp) -> Result<WriteOk, WriteErr> {
+pub fn apply(store: &mut Store, mut op: WriteOp) -> Result<WriteOk, WriteErr> {
     let id = match &op.id {
         Some(id) => id.clone(),
         None if matches!(op.kind, OpKind::Index | OpKind::Create) => auto_id(),
@@ -125,10 +145,11 @@ pub fn apply(store: &mut Store, op: &WriteOp) -> Result<WriteOk, WriteErr> {
     };
     let uuid = index.uuid.clone();
     let scripts = &store.scripts;
+    let body = op.body.take();
     let res = match op.kind {
-        OpKind::Index | OpKind::Create => write_doc(index, op, &id),
-        OpKind::Delete => delete_doc(index, op, &id),
-        OpKind::Update => update_doc(index, op, &id, scripts),
+        OpKind::Index | OpKind::Create => write_doc(index, &op, body, &id),
+        OpKind::Delete => delete_doc(index, &op, &id),
+        OpKind::Update => update_doc(index, &op, body, &id, scripts),
     };
     res.map_err(|e| {
         let e = if e.meta.contains_key("index") { e } else { e.on_index(&index_name, &uuid) };
@@ -170,8 +191,8 @@ fn next_version(index: &Index, op: &WriteOp, id: &str) -> Result<i64, EsError> {
     }
 }
 
-fn write_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<WriteOk, EsError> {
-    let Some(source) = op.body.clone() else {
+fn write_doc(index: &mut Index, op: &WriteOp, body: Option<Value>, id: &str) -> Result<WriteOk, EsError> {
+    let Some(source) = body else {
         return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: source is missing;"));
     };
     check_cas(index, op, id)?;
@@ -192,8 +213,8 @@ fn ok(index: &Index, id: &str, version: i64, seq_no: i64, result: &'static str) 
         "not_found" => 404,
         _ => 200,
     };
-    let shards = if result == "noop" { json!({"total": 0, "successful": 0, "failed": 0}) } else { index.write_shards() };
-    WriteOk { index: index.name.clone(), id: id.to_owned(), version, result, seq_no, status, shards, source: None }
+    let shards = if result == "noop" { (0, 0, 0) } else { (1 + index.replicas, 1, 0) };
+    WriteOk { index: index.name.clone(), id: id.to_owned(), version, result, seq_no, status, shards }
 }
 
 fn delete_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<WriteOk, EsError> {
@@ -222,12 +243,12 @@ fn merge(dst: &mut Map<String, Value>, patch: &Map<String, Value>) -> bool {
 
 const UPDATE_FIELDS: [&str; 8] = ["doc", "upsert", "doc_as_upsert", "script", "scripted_upsert", "detect_noop", "_source", "lang"];
 
-fn update_doc(index: &mut Index, op: &WriteOp, id: &str, scripts: &std::collections::BTreeMap<String, crate::store::StoredScript>) -> Result<WriteOk, EsError> {
+fn update_doc(index: &mut Index, op: &WriteOp, body: Option<Value>, id: &str, scripts: &std::collections::BTreeMap<String, crate::store::StoredScript>) -> Result<WriteOk, EsError> {
     if op.version.is_some() {
         return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: Update requests do not support versioning. Please use `if_seq_no` and `if_primary_term` instead;"));
     }
     let empty = Map::new();
-    let payload = op.body.as_ref().and_then(Value::as_object).unwrap_or(&empty);
+    let payload = body.as_ref().and_then(Value::as_object).unwrap_or(&empty);
     if let Some(bad) = payload.keys().find(|k| !UPDATE_FIELDS.contains(&k.as_str())) {
         let hint = if bad.starts_with('d') { " did you mean [doc]?" } else { "" };
         return Err(EsError::new(400, "x_content_parse_exception", format!("[1:2] [UpdateRequest] unknown field [{bad}]{hint}")));
@@ -277,10 +298,8 @@ fn update_doc(index: &mut Index, op: &WriteOp, id: &str, scripts: &std::collecti
     };
     index.mapping.index_doc(id, &new_source)?;
     let version = index.docs.get(id).map_or(0, |s| s.version) + 1;
-    let (version, seq_no) = index.put(id, Some(new_source.clone()), version);
-    let mut res = ok(index, id, version, seq_no, if created { "created" } else { "updated" });
-    res.source = Some(new_source);
-    Ok(res)
+    let (version, seq_no) = index.put(id, Some(new_source), version);
+    Ok(ok(index, id, version, seq_no, if created { "created" } else { "updated" }))
 }
 
 fn script_error(reason: String, script: &str) -> EsError {
@@ -288,26 +307,34 @@ fn script_error(reason: String, script: &str) -> EsError {
 }
 
 fn run_script(spec: &Value, stored: &std::collections::BTreeMap<String, crate::store::StoredScript>, ctx: &mut ScriptCtx) -> Result<(), EsError> {
-    let (source, label, params) = match spec {
-        Value::String(s) => (s.clone(), s.clone(), Map::new()),
+    let (source, label, params, cached) = match spec {
+        Value::String(s) => (s.clone(), s.clone(), Map::new(), None),
         Value::Object(o) => {
             let params = o.get("params").and_then(Value::as_object).cloned().unwrap_or_default();
             match (o.get("id").and_then(Value::as_str), o.get("source").and_then(Value::as_str)) {
                 (Some(id), _) => match stored.get(id) {
-                    Some(s) => (s.source.clone(), id.to_owned(), params),
+                    Some(s) => (String::new(), id.to_owned(), params, Some(s.native)),
                     None => {
                         return Err(EsError::bad_request("failed to execute script").caused_by(
                             EsError::new(404, "resource_not_found_exception", format!("unable to find script [{id}] in cluster state")),
                         ))
                     }
                 },
-                (None, Some(src)) => (src.to_owned(), src.to_owned(), params),
+                (None, Some(src)) => (src.to_owned(), src.to_owned(), params, None),
                 _ => return Err(EsError::parsing("must specify either [source] for an inline script or [id] for a stored script")),
             }
         }
         _ => return Err(EsError::parsing("script must be a string or an object")),
     };
-    let Some(native) = painless::native_for_source(&source) else {
+    let native = match cached {
+        Some(native) => native,
+        None => painless::native_for_source(&source),
+    };
+    let Some(native) = native else {
+        let source = match stored.get(&label) {
+            Some(s) if cached.is_some() => s.source.clone(),
+            _ => source,
+        };
         return Err(script_error(
             format!(
                 "the ES emulator cannot run Painless: no native implementation is registered for this script source (sha256 {}); only scanstore's own scripts run here, their Painless text is proven on a real cluster (STORAGE_TEST_ES_URL)",

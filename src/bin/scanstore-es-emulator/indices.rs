@@ -209,7 +209,7 @@ pub fn put_script(app: &App, req: &Req, id: &str) -> HandlerResult {
     let Some(source) = script.get("source").and_then(|s| s.as_str().map(str::to_owned).or_else(|| s.is_object().then(|| s.to_string()))) else {
         return Err(EsError::new(400, "illegal_argument_exception", "must specify source for stored script"));
     };
-    lock(&app.store).scripts.insert(id.to_owned(), StoredScript { lang: lang.to_owned(), source });
+    lock(&app.store).scripts.insert(id.to_owned(), StoredScript { lang: lang.to_owned(), native: scanstore::es::painless::native_for_source(&source), source });
     Ok(Reply::ok(&json!({"acknowledged": true})))
 }
 

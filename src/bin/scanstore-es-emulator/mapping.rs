@@ -357,6 +357,11 @@ impl Mapping {
         let Some(obj) = src.as_object() else {
             return Err(mapper_error("failed to parse, document is empty"));
         };
+        // Fast path: a read-only check; the mapping is cloned only when a dynamic field must
+        // be added (so a rejected document never changes it).
+        if !needs_new_fields(&self.props, self.dynamic, obj, id)? {
+            return Ok(());
+        }
         let mut props = self.props.clone();
         let mut changed = false;
         check_object(&mut props, self.dynamic, obj, "", id, &mut changed)?;
@@ -365,6 +370,37 @@ impl Mapping {
         }
         Ok(())
     }
+}
+
+/// Validates like [`check_object`] without changing anything; `Ok(true)` when the document
+/// introduces fields that dynamic mapping would add (or the check needs the slow path).
+fn needs_new_fields(props: &BTreeMap<String, Field>, dynamic: Dynamic, obj: &Map<String, Value>, id: &str) -> Result<bool, EsError> {
+    for (name, value) in obj {
+        let Some(field) = props.get(name) else {
+            if value.is_null() || dynamic == Dynamic::False {
+                continue;
+            }
+            return Ok(true);
+        };
+        let mut items = std::slice::from_ref(value);
+        if let Value::Array(a) = value {
+            items = a;
+        }
+        for v in items {
+            match v {
+                Value::Object(inner) if field.ty == Ty::Object => {
+                    if needs_new_fields(&field.props, field.dynamic.unwrap_or(dynamic), inner, id)? {
+                        return Ok(true);
+                    }
+                }
+                Value::Null => {}
+                Value::Array(_) => return Ok(true),
+                v if field.ty != Ty::Object && to_key(field.ty, v).is_ok() => {}
+                _ => return Ok(true),
+            }
+        }
+    }
+    Ok(false)
 }
 
 fn check_object(

@@ -64,6 +64,8 @@ pub struct Template {
 pub struct StoredScript {
     pub lang: String,
     pub source: String,
+    /// The native twin of `source`, looked up once at PUT time.
+    pub native: Option<scanstore::es::painless::NativeScript>,
 }
 
 #[derive(Debug, Default)]
@@ -292,11 +294,6 @@ impl Index {
         }
         self.refresh_gen += 1;
         true
-    }
-
-    /// `_shards` of a write: primaries and their (unassigned) replicas on a single node.
-    pub fn write_shards(&self) -> Value {
-        json!({"total": 1 + self.replicas, "successful": 1, "failed": 0})
     }
 
     /// Stores a new latest version and marks the id for the next refresh.
