@@ -10,6 +10,7 @@ use crate::docs::{apply, parse_version_type, OpKind, WriteErr, WriteOp};
 use crate::error::EsError;
 use crate::faults::corrupt;
 use crate::http::{HandlerResult, Reply, Req};
+use crate::source_filter::SourceFilter;
 
 /// One parsed bulk line pair: an operation or an item-level parse failure.
 pub enum Parsed {
@@ -67,7 +68,7 @@ fn fast_action(line: &[u8], default_index: Option<&str>, req_require_alias: bool
         (None, None, None, Some(m)) => (OpKind::Delete, m),
         _ => return None,
     };
-    let _ = (meta.retry_on_conflict, meta.routing);
+    let _ = meta.retry_on_conflict;
     Some(WriteOp {
         kind,
         index: meta._index.or_else(|| default_index.map(str::to_owned))?,
@@ -78,6 +79,8 @@ fn fast_action(line: &[u8], default_index: Option<&str>, req_require_alias: bool
         if_seq_no: None,
         if_primary_term: None,
         require_alias: meta.require_alias.unwrap_or(req_require_alias),
+        fetch_source: None,
+        routing: meta.routing,
     })
 }
 
@@ -105,7 +108,14 @@ pub fn parse(body: &[u8], default_index: Option<&str>, req_require_alias: bool) 
                 return Err(EsError::bad_request(format!("Malformed action/metadata line [{n}], missing source line")));
             };
             match serde_json::from_slice::<Value>(source) {
-                Ok(v @ Value::Object(_)) => op.body = Some(v),
+                Ok(v @ Value::Object(_)) => {
+                    if kind == OpKind::Update {
+                        if let Some(src) = v.get("_source") {
+                            op.fetch_source = Some(src.clone());
+                        }
+                    }
+                    op.body = Some(v);
+                }
                 Ok(_) | Err(_) if kind == OpKind::Update => {
                     return Err(EsError::new(400, "x_content_parse_exception", format!("[{}:1] failed to parse update request", n + 1)))
                 }
@@ -170,6 +180,8 @@ fn slow_action(n: usize, line: &[u8], default_index: Option<&str>, req_require_a
             if_seq_no: get_i64("if_seq_no"),
             if_primary_term: get_i64("if_primary_term"),
             require_alias: meta.get("require_alias").and_then(Value::as_bool).unwrap_or(req_require_alias),
+            fetch_source: meta.get("_source").cloned(),
+            routing: get_str("routing"),
         };
         if kind == OpKind::Update && (op.version.is_some() || meta.contains_key("version_type")) {
             return Err(EsError::bad_request("Update requests do not support versioning. Please use `if_seq_no` and `if_primary_term` instead"));
@@ -196,6 +208,9 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         return Err(EsError::bad_request(format!("Unknown value for refresh: [{r}].")));
     }
     let parsed = parse(&req.body, default_index, req.flag("require_alias")?.unwrap_or(false))?;
+    let url_source = (req.param("_source").is_some() || req.param("_source_includes").is_some()).then(|| {
+        SourceFilter::default().with_params(req.param("_source"), req.param("_source_includes"), req.param("_source_excludes"))
+    });
     let mut items: Vec<Vec<u8>> = Vec::with_capacity(parsed.len());
     let mut errors = false;
     let mut touched: Vec<String> = Vec::new();
@@ -204,10 +219,20 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         let mut store = lock(&app.store);
         let mut faults = lock(&app.faults);
         let check_items = faults.has_item_faults();
+        let mut fetches: Vec<Option<SourceFilter>> = Vec::new();
         for p in parsed {
             let (kind, res) = match p {
-                Parsed::Bad { kind, index, id, error } => (kind, Err(WriteErr { index, id, error })),
+                Parsed::Bad { kind, index, id, error } => {
+                    fetches.push(None);
+                    (kind, Err(WriteErr { index, id, error }))
+                }
                 Parsed::Op(op) => {
+                    let fetch = match (&op.fetch_source, &url_source) {
+                        (Some(spec), _) if op.kind == OpKind::Update => Some(SourceFilter::from_body(Some(spec))),
+                        (None, Some(f)) if op.kind == OpKind::Update => Some(f.clone()),
+                        _ => None,
+                    };
+                    fetches.push(fetch);
                     let injected = if check_items { op.id.as_deref().and_then(|id| faults.item_failure(id)) } else { None };
                     match injected {
                         Some(error) => (op.kind, Err(WriteErr { index: op.index.clone(), id: op.id.clone().unwrap_or_default(), error })),
@@ -224,7 +249,11 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                     if touched.last() != Some(&ok.index) && !touched.contains(&ok.index) {
                         touched.push(ok.index.clone());
                     }
-                    ok.write_item(&mut item, forced && ok.result != "noop");
+                    let get = fetches.last().cloned().flatten().and_then(|f| {
+                        let doc = store.indices.get(&ok.index)?.docs.get(&ok.id)?.latest.clone()?;
+                        Some(json!({"_seq_no": doc.seq_no, "_primary_term": 1, "found": true, "_source": f.apply(&doc.source)?}))
+                    });
+                    ok.write_item(&mut item, forced && ok.result != "noop", get.as_ref());
                 }
                 Err(e) => {
                     errors = true;

@@ -33,6 +33,8 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
         if_seq_no: param_i64(req, "if_seq_no")?,
         if_primary_term: param_i64(req, "if_primary_term")?,
         require_alias: req.flag("require_alias")?.unwrap_or(false),
+        fetch_source: None,
+        routing: req.param("routing").map(str::to_owned),
     };
     let mut store = lock(&app.store);
     let res = apply(&mut store, op).map_err(|e| e.error)?;

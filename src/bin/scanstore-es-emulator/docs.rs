@@ -48,6 +48,10 @@ pub struct WriteOp {
     pub if_seq_no: Option<i64>,
     pub if_primary_term: Option<i64>,
     pub require_alias: bool,
+    /// Bulk update `_source` (action line or payload): return the updated source as `get`.
+    pub fetch_source: Option<Value>,
+    /// Custom routing: stored (for `exists` on `_routing`), otherwise irrelevant on one node.
+    pub routing: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -64,7 +68,7 @@ pub struct WriteOk {
 
 impl WriteOk {
     /// Appends this result as a bulk item body (`{...}`), written directly for speed.
-    pub fn write_item(&self, out: &mut Vec<u8>, forced_refresh: bool) {
+    pub fn write_item(&self, out: &mut Vec<u8>, forced_refresh: bool, get: Option<&Value>) {
         use std::io::Write;
         let (total, successful, failed) = self.shards;
         out.extend_from_slice(b"{\"_index\":");
@@ -73,13 +77,18 @@ impl WriteOk {
         let _ = serde_json::to_writer(&mut *out, &self.id);
         let _ = write!(
             out,
-            ",\"_version\":{},\"result\":\"{}\",{}\"_shards\":{{\"total\":{total},\"successful\":{successful},\"failed\":{failed}}},\"_seq_no\":{},\"_primary_term\":1,\"status\":{}}}",
+            ",\"_version\":{},\"result\":\"{}\",{}\"_shards\":{{\"total\":{total},\"successful\":{successful},\"failed\":{failed}}},\"_seq_no\":{},\"_primary_term\":1,\"status\":{}",
             self.version,
             self.result,
             if forced_refresh { "\"forced_refresh\":true," } else { "" },
             self.seq_no,
             self.status
         );
+        if let Some(g) = get {
+            out.extend_from_slice(b",\"get\":");
+            let _ = serde_json::to_writer(&mut *out, g);
+        }
+        out.push(b'}');
     }
 
     pub fn to_json(&self) -> Map<String, Value> {
@@ -204,6 +213,11 @@ fn write_doc(index: &mut Index, op: &WriteOp, body: Option<Value>, id: &str) -> 
     let version = next_version(index, op, id)?;
     index.mapping.index_doc(id, &source)?;
     let (version, seq_no) = index.put(id, Some(source), version);
+    if let (Some(r), Some(slot)) = (&op.routing, index.docs.get_mut(id)) {
+        if let Some(latest) = slot.latest.as_mut().and_then(std::sync::Arc::get_mut) {
+            latest.routing = Some(r.clone());
+        }
+    }
     Ok(ok(index, id, version, seq_no, if exists { "updated" } else { "created" }))
 }
 

@@ -170,6 +170,21 @@ pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
         .filter(|(n, _)| name.map_or(true, |p| glob_match(p, n)))
         .map(|(n, t)| {
             let mut body = t.body.clone();
+            body["index_patterns"] = json!(t.patterns);
+            if let Some(Value::Object(aliases)) = body.get("template").and_then(|t| t.get("aliases")).cloned() {
+                let normalized: Map<String, Value> = aliases
+                    .iter()
+                    .map(|(a, m)| {
+                        let meta = crate::store::parse_alias_meta(m);
+                        let mut o = meta.extra;
+                        if let Some(w) = meta.is_write_index {
+                            o.insert("is_write_index".into(), json!(w));
+                        }
+                        (a.clone(), Value::Object(o))
+                    })
+                    .collect();
+                body["template"]["aliases"] = Value::Object(normalized);
+            }
             if let Some(s) = body.get("template").and_then(|t| t.get("settings")).cloned() {
                 let mut flat = Map::new();
                 crate::store::flatten_settings(&s, "", &mut flat);

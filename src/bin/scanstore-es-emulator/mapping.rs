@@ -31,6 +31,9 @@ pub enum Ty {
     HalfFloat,
     Boolean,
     Object,
+    /// A type the emulator stores but does not index (geo, binary, ranges, vectors, …):
+    /// accepted in mappings and documents, matched only by `exists`.
+    Opaque,
 }
 
 impl Ty {
@@ -50,6 +53,10 @@ impl Ty {
             "half_float" => Ty::HalfFloat,
             "boolean" => Ty::Boolean,
             "object" | "nested" | "flattened" => Ty::Object,
+            "binary" | "geo_point" | "geo_shape" | "point" | "shape" | "integer_range" | "float_range" | "long_range"
+            | "double_range" | "date_range" | "ip_range" | "alias" | "join" | "percolator" | "rank_feature"
+            | "rank_features" | "dense_vector" | "knn_vector" | "sparse_vector" | "search_as_you_type" | "completion"
+            | "token_count" | "histogram" | "version" | "flat_object" | "semantic_text" | "murmur3" => Ty::Opaque,
             _ => return None,
         })
     }
@@ -221,7 +228,7 @@ pub fn to_key(ty: Ty, v: &Value) -> Result<Option<Key>, String> {
             _ => return Err(format!("'{v}' is not an IP string literal.")),
         },
         Ty::Date => Key::Date(parse_date(v).ok_or_else(|| format!("failed to parse date field [{v}] with format [strict_date_optional_time||epoch_millis]"))?),
-        Ty::Object => return Ok(None),
+        Ty::Object | Ty::Opaque => return Ok(None),
     }))
 }
 

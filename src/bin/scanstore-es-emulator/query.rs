@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::error::EsError;
 use crate::mapping::{source_values, to_key, tokens, Mapping, Ty};
+use crate::store::DocVersion;
 use crate::values::{cmp_keys, parse_cidr, parse_date, parse_ip, Key};
 
 #[derive(Debug, Clone)]
@@ -100,6 +101,10 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
             };
             Query::Prefix { field: f.clone(), prefix: p }
         }
+        "constant_score" => {
+            let filter = body.get("filter").ok_or_else(|| EsError::parsing("[constant_score] requires a 'filter' element"))?;
+            Query::Bool { must: Vec::new(), filter: vec![parse(filter)?], should: Vec::new(), must_not: Vec::new(), msm: Some(0) }
+        }
         "ids" => Query::Ids(
             body.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default(),
         ),
@@ -154,7 +159,7 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
         Query::Ids(ids) => Compiled::Ids(ids.clone()),
         Query::Term { field, values } if field == "_id" => Compiled::Ids(values.iter().map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).collect()),
         Query::Term { field, values } => match m.resolve(field).map(|r| r.field.ty) {
-            None | Some(Ty::Object) => Compiled::Nothing,
+            None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
             Some(ty) => {
                 let (mut keys, mut cidrs) = (Vec::new(), Vec::new());
                 for v in values {
@@ -167,20 +172,23 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
             }
         },
         Query::Range { field, gt, gte, lt, lte } => match m.resolve(field).map(|r| r.field.ty) {
-            None | Some(Ty::Object) => Compiled::Nothing,
+            None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
             Some(ty) => {
                 let ty = if ty == Ty::Text { Ty::Keyword } else { ty };
                 let bound = |v: &Option<Value>, inclusive: bool| v.as_ref().map(|v| typed(ty, v).map(|k| (k, inclusive))).transpose();
                 Compiled::Range { field: field.clone(), lo: bound(gt, false)?.or(bound(gte, true)?), hi: bound(lt, false)?.or(bound(lte, true)?) }
             }
         },
+        Query::Exists { field } if field == "_source" => {
+            return Err(EsError::new(400, "query_shard_exception", "failed to create query: the _source field is not searchable").with("index", "_na_"))
+        }
         Query::Exists { field } => Compiled::Exists(field.clone()),
         Query::Match { field, text, and } => match m.resolve(field).map(|r| r.field.ty) {
             Some(Ty::Text) => {
                 let s = text.as_str().map(str::to_owned).unwrap_or_else(|| text.to_string());
                 Compiled::Tokens { field: field.clone(), tokens: tokens(&s).collect(), and: *and }
             }
-            None | Some(Ty::Object) => Compiled::Nothing,
+            None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
             Some(_) => compile(&Query::Term { field: field.clone(), values: vec![text.clone()] }, m)?,
         },
         Query::Prefix { field, prefix } => Compiled::Prefix { field: field.clone(), prefix: prefix.clone() },
@@ -200,7 +208,8 @@ fn in_range(k: &Key, lo: &Option<(Key, bool)>, hi: &Option<(Key, bool)>) -> bool
 }
 
 /// The score of a matching document, `None` if it does not match.
-pub fn score(c: &Compiled, m: &Mapping, id: &str, src: &Value) -> Option<f32> {
+pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f32> {
+    let src = &doc.source;
     match c {
         Compiled::All => Some(1.0),
         Compiled::Nothing => None,
@@ -216,8 +225,12 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, src: &Value) -> Option<f32> {
             hit.then_some(1.0)
         }
         Compiled::Range { field, lo, hi } => m.keys(src, field).1.iter().any(|k| in_range(k, lo, hi)).then_some(1.0),
+        Compiled::Exists(field) if field.starts_with('_') && !field.contains('.') => match field.as_str() {
+            "_routing" => doc.routing.is_some().then_some(1.0),
+            _ => Some(1.0),
+        },
         Compiled::Exists(field) => {
-            if m.resolve(field).is_some_and(|r| r.field.ty != Ty::Object) {
+            if m.resolve(field).is_some_and(|r| !matches!(r.field.ty, Ty::Object | Ty::Opaque)) {
                 return (!m.keys(src, field).1.is_empty()).then_some(1.0);
             }
             let mut vals = Vec::new();
@@ -234,17 +247,17 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, src: &Value) -> Option<f32> {
         Compiled::Bool { must, filter, should, must_not, msm } => {
             let mut total = 0.0;
             for q in must {
-                total += score(q, m, id, src)?;
+                total += score(q, m, id, doc)?;
             }
             for q in filter {
-                score(q, m, id, src)?;
+                score(q, m, id, doc)?;
             }
-            if must_not.iter().any(|q| score(q, m, id, src).is_some()) {
+            if must_not.iter().any(|q| score(q, m, id, doc).is_some()) {
                 return None;
             }
             let mut matched = 0;
             for q in should {
-                if let Some(s) = score(q, m, id, src) {
+                if let Some(s) = score(q, m, id, doc) {
                     matched += 1;
                     total += s;
                 }

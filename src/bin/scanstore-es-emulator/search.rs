@@ -121,7 +121,7 @@ fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<
         let c = compile(q, &idx.mapping)?;
         for (id, slot) in &idx.docs {
             let Some(doc) = &slot.visible else { continue };
-            if let Some(score) = query::score(&c, &idx.mapping, id, &doc.source) {
+            if let Some(score) = query::score(&c, &idx.mapping, id, doc) {
                 hits.push(Hit { index: &idx.name, mapping: &idx.mapping, id, doc: doc.clone(), score, sort: Vec::new() });
             }
         }

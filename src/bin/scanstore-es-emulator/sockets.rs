@@ -33,9 +33,16 @@ fn peer_of(fd: i32) -> Option<SocketAddr> {
     }
 }
 
-/// Shuts down (both directions) every socket of this process connected to `peer`.
+/// Which direction to shut down.
+#[derive(Debug, Clone, Copy)]
+pub enum Shut {
+    Read,
+    Both,
+}
+
+/// Shuts down every socket of this process connected to `peer`.
 #[cfg(target_os = "linux")]
-pub fn shutdown_peer(peer: SocketAddr) -> bool {
+pub fn shutdown_peer(peer: SocketAddr, how: Shut) -> bool {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return false };
     let mut done = false;
     for entry in dir.flatten() {
@@ -44,7 +51,7 @@ pub fn shutdown_peer(peer: SocketAddr) -> bool {
             // SAFETY: shutdown on an fd we just identified as this peer's socket; it does not
             // close or invalidate the fd, tiny_http still owns and later closes it.
             unsafe {
-                libc::shutdown(fd, libc::SHUT_RDWR);
+                libc::shutdown(fd, if matches!(how, Shut::Read) { libc::SHUT_RD } else { libc::SHUT_RDWR });
             }
             done = true;
         }
@@ -53,6 +60,6 @@ pub fn shutdown_peer(peer: SocketAddr) -> bool {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn shutdown_peer(_peer: SocketAddr) -> bool {
+pub fn shutdown_peer(_peer: SocketAddr, _how: Shut) -> bool {
     false
 }

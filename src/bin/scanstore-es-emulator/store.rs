@@ -16,6 +16,7 @@ pub struct DocVersion {
     pub source: Value,
     pub version: i64,
     pub seq_no: i64,
+    pub routing: Option<String>,
 }
 
 /// A document id's slot: the latest write (what GET sees) and the refreshed state (what
@@ -302,7 +303,7 @@ impl Index {
         self.next_seq_no += 1;
         let slot = self.docs.entry(id.to_owned()).or_default();
         slot.version = version;
-        slot.latest = source.map(|source| Arc::new(DocVersion { source, version, seq_no }));
+        slot.latest = source.map(|source| Arc::new(DocVersion { source, version, seq_no, routing: None }));
         if !slot.dirty {
             slot.dirty = true;
             self.dirty.push(id.to_owned());

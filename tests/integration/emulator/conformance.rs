@@ -9,7 +9,22 @@ use super::yaml_runner::{parse_file, run_section, Outcome};
 use crate::support::emulator::emulator_for_faults;
 
 /// (file suffix, test name, reason). Keep short; every entry needs a reason a reviewer accepts.
-pub const SKIPS: &[(&str, &str, &str)] = &[];
+pub const SKIPS: &[(&str, &str, &str)] = &[
+    ("painless/15_update.yml", "Update Script",
+     "inline Painless (`ctx._source.foo = params.bar`): the emulator runs only scripts with a registered native twin (src/es/painless)"),
+    ("painless/15_update.yml", "Update Script with script error",
+     "expects a Painless runtime error (self-referencing map); there is no Painless interpreter in the emulator"),
+    ("painless/15_update.yml", "Update script supports sha1() and sha256() method for strings",
+     "inline Painless string methods; no Painless interpreter in the emulator"),
+    ("painless/16_update2.yml", "Stored script",
+     "expects Painless compile errors at PUT _scripts; the emulator stores any source and cannot compile Painless"),
+    ("search.aggregation/230_composite.yml", "Composite aggregation with nested parent",
+     "`nested` aggregation: nested documents are not emulated (scanstore does not use them)"),
+    ("search.aggregation/230_composite.yml", "Composite aggregation with filtered nested parent",
+     "`nested` aggregation: nested documents are not emulated (scanstore does not use them)"),
+    ("search.aggregation/230_composite.yml", "Composite aggregation with filtered reverse nested parent",
+     "`nested`/`reverse_nested` aggregations: nested documents are not emulated (scanstore does not use them)"),
+];
 
 fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };

@@ -138,10 +138,12 @@ fn lookup<'v>(body: &'v Value, path: &str, stash: &HashMap<String, Value>) -> Op
     Some(cur)
 }
 
-fn regex_of(s: &str) -> Option<regex::Regex> {
+/// `/regex/` → a regex. `match` compiles with Java's `Pattern.COMMENTS` (whitespace ignored),
+/// `catch` without it, as the reference runner does.
+fn regex_of(s: &str, comments: bool) -> Option<regex::Regex> {
     let t = s.trim();
     if t.len() >= 2 && t.starts_with('/') && t.ends_with('/') {
-        RegexBuilder::new(&t[1..t.len() - 1]).ignore_whitespace(true).build().ok()
+        RegexBuilder::new(&t[1..t.len() - 1]).ignore_whitespace(comments).build().ok()
     } else {
         None
     }
@@ -171,7 +173,7 @@ fn catch_ok(catch: &str, status: u16, raw: &str) -> bool {
         "conflict" => status == 409,
         "unavailable" => status == 503,
         "request" => status >= 400,
-        other => regex_of(other).is_some_and(|r| status >= 400 && r.is_match(raw)),
+        other => regex_of(other, false).is_some_and(|r| status >= 400 && r.is_match(raw)),
     }
 }
 
@@ -221,9 +223,9 @@ fn run_step(ctx: &mut Ctx, step: &Value) -> Result<Option<String>, String> {
                 let expected = stash_subst(&expected, &ctx.stash);
                 let actual = lookup(&ctx.body, &path, &ctx.stash);
                 let ok = match (&expected, actual) {
-                    (Value::String(s), Some(a)) if regex_of(s).is_some() => {
+                    (Value::String(s), Some(a)) if regex_of(s, true).is_some() => {
                         let text = if path == "$body" { ctx.raw.clone() } else { a.as_str().map(str::to_owned).unwrap_or_else(|| a.to_string()) };
-                        regex_of(s).is_some_and(|r| r.is_match(&text))
+                        regex_of(s, true).is_some_and(|r| r.is_match(&text))
                     }
                     (e, Some(a)) => values_match(a, e),
                     (Value::Null, None) => true,
