@@ -25,7 +25,10 @@ fn agg_error(reason: impl Into<String>) -> EsError {
 }
 
 fn field_of(body: &Value, kind: &str) -> Result<String, EsError> {
-    body.get("field").and_then(Value::as_str).map(str::to_owned).ok_or_else(|| agg_error(format!("Required [field] for [{kind}] in the emulator")))
+    body.get("field")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| agg_error(format!("Required [field] for [{kind}] in the emulator")))
 }
 
 fn keys_of(d: &DocRef, field: &str) -> (Option<Ty>, Vec<Key>) {
@@ -40,10 +43,22 @@ fn keys_of(d: &DocRef, field: &str) -> (Option<Ty>, Vec<Key>) {
 pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Result<Value, EsError> {
     let mut out = Map::new();
     for (name, def) in spec {
-        let Some(def) = def.as_object() else { return Err(EsError::parsing(format!("Expected [START_OBJECT] under [{name}]"))) };
-        let subs = def.get("aggs").or_else(|| def.get("aggregations")).and_then(Value::as_object);
-        let Some((kind, body)) = def.iter().find(|(k, _)| !matches!(k.as_str(), "aggs" | "aggregations" | "meta")) else {
-            return Err(EsError::parsing(format!("Missing definition for aggregation [{name}]")));
+        let Some(def) = def.as_object() else {
+            return Err(EsError::parsing(format!(
+                "Expected [START_OBJECT] under [{name}]"
+            )));
+        };
+        let subs = def
+            .get("aggs")
+            .or_else(|| def.get("aggregations"))
+            .and_then(Value::as_object);
+        let Some((kind, body)) = def
+            .iter()
+            .find(|(k, _)| !matches!(k.as_str(), "aggs" | "aggregations" | "meta"))
+        else {
+            return Err(EsError::parsing(format!(
+                "Missing definition for aggregation [{name}]"
+            )));
         };
         let mut result = match kind.as_str() {
             "composite" if !top_level => return Err(agg_error(format!("[composite] aggregation cannot be used with a parent aggregation of type: [{name}]"))),
@@ -112,10 +127,17 @@ fn bucket_key(k: &Key, ty: Option<Ty>) -> (Value, Option<String>) {
     }
 }
 
-fn terms(body: &Value, subs: Option<&Map<String, Value>>, docs: &[DocRef]) -> Result<Value, EsError> {
+fn terms(
+    body: &Value,
+    subs: Option<&Map<String, Value>>,
+    docs: &[DocRef],
+) -> Result<Value, EsError> {
     let field = field_of(body, "terms")?;
     let size = body.get("size").and_then(Value::as_u64).unwrap_or(10) as usize;
-    let min_doc_count = body.get("min_doc_count").and_then(Value::as_u64).unwrap_or(1) as usize;
+    let min_doc_count = body
+        .get("min_doc_count")
+        .and_then(Value::as_u64)
+        .unwrap_or(1) as usize;
     let mut groups: Vec<(Key, Option<Ty>, Vec<DocRef>)> = Vec::new();
     for d in docs {
         let (ty, mut keys) = keys_of(d, &field);
@@ -129,10 +151,22 @@ fn terms(body: &Value, subs: Option<&Map<String, Value>>, docs: &[DocRef]) -> Re
         }
     }
     groups.retain(|g| g.2.len() >= min_doc_count);
-    let order = body.get("order").and_then(Value::as_object).and_then(|o| o.iter().next()).map(|(k, v)| (k.clone(), v.as_str() == Some("asc")));
+    let order = body
+        .get("order")
+        .and_then(Value::as_object)
+        .and_then(|o| o.iter().next())
+        .map(|(k, v)| (k.clone(), v.as_str() == Some("asc")));
     match order.as_ref().map(|(k, asc)| (k.as_str(), *asc)) {
-        Some(("_key", asc)) => groups.sort_by(|a, b| if asc { cmp_keys(&a.0, &b.0) } else { cmp_keys(&b.0, &a.0) }),
-        Some(("_count", true)) => groups.sort_by(|a, b| a.2.len().cmp(&b.2.len()).then(cmp_keys(&a.0, &b.0))),
+        Some(("_key", asc)) => groups.sort_by(|a, b| {
+            if asc {
+                cmp_keys(&a.0, &b.0)
+            } else {
+                cmp_keys(&b.0, &a.0)
+            }
+        }),
+        Some(("_count", true)) => {
+            groups.sort_by(|a, b| a.2.len().cmp(&b.2.len()).then(cmp_keys(&a.0, &b.0)))
+        }
         _ => groups.sort_by(|a, b| b.2.len().cmp(&a.2.len()).then(cmp_keys(&a.0, &b.0))),
     }
     let other: usize = groups.iter().skip(size).map(|g| g.2.len()).sum();
@@ -149,7 +183,11 @@ fn terms(body: &Value, subs: Option<&Map<String, Value>>, docs: &[DocRef]) -> Re
     Ok(json!({"doc_count_error_upper_bound": 0, "sum_other_doc_count": other, "buckets": buckets}))
 }
 
-fn add_subs(bucket: &mut Value, subs: Option<&Map<String, Value>>, docs: &[DocRef]) -> Result<(), EsError> {
+fn add_subs(
+    bucket: &mut Value,
+    subs: Option<&Map<String, Value>>,
+    docs: &[DocRef],
+) -> Result<(), EsError> {
     if let (Some(subs), Some(b)) = (subs, bucket.as_object_mut()) {
         if let Value::Object(res) = run(subs, docs, false)? {
             b.extend(res);
@@ -172,9 +210,27 @@ fn cmp_composite(sources: &[Source], a: &CompositeKey, b: &CompositeKey) -> Orde
     for (s, (x, y)) in sources.iter().zip(a.iter().zip(b.iter())) {
         let o = match (x, y) {
             (None, None) => Ordering::Equal,
-            (None, Some(_)) => if s.missing_first { Ordering::Less } else { Ordering::Greater },
-            (Some(_), None) => if s.missing_first { Ordering::Greater } else { Ordering::Less },
-            (Some(x), Some(y)) => if s.desc { cmp_keys(y, x) } else { cmp_keys(x, y) },
+            (None, Some(_)) => {
+                if s.missing_first {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                }
+            }
+            (Some(_), None) => {
+                if s.missing_first {
+                    Ordering::Greater
+                } else {
+                    Ordering::Less
+                }
+            }
+            (Some(x), Some(y)) => {
+                if s.desc {
+                    cmp_keys(y, x)
+                } else {
+                    cmp_keys(x, y)
+                }
+            }
         };
         if o != Ordering::Equal {
             return o;
@@ -184,24 +240,49 @@ fn cmp_composite(sources: &[Source], a: &CompositeKey, b: &CompositeKey) -> Orde
 }
 
 fn parse_sources(body: &Value) -> Result<Vec<Source>, EsError> {
-    let list = body.get("sources").and_then(Value::as_array).filter(|l| !l.is_empty()).ok_or_else(|| agg_error("Composite [sources] cannot be null or empty"))?;
+    let Some(sources) = body.get("sources") else {
+        return Err(EsError::new(
+            400,
+            "x_content_parse_exception",
+            "[composite] Required [sources]",
+        ));
+    };
+    let list = sources
+        .as_array()
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| agg_error("Composite [sources] cannot be null or empty"))?;
     let mut out: Vec<Source> = Vec::new();
     for s in list {
-        let Some((name, def)) = s.as_object().and_then(|o| o.iter().next()) else { return Err(EsError::parsing("composite source must be an object")) };
+        let Some((name, def)) = s.as_object().and_then(|o| o.iter().next()) else {
+            return Err(EsError::parsing("composite source must be an object"));
+        };
         if out.iter().any(|o| &o.name == name) {
-            return Err(agg_error(format!("Composite source names must be unique, found duplicates: [{name}]")));
+            return Err(agg_error(format!(
+                "Composite source names must be unique, found duplicates: [{name}]"
+            )));
         }
         let Some(terms) = def.get("terms") else {
-            return Err(agg_error(format!("the emulator supports only [terms] composite sources, source [{name}] is not one")));
+            return Err(agg_error(format!(
+                "the emulator supports only [terms] composite sources, source [{name}] is not one"
+            )));
         };
         let desc = terms.get("order").and_then(Value::as_str) == Some("desc");
-        let missing_bucket = terms.get("missing_bucket").and_then(Value::as_bool).unwrap_or(false);
+        let missing_bucket = terms
+            .get("missing_bucket")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
         let missing_first = match terms.get("missing_order").and_then(Value::as_str) {
             Some("first") => true,
             Some("last") => false,
             _ => !desc,
         };
-        out.push(Source { name: name.clone(), field: field_of(terms, "terms")?, desc, missing_bucket, missing_first });
+        out.push(Source {
+            name: name.clone(),
+            field: field_of(terms, "terms")?,
+            desc,
+            missing_bucket,
+            missing_first,
+        });
     }
     Ok(out)
 }
@@ -212,14 +293,26 @@ fn after_key(v: &Value, ty: Option<Ty>) -> Option<Key> {
         (_, Some(Ty::Date)) => parse_date(v).map(Key::Date),
         (Value::String(s), Some(Ty::Ip)) => parse_ip(s).map(Key::Ip),
         (Value::String(s), _) => Some(Key::Str(s.clone())),
-        (Value::Number(n), Some(t)) if t.is_numeric() && !matches!(t, Ty::Double | Ty::Float | Ty::HalfFloat) => n.as_i64().map(Key::Long),
-        (Value::Number(n), _) => n.as_i64().map(Key::Long).or_else(|| n.as_f64().map(Key::Double)),
+        (Value::Number(n), Some(t))
+            if t.is_numeric() && !matches!(t, Ty::Double | Ty::Float | Ty::HalfFloat) =>
+        {
+            n.as_i64().map(Key::Long)
+        }
+        (Value::Number(n), _) => n
+            .as_i64()
+            .map(Key::Long)
+            .or_else(|| n.as_f64().map(Key::Double)),
         (Value::Bool(b), _) => Some(Key::Bool(*b)),
         _ => None,
     }
 }
 
-fn composite(_name: &str, body: &Value, subs: Option<&Map<String, Value>>, docs: &[DocRef]) -> Result<Value, EsError> {
+fn composite(
+    _name: &str,
+    body: &Value,
+    subs: Option<&Map<String, Value>>,
+    docs: &[DocRef],
+) -> Result<Value, EsError> {
     let sources = parse_sources(body)?;
     let size = body.get("size").and_then(Value::as_u64).unwrap_or(10) as usize;
     if size > MAX_BUCKETS {
@@ -240,11 +333,24 @@ fn composite(_name: &str, body: &Value, subs: Option<&Map<String, Value>>, docs:
             keys.sort_by(cmp_keys);
             keys.dedup_by(|a, b| cmp_keys(a, b).is_eq());
             let options: Vec<Option<Key>> = if keys.is_empty() {
-                if s.missing_bucket { vec![None] } else { Vec::new() }
+                if s.missing_bucket {
+                    vec![None]
+                } else {
+                    Vec::new()
+                }
             } else {
                 keys.into_iter().map(Some).collect()
             };
-            combos = combos.into_iter().flat_map(|c| options.iter().map(move |o| { let mut c = c.clone(); c.push(o.clone()); c })).collect();
+            combos = combos
+                .into_iter()
+                .flat_map(|c| {
+                    options.iter().map(move |o| {
+                        let mut c = c.clone();
+                        c.push(o.clone());
+                        c
+                    })
+                })
+                .collect();
         }
         for c in combos {
             match index.binary_search_by(|(k, _)| cmp_composite(&sources, k, &c)) {
@@ -268,7 +374,10 @@ fn composite(_name: &str, body: &Value, subs: Option<&Map<String, Value>>, docs:
                 .iter()
                 .zip(types.iter())
                 .map(|(s, ty)| match a.get(&s.name) {
-                    None => Err(agg_error(format!("[after] has 0 value(s) but [sources] has {}", sources.len()))),
+                    None => Err(agg_error(format!(
+                        "[after] has 0 value(s) but [sources] has {}",
+                        sources.len()
+                    ))),
                     Some(v) => Ok(after_key(v, *ty)),
                 })
                 .collect::<Result<_, _>>()?,
@@ -278,14 +387,23 @@ fn composite(_name: &str, body: &Value, subs: Option<&Map<String, Value>>, docs:
     let mut buckets = Vec::new();
     let mut last: Option<Value> = None;
     for (key, id) in &index {
-        if after.as_ref().is_some_and(|a| cmp_composite(&sources, key, a) != Ordering::Greater) {
+        if after
+            .as_ref()
+            .is_some_and(|a| cmp_composite(&sources, key, a) != Ordering::Greater)
+        {
             continue;
         }
         if buckets.len() == size {
             break;
         }
-        let Some((_, ds)) = groups.get(id) else { continue };
-        let key_json: Map<String, Value> = sources.iter().zip(key.iter()).map(|(s, k)| (s.name.clone(), k.as_ref().map_or(Value::Null, Key::to_json))).collect();
+        let Some((_, ds)) = groups.get(id) else {
+            continue;
+        };
+        let key_json: Map<String, Value> = sources
+            .iter()
+            .zip(key.iter())
+            .map(|(s, k)| (s.name.clone(), k.as_ref().map_or(Value::Null, Key::to_json)))
+            .collect();
         let mut b = json!({"key": key_json, "doc_count": ds.len()});
         add_subs(&mut b, subs, ds)?;
         last = Some(Value::Object(key_json));

@@ -10,9 +10,18 @@ use crate::resolve::{resolve_read, IndicesOptions};
 use crate::store::{glob_match, parse_alias_meta, AliasMeta, Store};
 
 enum Action {
-    Add { indices: Vec<String>, alias: String, meta: AliasMeta },
-    Remove { indices: Vec<String>, aliases: Vec<String> },
-    RemoveIndex { indices: Vec<String> },
+    Add {
+        indices: Vec<String>,
+        alias: String,
+        meta: AliasMeta,
+    },
+    Remove {
+        indices: Vec<String>,
+        aliases: Vec<String>,
+    },
+    RemoveIndex {
+        indices: Vec<String>,
+    },
 }
 
 fn names(obj: &Map<String, Value>, one: &str, many: &str) -> Result<Vec<String>, EsError> {
@@ -21,7 +30,9 @@ fn names(obj: &Map<String, Value>, one: &str, many: &str) -> Result<Vec<String>,
         out.push(v.to_owned());
     }
     match obj.get(many) {
-        Some(Value::Array(a)) if a.is_empty() => return Err(EsError::bad_request(format!("[{many}] can't be empty"))),
+        Some(Value::Array(a)) if a.is_empty() => {
+            return Err(EsError::bad_request(format!("[{many}] can't be empty")))
+        }
         Some(Value::Array(a)) => out.extend(a.iter().filter_map(|v| v.as_str().map(str::to_owned))),
         Some(Value::String(s)) => out.push(s.clone()),
         _ => {}
@@ -29,18 +40,29 @@ fn names(obj: &Map<String, Value>, one: &str, many: &str) -> Result<Vec<String>,
     Ok(out)
 }
 
-const STRICT: IndicesOptions = IndicesOptions { ignore_unavailable: false, allow_no_indices: false };
+const STRICT: IndicesOptions = IndicesOptions {
+    ignore_unavailable: false,
+    allow_no_indices: false,
+};
 
 fn plan(store: &Store, actions: &[Value]) -> Result<Vec<Action>, EsError> {
     let mut out = Vec::new();
     for a in actions {
         let Some((kind, body)) = a.as_object().and_then(|o| o.iter().next()) else {
-            return Err(EsError::parsing("[aliases] action must be an object with one key"));
+            return Err(EsError::parsing(
+                "[aliases] action must be an object with one key",
+            ));
         };
-        let Some(body) = body.as_object() else { return Err(EsError::parsing("alias action body must be an object")) };
+        let Some(body) = body.as_object() else {
+            return Err(EsError::parsing("alias action body must be an object"));
+        };
         let index_exprs = names(body, "index", "indices")?;
         if index_exprs.is_empty() {
-            return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: One of [index] or [indices] is required;"));
+            return Err(EsError::new(
+                400,
+                "action_request_validation_exception",
+                "Validation Failed: 1: One of [index] or [indices] is required;",
+            ));
         }
         let mut indices = Vec::new();
         for e in &index_exprs {
@@ -49,7 +71,9 @@ fn plan(store: &Store, actions: &[Value]) -> Result<Vec<Action>, EsError> {
         match kind.as_str() {
             "add" => {
                 if body.contains_key("must_exist") {
-                    return Err(EsError::bad_request("[must_exist] is unsupported for [add]"));
+                    return Err(EsError::bad_request(
+                        "[must_exist] is unsupported for [add]",
+                    ));
                 }
                 for alias in names(body, "alias", "aliases")? {
                     if store.indices.contains_key(&alias) {
@@ -59,7 +83,11 @@ fn plan(store: &Store, actions: &[Value]) -> Result<Vec<Action>, EsError> {
                     for k in ["index", "indices", "alias", "aliases"] {
                         meta.extra.remove(k);
                     }
-                    out.push(Action::Add { indices: indices.clone(), alias, meta });
+                    out.push(Action::Add {
+                        indices: indices.clone(),
+                        alias,
+                        meta,
+                    });
                 }
             }
             "remove" => {
@@ -69,17 +97,29 @@ fn plan(store: &Store, actions: &[Value]) -> Result<Vec<Action>, EsError> {
                 for pattern in &wanted {
                     for i in &indices {
                         if let Some(idx) = store.indices.get(i) {
-                            found.extend(idx.aliases.keys().filter(|a| glob_match(pattern, a)).cloned());
+                            found.extend(
+                                idx.aliases
+                                    .keys()
+                                    .filter(|a| glob_match(pattern, a))
+                                    .cloned(),
+                            );
                         }
                     }
                 }
                 if found.is_empty() && must_exist != Some(false) {
                     let list = wanted.join(",");
-                    return Err(EsError::new(404, "aliases_not_found_exception", format!("aliases [{list}] missing"))
-                        .with("resource.type", "aliases")
-                        .with("resource.id", list));
+                    return Err(EsError::new(
+                        404,
+                        "aliases_not_found_exception",
+                        format!("aliases [{list}] missing"),
+                    )
+                    .with("resource.type", "aliases")
+                    .with("resource.id", list));
                 }
-                out.push(Action::Remove { indices, aliases: wanted });
+                out.push(Action::Remove {
+                    indices,
+                    aliases: wanted,
+                });
             }
             "remove_index" => out.push(Action::RemoveIndex { indices }),
             other => return Err(EsError::parsing(format!("Unknown alias action [{other}]"))),
@@ -91,13 +131,21 @@ fn plan(store: &Store, actions: &[Value]) -> Result<Vec<Action>, EsError> {
 pub fn update(app: &App, req: &Req) -> HandlerResult {
     let body = req.json_body()?.unwrap_or(json!({}));
     let Some(actions) = body.get("actions").and_then(Value::as_array) else {
-        return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: No action specified;"));
+        return Err(EsError::new(
+            400,
+            "action_request_validation_exception",
+            "Validation Failed: 1: No action specified;",
+        ));
     };
     let mut store = lock(&app.store);
     // Validate everything first, then apply: the change is atomic.
     for action in plan(&store, actions)? {
         match action {
-            Action::Add { indices, alias, meta } => {
+            Action::Add {
+                indices,
+                alias,
+                meta,
+            } => {
                 for i in indices {
                     if let Some(idx) = store.indices.get_mut(&i) {
                         idx.aliases.insert(alias.clone(), meta.clone());
@@ -107,7 +155,8 @@ pub fn update(app: &App, req: &Req) -> HandlerResult {
             Action::Remove { indices, aliases } => {
                 for i in indices {
                     if let Some(idx) = store.indices.get_mut(&i) {
-                        idx.aliases.retain(|a, _| !aliases.iter().any(|p| glob_match(p, a)));
+                        idx.aliases
+                            .retain(|a, _| !aliases.iter().any(|p| glob_match(p, a)));
                     }
                 }
             }
@@ -126,19 +175,28 @@ pub fn put(app: &App, req: &Req, index: &str, alias: &str) -> HandlerResult {
     let mut action = body.as_object().cloned().unwrap_or_default();
     action.insert("index".into(), json!(index));
     action.insert("alias".into(), json!(alias));
-    let fake = Req { body: serde_json::to_vec(&json!({"actions": [{"add": action}]})).unwrap_or_default(), ..req.clone() };
+    let fake = Req {
+        body: serde_json::to_vec(&json!({"actions": [{"add": action}]})).unwrap_or_default(),
+        ..req.clone()
+    };
     update(app, &fake)
 }
 
 /// `GET|HEAD /_alias/{name}` and `/{index}/_alias/{name}`.
 pub fn get(app: &App, req: &Req, index: Option<&str>, name: Option<&str>) -> HandlerResult {
     let store = lock(&app.store);
-    let indices = resolve_read(&store, index.unwrap_or("_all"), IndicesOptions::from_req(req)?)?;
+    let indices = resolve_read(
+        &store,
+        index.unwrap_or("_all"),
+        IndicesOptions::from_req(req)?,
+    )?;
     let patterns: Vec<&str> = name.map(|n| n.split(',').collect()).unwrap_or_default();
     let mut out = Map::new();
     let mut seen = Vec::new();
     for i in indices {
-        let Some(idx) = store.indices.get(&i) else { continue };
+        let Some(idx) = store.indices.get(&i) else {
+            continue;
+        };
         let mut aliases = Map::new();
         for (a, meta) in &idx.aliases {
             if patterns.is_empty() || patterns.iter().any(|p| glob_match(p, a) || *p == "_all") {
@@ -154,12 +212,26 @@ pub fn get(app: &App, req: &Req, index: Option<&str>, name: Option<&str>) -> Han
             out.insert(i, json!({"aliases": aliases}));
         }
     }
-    let missing: Vec<&str> = patterns.iter().filter(|p| !p.contains('*') && !seen.iter().any(|s| s == *p)).copied().collect();
+    let missing: Vec<&str> = patterns
+        .iter()
+        .filter(|p| !p.contains('*') && !seen.iter().any(|s| s == *p))
+        .copied()
+        .collect();
     if req.method == "HEAD" {
-        return Ok(Reply::empty(if missing.is_empty() && (name.is_none() || !seen.is_empty()) { 200 } else { 404 }));
+        return Ok(Reply::empty(
+            if missing.is_empty() && (name.is_none() || !seen.is_empty()) {
+                200
+            } else {
+                404
+            },
+        ));
     }
     if !missing.is_empty() {
-        let word = if missing.len() == 1 { "alias" } else { "aliases" };
+        let word = if missing.len() == 1 {
+            "alias"
+        } else {
+            "aliases"
+        };
         let mut body = Value::Object(out);
         body["error"] = json!(format!("{word} [{}] missing", missing.join(",")));
         body["status"] = json!(404);

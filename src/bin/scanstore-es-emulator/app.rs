@@ -18,7 +18,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_initial_line: 4096, max_content_length: 100 * 1024 * 1024 }
+        Limits {
+            max_initial_line: 4096,
+            max_content_length: 100 * 1024 * 1024,
+        }
     }
 }
 
@@ -77,11 +80,16 @@ impl App {
     pub fn wait_for_refresh(&self, gens: &[(String, u64)]) {
         let mut store = lock(&self.store);
         loop {
-            let pending = gens.iter().any(|(name, g)| store.indices.get(name).is_some_and(|i| i.refresh_gen <= *g));
+            let pending = gens
+                .iter()
+                .any(|(name, g)| store.indices.get(name).is_some_and(|i| i.refresh_gen <= *g));
             if !pending {
                 return;
             }
-            store = match self.refreshed.wait_timeout(store, Duration::from_millis(100)) {
+            store = match self
+                .refreshed
+                .wait_timeout(store, Duration::from_millis(100))
+            {
                 Ok((g, _)) => g,
                 Err(e) => e.into_inner().0,
             };

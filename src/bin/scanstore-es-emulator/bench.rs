@@ -24,17 +24,32 @@ pub struct BenchArgs {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(300))).build().new_agent()
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(300)))
+        .build()
+        .new_agent()
 }
 
-fn call(agent: &ureq::Agent, method: &str, url: &str, body: &[u8], ct: &str) -> Result<(u16, Value), String> {
+fn call(
+    agent: &ureq::Agent,
+    method: &str,
+    url: &str,
+    body: &[u8],
+    ct: &str,
+) -> Result<(u16, Value), String> {
     let resp = match method {
         "PUT" => agent.put(url).header("Content-Type", ct).send(body),
         _ => agent.post(url).header("Content-Type", ct).send(body),
     };
     let mut resp = resp.map_err(|e| format!("{method} {url}: {e}"))?;
     let status = resp.status().as_u16();
-    let bytes = resp.body_mut().with_config().limit(512 * 1024 * 1024).read_to_vec().map_err(|e| e.to_string())?;
+    let bytes = resp
+        .body_mut()
+        .with_config()
+        .limit(512 * 1024 * 1024)
+        .read_to_vec()
+        .map_err(|e| e.to_string())?;
     let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     Ok((status, v))
 }
@@ -56,7 +71,12 @@ fn batches(lines: impl Iterator<Item = String>, batch_bytes: usize) -> Vec<(Vec<
     out
 }
 
-fn ingest(agent: &ureq::Agent, base: &str, name: &str, batches: &[(Vec<u8>, usize)]) -> Result<(), String> {
+fn ingest(
+    agent: &ureq::Agent,
+    base: &str,
+    name: &str,
+    batches: &[(Vec<u8>, usize)],
+) -> Result<(), String> {
     let bytes: usize = batches.iter().map(|b| b.0.len()).sum();
     let docs: usize = batches.iter().map(|b| b.1).sum();
     let started = Instant::now();
@@ -67,10 +87,18 @@ fn ingest(agent: &ureq::Agent, base: &str, name: &str, batches: &[(Vec<u8>, usiz
             .send(&body[..])
             .map_err(|e| format!("bulk: {e}"))?;
         let status = resp.status().as_u16();
-        let bytes = resp.body_mut().with_config().limit(512 * 1024 * 1024).read_to_vec().map_err(|e| e.to_string())?;
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(512 * 1024 * 1024)
+            .read_to_vec()
+            .map_err(|e| e.to_string())?;
         // The emulator writes `errors` first; checking the prefix keeps the client cheap.
         if status != 200 || !bytes.starts_with(b"{\"errors\":false") {
-            return Err(format!("bulk failed: status {status}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(300)])));
+            return Err(format!(
+                "bulk failed: status {status}: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
+            ));
         }
     }
     let secs = started.elapsed().as_secs_f64();
@@ -93,13 +121,25 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         "observed_at": {"type": "date"}, "first_seen": {"type": "date"}, "last_seen": {"type": "date"},
         "service_observed_at": {"type": "date"}, "execution_id": {"type": "keyword"}}}});
     for index in ["bench-facts", "bench-assets"] {
-        let (status, v) = call(&agent, "PUT", &format!("{base}/{index}"), strict.to_string().as_bytes(), "application/json")?;
+        let (status, v) = call(
+            &agent,
+            "PUT",
+            &format!("{base}/{index}"),
+            strict.to_string().as_bytes(),
+            "application/json",
+        )?;
         if status != 200 {
             return Err(format!("create {index}: {v}"));
         }
     }
     let script = json!({"script": {"lang": "painless", "source": ASSET_MERGE_SOURCE}});
-    call(&agent, "PUT", &format!("{base}/_scripts/{ASSET_MERGE_ID}"), script.to_string().as_bytes(), "application/json")?;
+    call(
+        &agent,
+        "PUT",
+        &format!("{base}/_scripts/{ASSET_MERGE_ID}"),
+        script.to_string().as_bytes(),
+        "application/json",
+    )?;
     let obs = |i: usize| {
         json!({"ip": format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255), "port": 443, "transport": "tcp",
             "service": "https", "product": "nginx", "version": "1.25", "banner": "srv",
@@ -107,7 +147,12 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     };
     println!("scenario                          docs     NDJSON           time      rate");
     let plain = batches(
-        (0..args.docs).map(|i| format!("{{\"index\":{{\"_index\":\"bench-facts\",\"_id\":\"f{i}\"}}}}\n{}\n", obs(i))),
+        (0..args.docs).map(|i| {
+            format!(
+                "{{\"index\":{{\"_index\":\"bench-facts\",\"_id\":\"f{i}\"}}}}\n{}\n",
+                obs(i)
+            )
+        }),
         args.batch_bytes,
     );
     ingest(&agent, &base, "index (small docs)", &plain)?;

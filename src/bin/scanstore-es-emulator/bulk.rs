@@ -15,12 +15,28 @@ use crate::source_filter::SourceFilter;
 /// One parsed bulk line pair: an operation or an item-level parse failure.
 pub enum Parsed {
     Op(WriteOp),
-    Bad { kind: OpKind, index: String, id: String, error: EsError },
+    Bad {
+        kind: OpKind,
+        index: String,
+        id: String,
+        error: EsError,
+    },
 }
 
 const META_KEYS: [&str; 13] = [
-    "_index", "_id", "routing", "op_type", "version", "version_type", "if_seq_no", "if_primary_term",
-    "retry_on_conflict", "pipeline", "_source", "require_alias", "_type",
+    "_index",
+    "_id",
+    "routing",
+    "op_type",
+    "version",
+    "version_type",
+    "if_seq_no",
+    "if_primary_term",
+    "retry_on_conflict",
+    "pipeline",
+    "_source",
+    "require_alias",
+    "_type",
 ];
 
 fn malformed(line: usize, what: String) -> EsError {
@@ -59,7 +75,11 @@ struct FastAction {
     delete: Option<FastMeta>,
 }
 
-fn fast_action(line: &[u8], default_index: Option<&str>, req_require_alias: bool) -> Option<WriteOp> {
+fn fast_action(
+    line: &[u8],
+    default_index: Option<&str>,
+    req_require_alias: bool,
+) -> Option<WriteOp> {
     let a: FastAction = serde_json::from_slice(line).ok()?;
     let (kind, meta) = match (a.index, a.create, a.update, a.delete) {
         (Some(m), None, None, None) => (OpKind::Index, m),
@@ -85,14 +105,27 @@ fn fast_action(line: &[u8], default_index: Option<&str>, req_require_alias: bool
 }
 
 /// Parses a bulk body. `default_index` comes from `/{index}/_bulk`.
-pub fn parse(body: &[u8], default_index: Option<&str>, req_require_alias: bool) -> Result<Vec<Parsed>, EsError> {
+pub fn parse(
+    body: &[u8],
+    default_index: Option<&str>,
+    req_require_alias: bool,
+) -> Result<Vec<Parsed>, EsError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: no requests added;"));
+        return Err(EsError::new(
+            400,
+            "action_request_validation_exception",
+            "Validation Failed: 1: no requests added;",
+        ));
     }
     if body.last() != Some(&b'\n') {
-        return Err(EsError::bad_request("The bulk request must be terminated by a newline [\\n]"));
+        return Err(EsError::bad_request(
+            "The bulk request must be terminated by a newline [\\n]",
+        ));
     }
-    let mut lines = body.split(|b| *b == b'\n').enumerate().map(|(i, l)| (i + 1, l.strip_suffix(b"\r").unwrap_or(l)));
+    let mut lines = body
+        .split(|b| *b == b'\n')
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.strip_suffix(b"\r").unwrap_or(l)));
     let mut out = Vec::new();
     while let Some((n, line)) = lines.next() {
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -105,7 +138,9 @@ pub fn parse(body: &[u8], default_index: Option<&str>, req_require_alias: bool) 
         let kind = op.kind;
         if kind != OpKind::Delete {
             let Some((_, source)) = lines.next().filter(|(_, l)| !l.is_empty()) else {
-                return Err(EsError::bad_request(format!("Malformed action/metadata line [{n}], missing source line")));
+                return Err(EsError::bad_request(format!(
+                    "Malformed action/metadata line [{n}], missing source line"
+                )));
             };
             match serde_json::from_slice::<Value>(source) {
                 Ok(v @ Value::Object(_)) => {
@@ -117,7 +152,11 @@ pub fn parse(body: &[u8], default_index: Option<&str>, req_require_alias: bool) 
                     op.body = Some(v);
                 }
                 Ok(_) | Err(_) if kind == OpKind::Update => {
-                    return Err(EsError::new(400, "x_content_parse_exception", format!("[{}:1] failed to parse update request", n + 1)))
+                    return Err(EsError::new(
+                        400,
+                        "x_content_parse_exception",
+                        format!("[{}:1] failed to parse update request", n + 1),
+                    ))
                 }
                 Ok(_) | Err(_) => {
                     out.push(Parsed::Bad {
@@ -137,37 +176,75 @@ pub fn parse(body: &[u8], default_index: Option<&str>, req_require_alias: bool) 
 }
 
 /// Parses one action line with ES's validation messages.
-fn slow_action(n: usize, line: &[u8], default_index: Option<&str>, req_require_alias: bool) -> Result<WriteOp, EsError> {
+fn slow_action(
+    n: usize,
+    line: &[u8],
+    default_index: Option<&str>,
+    req_require_alias: bool,
+) -> Result<WriteOp, EsError> {
     {
         let action: Value = serde_json::from_slice(line)
             .map_err(|e| malformed(n, format!("expected START_OBJECT but found [{e}]")))?;
         let Value::Object(action) = action else {
-            return Err(malformed(n, format!("expected START_OBJECT but found [{}]", token_name(&action))));
+            return Err(malformed(
+                n,
+                format!("expected START_OBJECT but found [{}]", token_name(&action)),
+            ));
         };
         let Some((name, meta)) = action.iter().next() else {
-            return Err(malformed(n, "expected FIELD_NAME but found [END_OBJECT]".into()));
+            return Err(malformed(
+                n,
+                "expected FIELD_NAME but found [END_OBJECT]".into(),
+            ));
         };
         let mut kind = match name.as_str() {
             "index" => OpKind::Index,
             "create" => OpKind::Create,
             "update" => OpKind::Update,
             "delete" => OpKind::Delete,
-            other => return Err(malformed(n, format!("expected one of [create, delete, index, update] but found [{other}]"))),
+            other => {
+                return Err(malformed(
+                    n,
+                    format!("expected one of [create, delete, index, update] but found [{other}]"),
+                ))
+            }
         };
         let Some(meta) = meta.as_object() else {
-            return Err(malformed(n, format!("expected START_OBJECT but found [{}]", token_name(meta))));
+            return Err(malformed(
+                n,
+                format!("expected START_OBJECT but found [{}]", token_name(meta)),
+            ));
         };
         if let Some(bad) = meta.keys().find(|k| !META_KEYS.contains(&k.as_str())) {
-            return Err(EsError::bad_request(format!("Action/metadata line [{n}] contains an unknown parameter [{bad}]")));
+            return Err(EsError::bad_request(format!(
+                "Action/metadata line [{n}] contains an unknown parameter [{bad}]"
+            )));
         }
-        let get_str = |k: &str| meta.get(k).map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));
-        let get_i64 = |k: &str| meta.get(k).and_then(|v| v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok())));
+        let get_str = |k: &str| {
+            meta.get(k).map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string())
+            })
+        };
+        let get_i64 = |k: &str| {
+            meta.get(k).and_then(|v| {
+                v.as_i64()
+                    .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            })
+        };
         if kind == OpKind::Index && get_str("op_type").as_deref() == Some("create") {
             kind = OpKind::Create;
         }
         let index = match get_str("_index").or_else(|| default_index.map(str::to_owned)) {
             Some(i) => i,
-            None => return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: index is missing;")),
+            None => {
+                return Err(EsError::new(
+                    400,
+                    "action_request_validation_exception",
+                    "Validation Failed: 1: index is missing;",
+                ))
+            }
         };
         let id = get_str("_id");
         let op = WriteOp {
@@ -179,7 +256,10 @@ fn slow_action(n: usize, line: &[u8], default_index: Option<&str>, req_require_a
             version_type: parse_version_type(get_str("version_type").as_deref())?,
             if_seq_no: get_i64("if_seq_no"),
             if_primary_term: get_i64("if_primary_term"),
-            require_alias: meta.get("require_alias").and_then(Value::as_bool).unwrap_or(req_require_alias),
+            require_alias: meta
+                .get("require_alias")
+                .and_then(Value::as_bool)
+                .unwrap_or(req_require_alias),
             fetch_source: meta.get("_source").cloned(),
             routing: get_str("routing"),
         };
@@ -205,12 +285,23 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
     let forced = matches!(refresh, Some("") | Some("true"));
     let wait_for = refresh == Some("wait_for");
     if let Some(r) = refresh.filter(|r| !matches!(*r, "" | "true" | "false" | "wait_for")) {
-        return Err(EsError::bad_request(format!("Unknown value for refresh: [{r}].")));
+        return Err(EsError::bad_request(format!(
+            "Unknown value for refresh: [{r}]."
+        )));
     }
-    let parsed = parse(&req.body, default_index, req.flag("require_alias")?.unwrap_or(false))?;
-    let url_source = (req.param("_source").is_some() || req.param("_source_includes").is_some()).then(|| {
-        SourceFilter::default().with_params(req.param("_source"), req.param("_source_includes"), req.param("_source_excludes"))
-    });
+    let parsed = parse(
+        &req.body,
+        default_index,
+        req.flag("require_alias")?.unwrap_or(false),
+    )?;
+    let url_source = (req.param("_source").is_some() || req.param("_source_includes").is_some())
+        .then(|| {
+            SourceFilter::default().with_params(
+                req.param("_source"),
+                req.param("_source_includes"),
+                req.param("_source_excludes"),
+            )
+        });
     let mut items: Vec<Vec<u8>> = Vec::with_capacity(parsed.len());
     let mut errors = false;
     let mut touched: Vec<String> = Vec::new();
@@ -222,21 +313,39 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         let mut fetches: Vec<Option<SourceFilter>> = Vec::new();
         for p in parsed {
             let (kind, res) = match p {
-                Parsed::Bad { kind, index, id, error } => {
+                Parsed::Bad {
+                    kind,
+                    index,
+                    id,
+                    error,
+                } => {
                     fetches.push(None);
                     (kind, Err(WriteErr { index, id, error }))
                 }
                 Parsed::Op(op) => {
                     let fetch = match (&op.fetch_source, &url_source) {
-                        (Some(spec), _) if op.kind == OpKind::Update => Some(SourceFilter::from_body(Some(spec))),
+                        (Some(spec), _) if op.kind == OpKind::Update => {
+                            Some(SourceFilter::from_body(Some(spec)))
+                        }
                         (None, Some(f)) if op.kind == OpKind::Update => Some(f.clone()),
                         _ => None,
                     };
                     fetches.push(fetch);
-                    let injected = if check_items { op.id.as_deref().and_then(|id| faults.item_failure(id)) } else { None };
+                    let injected = if check_items {
+                        op.id.as_deref().and_then(|id| faults.item_failure(id))
+                    } else {
+                        None
+                    };
                     match injected {
-                        Some(error) => (op.kind, Err(WriteErr { index: op.index.clone(), id: op.id.clone().unwrap_or_default(), error })),
-                        None => (op.kind, apply(&mut store, op)),
+                        Some(error) => (
+                            op.kind,
+                            Err(WriteErr {
+                                index: op.index.clone(),
+                                id: op.id.clone().unwrap_or_default(),
+                                error,
+                            }),
+                        ),
+                        None => (op.kind, apply(&mut store, op).map_err(|e| *e)),
                     }
                 }
             };
@@ -257,7 +366,8 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                 }
                 Err(e) => {
                     errors = true;
-                    let _ = serde_json::to_writer(&mut item, &error_item(&e.index, &e.id, &e.error));
+                    let _ =
+                        serde_json::to_writer(&mut item, &error_item(&e.index, &e.id, &e.error));
                 }
             }
             item.push(b'}');
@@ -276,16 +386,28 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         if wait_for {
             let gens: Vec<(String, u64)> = touched
                 .iter()
-                .filter_map(|n| store.indices.get(n).filter(|i| !i.dirty.is_empty()).map(|i| (n.clone(), i.refresh_gen)))
+                .filter_map(|n| {
+                    store
+                        .indices
+                        .get(n)
+                        .filter(|i| !i.dirty.is_empty())
+                        .map(|i| (n.clone(), i.refresh_gen))
+                })
                 .collect();
             drop(store);
             app.wait_for_refresh(&gens);
         }
     }
     if let Some(mode) = corruption {
-        let mut values: Vec<Value> = items.iter().filter_map(|i| serde_json::from_slice(i).ok()).collect();
+        let mut values: Vec<Value> = items
+            .iter()
+            .filter_map(|i| serde_json::from_slice(i).ok())
+            .collect();
         corrupt(&mut values, mode);
-        items = values.iter().map(|v| serde_json::to_vec(v).unwrap_or_default()).collect();
+        items = values
+            .iter()
+            .map(|v| serde_json::to_vec(v).unwrap_or_default())
+            .collect();
     }
     let took = started.elapsed().as_millis() as u64;
     let mut body = Vec::with_capacity(items.iter().map(Vec::len).sum::<usize>() + items.len() + 64);
@@ -297,7 +419,12 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         body.extend_from_slice(item);
     }
     body.extend_from_slice(b"]}");
-    Ok(Reply { status: 200, body, json: true, close: false })
+    Ok(Reply {
+        status: 200,
+        body,
+        json: true,
+        close: false,
+    })
 }
 
 #[cfg(test)]
@@ -313,10 +440,20 @@ mod tests {
 
     #[test]
     fn parser_rules_match_es() {
-        assert_eq!(err("{\"index\":{}}\n{}"), "The bulk request must be terminated by a newline [\\n]");
-        assert_eq!(err("{}\n"), "Malformed action/metadata line [1], expected FIELD_NAME but found [END_OBJECT]");
-        assert!(err("{\"foo\":{}}\n").contains("expected one of [create, delete, index, update] but found [foo]"));
+        assert_eq!(
+            err("{\"index\":{}}\n{}"),
+            "The bulk request must be terminated by a newline [\\n]"
+        );
+        assert_eq!(
+            err("{}\n"),
+            "Malformed action/metadata line [1], expected FIELD_NAME but found [END_OBJECT]"
+        );
+        assert!(err("{\"foo\":{}}\n")
+            .contains("expected one of [create, delete, index, update] but found [foo]"));
         assert!(err("{\"index\":{\"bad\":1}}\n{}\n").contains("unknown parameter [bad]"));
-        assert_eq!(err("{\"delete\":{\"_id\":\"1\"}}\r\n\n{\"index\":{}}\n{\"a\":1}\n"), "ok");
+        assert_eq!(
+            err("{\"delete\":{\"_id\":\"1\"}}\r\n\n{\"index\":{}}\n{\"a\":1}\n"),
+            "ok"
+        );
     }
 }

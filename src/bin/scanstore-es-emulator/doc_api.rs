@@ -11,17 +11,30 @@ use crate::source_filter::SourceFilter;
 
 fn param_i64(req: &Req, key: &str) -> Result<Option<i64>, EsError> {
     req.param(key)
-        .map(|v| v.parse::<i64>().map_err(|_| EsError::bad_request(format!("Failed to parse [{key}] value [{v}]"))))
+        .map(|v| {
+            v.parse::<i64>()
+                .map_err(|_| EsError::bad_request(format!("Failed to parse [{key}] value [{v}]")))
+        })
         .transpose()
 }
 
 pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) -> HandlerResult {
     let refresh = req.param("refresh");
     let forced = matches!(refresh, Some("") | Some("true"));
-    let kind = if kind == OpKind::Index && req.param("op_type") == Some("create") { OpKind::Create } else { kind };
+    let kind = if kind == OpKind::Index && req.param("op_type") == Some("create") {
+        OpKind::Create
+    } else {
+        kind
+    };
     let body = match kind {
         OpKind::Delete => None,
-        _ => Some(req.json_body()?.ok_or_else(|| EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: source is missing;"))?),
+        _ => Some(req.json_body()?.ok_or_else(|| {
+            EsError::new(
+                400,
+                "action_request_validation_exception",
+                "Validation Failed: 1: source is missing;",
+            )
+        })?),
     };
     let op = WriteOp {
         kind,
@@ -47,14 +60,27 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
         app.refreshed.notify_all();
     }
     if kind == OpKind::Update {
-        let filter = SourceFilter::default().with_params(req.param("_source"), req.param("_source_includes"), req.param("_source_excludes"));
-        let latest = store.indices.get(&res.index).and_then(|i| i.docs.get(&res.id)).and_then(|s| s.latest.clone());
+        let filter = SourceFilter::default().with_params(
+            req.param("_source"),
+            req.param("_source_includes"),
+            req.param("_source_excludes"),
+        );
+        let latest = store
+            .indices
+            .get(&res.index)
+            .and_then(|i| i.docs.get(&res.id))
+            .and_then(|s| s.latest.clone());
         if let Some(src) = latest.as_ref().and_then(|d| filter.apply(&d.source)) {
-            m.insert("get".into(), json!({"_seq_no": res.seq_no, "_primary_term": 1, "found": true, "_source": src}));
+            m.insert(
+                "get".into(),
+                json!({"_seq_no": res.seq_no, "_primary_term": 1, "found": true, "_source": src}),
+            );
         }
     }
     let gens: Vec<(String, u64)> = match store.indices.get(&res.index) {
-        Some(i) if refresh == Some("wait_for") && res.result != "noop" && !i.dirty.is_empty() => vec![(res.index.clone(), i.refresh_gen)],
+        Some(i) if refresh == Some("wait_for") && res.result != "noop" && !i.dirty.is_empty() => {
+            vec![(res.index.clone(), i.refresh_gen)]
+        }
         _ => Vec::new(),
     };
     drop(store);
@@ -65,33 +91,63 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
 pub fn get(app: &App, req: &Req, index: &str, id: &str, source_only: bool) -> HandlerResult {
     let realtime = req.flag("realtime")?.unwrap_or(true);
     let mut store = lock(&app.store);
-    let names = resolve_read(&store, index, IndicesOptions { ignore_unavailable: false, allow_no_indices: true })?;
+    let names = resolve_read(
+        &store,
+        index,
+        IndicesOptions {
+            ignore_unavailable: false,
+            allow_no_indices: true,
+        },
+    )?;
     let [name] = names.as_slice() else {
         return Err(EsError::bad_request(format!("alias [{index}] has more than one index associated with it, can't execute a single index op")));
     };
-    let Some(idx) = store.indices.get_mut(name) else { return Err(EsError::index_not_found(index)) };
+    let Some(idx) = store.indices.get_mut(name) else {
+        return Err(EsError::index_not_found(index));
+    };
     if req.flag("refresh")?.unwrap_or(false) {
         idx.refresh();
     }
     let slot = idx.docs.get(id);
-    let doc = if realtime { slot.and_then(|s| s.latest.clone()) } else { slot.and_then(|s| s.visible.clone()) };
+    let doc = if realtime {
+        slot.and_then(|s| s.latest.clone())
+    } else {
+        slot.and_then(|s| s.visible.clone())
+    };
     let Some(doc) = doc else {
         if source_only {
-            return Err(EsError::new(404, "resource_not_found_exception", format!("Document not found [{name}]/[{id}]")));
+            return Err(EsError::new(
+                404,
+                "resource_not_found_exception",
+                format!("Document not found [{name}]/[{id}]"),
+            ));
         }
-        return Ok(Reply::json(404, &json!({"_index": name, "_id": id, "found": false})));
+        return Ok(Reply::json(
+            404,
+            &json!({"_index": name, "_id": id, "found": false}),
+        ));
     };
     if let Some(v) = param_i64(req, "version")? {
-        let vt = parse_version_type(req.param("version_type"))?;
-        let conflict = match vt {
-            crate::docs::VersionType::ExternalGte => doc.version > v,
-            _ => doc.version != v,
-        };
+        // Reads demand the exact version whatever the version type (VersionType#isVersionConflictForReads).
+        parse_version_type(req.param("version_type"))?;
+        let conflict = doc.version != v;
         if conflict {
-            return Err(EsError::version_conflict(id, format!("current version [{}] is different than the one provided [{v}]", doc.version), name, &idx.uuid));
+            return Err(EsError::version_conflict(
+                id,
+                format!(
+                    "current version [{}] is different than the one provided [{v}]",
+                    doc.version
+                ),
+                name,
+                &idx.uuid,
+            ));
         }
     }
-    let filter = SourceFilter::all().with_params(req.param("_source"), req.param("_source_includes"), req.param("_source_excludes"));
+    let filter = SourceFilter::all().with_params(
+        req.param("_source"),
+        req.param("_source_includes"),
+        req.param("_source_excludes"),
+    );
     if source_only {
         return Ok(Reply::ok(&filter.apply(&doc.source).unwrap_or(json!({}))));
     }

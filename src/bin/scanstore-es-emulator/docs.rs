@@ -98,7 +98,10 @@ impl WriteOk {
         m.insert("_version".into(), json!(self.version));
         m.insert("result".into(), json!(self.result));
         let (total, successful, failed) = self.shards;
-        m.insert("_shards".into(), json!({"total": total, "successful": successful, "failed": failed}));
+        m.insert(
+            "_shards".into(),
+            json!({"total": total, "successful": successful, "failed": failed}),
+        );
         m.insert("_seq_no".into(), json!(self.seq_no));
         m.insert("_primary_term".into(), json!(1));
         m
@@ -118,7 +121,9 @@ pub fn parse_version_type(v: Option<&str>) -> Result<VersionType, EsError> {
         None | Some("internal") => Ok(VersionType::Internal),
         Some("external") => Ok(VersionType::External),
         Some("external_gte") => Ok(VersionType::ExternalGte),
-        Some(other) => Err(EsError::bad_request(format!("No version type match [{other}]"))),
+        Some(other) => Err(EsError::bad_request(format!(
+            "No version type match [{other}]"
+        ))),
     }
 }
 
@@ -135,20 +140,43 @@ pub fn target_index(store: &mut Store, name: &str, require_alias: bool) -> Resul
     }
 }
 
-pub fn apply(store: &mut Store, mut op: WriteOp) -> Result<WriteOk, WriteErr> {
+/// Applies one write. The error is boxed: it is the rare path and large.
+pub fn apply(store: &mut Store, mut op: WriteOp) -> Result<WriteOk, Box<WriteErr>> {
     let id = match &op.id {
         Some(id) => id.clone(),
         None if matches!(op.kind, OpKind::Index | OpKind::Create) => auto_id(),
         None => String::new(),
     };
-    let fail = |index: &str, error: EsError| WriteErr { index: index.to_owned(), id: id.clone(), error };
-    if op.id.as_deref() == Some("") || (op.id.is_none() && matches!(op.kind, OpKind::Update | OpKind::Delete)) {
-        return Err(fail(&op.index, EsError::new(400, "illegal_argument_exception", "if _id is specified it must not be empty")));
+    let fail = |index: &str, error: EsError| {
+        Box::new(WriteErr {
+            index: index.to_owned(),
+            id: id.clone(),
+            error,
+        })
+    };
+    if op.id.as_deref() == Some("")
+        || (op.id.is_none() && matches!(op.kind, OpKind::Update | OpKind::Delete))
+    {
+        return Err(fail(
+            &op.index,
+            EsError::new(
+                400,
+                "illegal_argument_exception",
+                "if _id is specified it must not be empty",
+            ),
+        ));
     }
     if id.len() > 512 {
-        return Err(fail(&op.index, EsError::bad_request(format!("id [{id}] is too long, must be no longer than 512 bytes but was: {}", id.len()))));
+        return Err(fail(
+            &op.index,
+            EsError::bad_request(format!(
+                "id [{id}] is too long, must be no longer than 512 bytes but was: {}",
+                id.len()
+            )),
+        ));
     }
-    let index_name = target_index(store, &op.index, op.require_alias).map_err(|e| fail(&op.index, e))?;
+    let index_name =
+        target_index(store, &op.index, op.require_alias).map_err(|e| fail(&op.index, e))?;
     let Some(index) = store.indices.get_mut(&index_name) else {
         return Err(fail(&op.index, EsError::index_not_found(&op.index)));
     };
@@ -161,13 +189,23 @@ pub fn apply(store: &mut Store, mut op: WriteOp) -> Result<WriteOk, WriteErr> {
         OpKind::Update => update_doc(index, &op, body, &id, scripts),
     };
     res.map_err(|e| {
-        let e = if e.meta.contains_key("index") { e } else { e.on_index(&index_name, &uuid) };
-        WriteErr { index: index_name.clone(), id: id.clone(), error: e }
+        let e = if e.meta.contains_key("index") {
+            e
+        } else {
+            e.on_index(&index_name, &uuid)
+        };
+        Box::new(WriteErr {
+            index: index_name.clone(),
+            id: id.clone(),
+            error: e,
+        })
     })
 }
 
 fn check_cas(index: &Index, op: &WriteOp, id: &str) -> Result<(), EsError> {
-    let (Some(seq), term) = (op.if_seq_no, op.if_primary_term.unwrap_or(1)) else { return Ok(()) };
+    let (Some(seq), term) = (op.if_seq_no, op.if_primary_term.unwrap_or(1)) else {
+        return Ok(());
+    };
     let current = index.docs.get(id).and_then(|s| s.latest.clone());
     match current {
         Some(doc) if doc.seq_no == seq && term == 1 => Ok(()),
@@ -200,15 +238,29 @@ fn next_version(index: &Index, op: &WriteOp, id: &str) -> Result<i64, EsError> {
     }
 }
 
-fn write_doc(index: &mut Index, op: &WriteOp, body: Option<Value>, id: &str) -> Result<WriteOk, EsError> {
+fn write_doc(
+    index: &mut Index,
+    op: &WriteOp,
+    body: Option<Value>,
+    id: &str,
+) -> Result<WriteOk, EsError> {
     let Some(source) = body else {
-        return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: source is missing;"));
+        return Err(EsError::new(
+            400,
+            "action_request_validation_exception",
+            "Validation Failed: 1: source is missing;",
+        ));
     };
     check_cas(index, op, id)?;
     let exists = index.docs.get(id).is_some_and(|s| s.latest.is_some());
     if op.kind == OpKind::Create && exists {
         let v = index.docs.get(id).map_or(0, |s| s.version);
-        return Err(EsError::version_conflict(id, format!("document already exists (current version [{v}])"), &index.name, &index.uuid));
+        return Err(EsError::version_conflict(
+            id,
+            format!("document already exists (current version [{v}])"),
+            &index.name,
+            &index.uuid,
+        ));
     }
     let version = next_version(index, op, id)?;
     index.mapping.index_doc(id, &source)?;
@@ -218,7 +270,13 @@ fn write_doc(index: &mut Index, op: &WriteOp, body: Option<Value>, id: &str) -> 
             latest.routing = Some(r.clone());
         }
     }
-    Ok(ok(index, id, version, seq_no, if exists { "updated" } else { "created" }))
+    Ok(ok(
+        index,
+        id,
+        version,
+        seq_no,
+        if exists { "updated" } else { "created" },
+    ))
 }
 
 fn ok(index: &Index, id: &str, version: i64, seq_no: i64, result: &'static str) -> WriteOk {
@@ -227,8 +285,20 @@ fn ok(index: &Index, id: &str, version: i64, seq_no: i64, result: &'static str) 
         "not_found" => 404,
         _ => 200,
     };
-    let shards = if result == "noop" { (0, 0, 0) } else { (1 + index.replicas, 1, 0) };
-    WriteOk { index: index.name.clone(), id: id.to_owned(), version, result, seq_no, status, shards }
+    let shards = if result == "noop" {
+        (0, 0, 0)
+    } else {
+        (1 + index.replicas, 1, 0)
+    };
+    WriteOk {
+        index: index.name.clone(),
+        id: id.to_owned(),
+        version,
+        result,
+        seq_no,
+        status,
+        shards,
+    }
 }
 
 fn delete_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<WriteOk, EsError> {
@@ -236,7 +306,13 @@ fn delete_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<WriteOk, EsEr
     let exists = index.docs.get(id).is_some_and(|s| s.latest.is_some());
     let version = next_version(index, op, id)?;
     let (version, seq_no) = index.put(id, None, version);
-    Ok(ok(index, id, version, seq_no, if exists { "deleted" } else { "not_found" }))
+    Ok(ok(
+        index,
+        id,
+        version,
+        seq_no,
+        if exists { "deleted" } else { "not_found" },
+    ))
 }
 
 /// Recursive partial-document merge; returns whether anything changed.
@@ -255,39 +331,86 @@ fn merge(dst: &mut Map<String, Value>, patch: &Map<String, Value>) -> bool {
     changed
 }
 
-const UPDATE_FIELDS: [&str; 8] = ["doc", "upsert", "doc_as_upsert", "script", "scripted_upsert", "detect_noop", "_source", "lang"];
+const UPDATE_FIELDS: [&str; 8] = [
+    "doc",
+    "upsert",
+    "doc_as_upsert",
+    "script",
+    "scripted_upsert",
+    "detect_noop",
+    "_source",
+    "lang",
+];
 
-fn update_doc(index: &mut Index, op: &WriteOp, body: Option<Value>, id: &str, scripts: &std::collections::BTreeMap<String, crate::store::StoredScript>) -> Result<WriteOk, EsError> {
+fn update_doc(
+    index: &mut Index,
+    op: &WriteOp,
+    body: Option<Value>,
+    id: &str,
+    scripts: &std::collections::BTreeMap<String, crate::store::StoredScript>,
+) -> Result<WriteOk, EsError> {
     if op.version.is_some() {
         return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: Update requests do not support versioning. Please use `if_seq_no` and `if_primary_term` instead;"));
     }
     let empty = Map::new();
     let payload = body.as_ref().and_then(Value::as_object).unwrap_or(&empty);
-    if let Some(bad) = payload.keys().find(|k| !UPDATE_FIELDS.contains(&k.as_str())) {
-        let hint = if bad.starts_with('d') { " did you mean [doc]?" } else { "" };
-        return Err(EsError::new(400, "x_content_parse_exception", format!("[1:2] [UpdateRequest] unknown field [{bad}]{hint}")));
+    if let Some(bad) = payload
+        .keys()
+        .find(|k| !UPDATE_FIELDS.contains(&k.as_str()))
+    {
+        let hint = if bad.starts_with('d') {
+            " did you mean [doc]?"
+        } else {
+            ""
+        };
+        return Err(EsError::new(
+            400,
+            "x_content_parse_exception",
+            format!("[1:2] [UpdateRequest] unknown field [{bad}]{hint}"),
+        ));
     }
     let current = index.docs.get(id).and_then(|s| s.latest.clone());
     if current.is_some() {
         check_cas(index, op, id)?;
     } else if op.if_seq_no.is_some() {
-        return Err(EsError::new(404, "document_missing_exception", format!("[{id}]: document missing")).with("shard", "0"));
+        return Err(EsError::new(
+            404,
+            "document_missing_exception",
+            format!("[{id}]: document missing"),
+        )
+        .with("shard", "0"));
     }
     let flag = |k: &str, default: bool| payload.get(k).and_then(Value::as_bool).unwrap_or(default);
     let script = payload.get("script");
     let (new_source, created) = match (&current, script) {
         (Some(doc), Some(script)) => {
-            let mut ctx = ScriptCtx { op: "index".into(), source: doc.source.as_object().cloned().unwrap_or_default() };
+            let mut ctx = ScriptCtx {
+                op: "index".into(),
+                source: doc.source.as_object().cloned().unwrap_or_default(),
+            };
             run_script(script, scripts, &mut ctx)?;
             match ctx.op.as_str() {
                 "index" => (Value::Object(ctx.source), false),
-                "delete" => return delete_doc(index, &WriteOp { kind: OpKind::Delete, ..op.clone() }, id),
+                "delete" => {
+                    return delete_doc(
+                        index,
+                        &WriteOp {
+                            kind: OpKind::Delete,
+                            ..op.clone()
+                        },
+                        id,
+                    )
+                }
                 _ => return Ok(ok(index, id, doc.version, doc.seq_no, "noop")),
             }
         }
         (Some(doc), None) => {
             let Some(Value::Object(patch)) = payload.get("doc") else {
-                return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: script or doc is missing;"));
+                return Err(EsError::new(
+                    400,
+                    "action_request_validation_exception",
+                    "Validation Failed: 1: script or doc is missing;",
+                ));
             };
             let mut merged = doc.source.as_object().cloned().unwrap_or_default();
             if !merge(&mut merged, patch) && flag("detect_noop", true) {
@@ -296,8 +419,15 @@ fn update_doc(index: &mut Index, op: &WriteOp, body: Option<Value>, id: &str, sc
             (Value::Object(merged), false)
         }
         (None, Some(script)) if flag("scripted_upsert", false) => {
-            let upsert = payload.get("upsert").and_then(Value::as_object).cloned().unwrap_or_default();
-            let mut ctx = ScriptCtx { op: "create".into(), source: upsert };
+            let upsert = payload
+                .get("upsert")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let mut ctx = ScriptCtx {
+                op: "create".into(),
+                source: upsert,
+            };
             run_script(script, scripts, &mut ctx)?;
             if ctx.op != "create" {
                 return Ok(ok(index, id, 0, -2, "noop"));
@@ -307,35 +437,67 @@ fn update_doc(index: &mut Index, op: &WriteOp, body: Option<Value>, id: &str, sc
         (None, _) => match (payload.get("upsert"), payload.get("doc")) {
             (Some(up), _) => (up.clone(), true),
             (None, Some(doc)) if flag("doc_as_upsert", false) => (doc.clone(), true),
-            _ => return Err(EsError::new(404, "document_missing_exception", format!("[{id}]: document missing")).with("shard", "0")),
+            _ => {
+                return Err(EsError::new(
+                    404,
+                    "document_missing_exception",
+                    format!("[{id}]: document missing"),
+                )
+                .with("shard", "0"))
+            }
         },
     };
     index.mapping.index_doc(id, &new_source)?;
     let version = index.docs.get(id).map_or(0, |s| s.version) + 1;
     let (version, seq_no) = index.put(id, Some(new_source), version);
-    Ok(ok(index, id, version, seq_no, if created { "created" } else { "updated" }))
+    Ok(ok(
+        index,
+        id,
+        version,
+        seq_no,
+        if created { "created" } else { "updated" },
+    ))
 }
 
 fn script_error(reason: String, script: &str) -> EsError {
-    EsError::new(400, "script_exception", reason).with("script", script).with("lang", "painless")
+    EsError::new(400, "script_exception", reason)
+        .with("script", script)
+        .with("lang", "painless")
 }
 
-fn run_script(spec: &Value, stored: &std::collections::BTreeMap<String, crate::store::StoredScript>, ctx: &mut ScriptCtx) -> Result<(), EsError> {
+fn run_script(
+    spec: &Value,
+    stored: &std::collections::BTreeMap<String, crate::store::StoredScript>,
+    ctx: &mut ScriptCtx,
+) -> Result<(), EsError> {
     let (source, label, params, cached) = match spec {
         Value::String(s) => (s.clone(), s.clone(), Map::new(), None),
         Value::Object(o) => {
-            let params = o.get("params").and_then(Value::as_object).cloned().unwrap_or_default();
-            match (o.get("id").and_then(Value::as_str), o.get("source").and_then(Value::as_str)) {
+            let params = o
+                .get("params")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            match (
+                o.get("id").and_then(Value::as_str),
+                o.get("source").and_then(Value::as_str),
+            ) {
                 (Some(id), _) => match stored.get(id) {
                     Some(s) => (String::new(), id.to_owned(), params, Some(s.native)),
                     None => {
                         return Err(EsError::bad_request("failed to execute script").caused_by(
-                            EsError::new(404, "resource_not_found_exception", format!("unable to find script [{id}] in cluster state")),
+                            EsError::new(
+                                404,
+                                "resource_not_found_exception",
+                                format!("unable to find script [{id}] in cluster state"),
+                            ),
                         ))
                     }
                 },
                 (None, Some(src)) => (src.to_owned(), src.to_owned(), params, None),
-                _ => return Err(EsError::parsing("must specify either [source] for an inline script or [id] for a stored script")),
+                _ => return Err(EsError::parsing(
+                    "must specify either [source] for an inline script or [id] for a stored script",
+                )),
             }
         }
         _ => return Err(EsError::parsing("script must be a string or an object")),
@@ -357,5 +519,7 @@ fn run_script(spec: &Value, stored: &std::collections::BTreeMap<String, crate::s
             &label,
         ));
     };
-    native.run(ctx, &params).map_err(|e| script_error(format!("runtime error: {e}"), &label))
+    native
+        .run(ctx, &params)
+        .map_err(|e| script_error(format!("runtime error: {e}"), &label))
 }

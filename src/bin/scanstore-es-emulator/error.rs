@@ -15,7 +15,13 @@ pub struct EsError {
 
 impl EsError {
     pub fn new(status: u16, kind: &str, reason: impl Into<String>) -> EsError {
-        EsError { status, kind: kind.to_owned(), reason: reason.into(), meta: Map::new(), caused_by: None }
+        EsError {
+            status,
+            kind: kind.to_owned(),
+            reason: reason.into(),
+            meta: Map::new(),
+            caused_by: None,
+        }
     }
 
     pub fn bad_request(reason: impl Into<String>) -> EsError {
@@ -42,16 +48,24 @@ impl EsError {
     }
 
     pub fn index_not_found(index: &str) -> EsError {
-        EsError::new(404, "index_not_found_exception", format!("no such index [{index}]"))
-            .with("resource.type", "index_or_alias")
-            .with("resource.id", index)
-            .on_index(index, "_na_")
+        EsError::new(
+            404,
+            "index_not_found_exception",
+            format!("no such index [{index}]"),
+        )
+        .with("resource.type", "index_or_alias")
+        .with("resource.id", index)
+        .on_index(index, "_na_")
     }
 
     pub fn version_conflict(id: &str, detail: String, index: &str, uuid: &str) -> EsError {
-        EsError::new(409, "version_conflict_engine_exception", format!("[{id}]: version conflict, {detail}"))
-            .with("shard", "0")
-            .on_index(index, uuid)
+        EsError::new(
+            409,
+            "version_conflict_engine_exception",
+            format!("[{id}]: version conflict, {detail}"),
+        )
+        .with("shard", "0")
+        .on_index(index, uuid)
     }
 
     /// The exception object itself (`type`, `reason`, metadata, `caused_by`).
@@ -108,8 +122,12 @@ mod tests {
 
     #[test]
     fn root_cause_is_the_innermost() {
-        let e = EsError::bad_request("outer").caused_by(EsError::new(400, "script_exception", "inner"));
-        assert_eq!(e.body()["error"]["root_cause"][0]["type"], "script_exception");
+        let e =
+            EsError::bad_request("outer").caused_by(EsError::new(400, "script_exception", "inner"));
+        assert_eq!(
+            e.body()["error"]["root_cause"][0]["type"],
+            "script_exception"
+        );
         assert_eq!(e.body()["error"]["caused_by"]["type"], "script_exception");
     }
 }

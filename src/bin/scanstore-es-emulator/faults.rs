@@ -23,13 +23,44 @@ pub enum CorruptMode {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FaultSpec {
-    Latency { path: String, method: Option<String>, ms: u64, count: Option<u64> },
-    Fail { path: String, method: Option<String>, status: u16, error_type: Option<String>, reason: Option<String>, count: Option<u64> },
-    BulkItemFail { id: String, status: u16, error_type: Option<String>, reason: Option<String>, count: Option<u64> },
-    CorruptBulk { mode: CorruptMode, count: Option<u64> },
-    RefreshFail { count: Option<u64> },
-    Close { path: String, method: Option<String>, count: Option<u64> },
-    Pause { path: String, method: Option<String>, count: Option<u64> },
+    Latency {
+        path: String,
+        method: Option<String>,
+        ms: u64,
+        count: Option<u64>,
+    },
+    Fail {
+        path: String,
+        method: Option<String>,
+        status: u16,
+        error_type: Option<String>,
+        reason: Option<String>,
+        count: Option<u64>,
+    },
+    BulkItemFail {
+        id: String,
+        status: u16,
+        error_type: Option<String>,
+        reason: Option<String>,
+        count: Option<u64>,
+    },
+    CorruptBulk {
+        mode: CorruptMode,
+        count: Option<u64>,
+    },
+    RefreshFail {
+        count: Option<u64>,
+    },
+    Close {
+        path: String,
+        method: Option<String>,
+        count: Option<u64>,
+    },
+    Pause {
+        path: String,
+        method: Option<String>,
+        count: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -77,19 +108,33 @@ fn default_type(status: u16) -> &'static str {
 }
 
 fn injected(status: u16, error_type: &Option<String>, reason: &Option<String>) -> EsError {
-    let kind = error_type.clone().unwrap_or_else(|| default_type(status).to_owned());
-    EsError::new(status, &kind, reason.clone().unwrap_or_else(|| format!("injected fault: {kind}")))
+    let kind = error_type
+        .clone()
+        .unwrap_or_else(|| default_type(status).to_owned());
+    EsError::new(
+        status,
+        &kind,
+        reason
+            .clone()
+            .unwrap_or_else(|| format!("injected fault: {kind}")),
+    )
 }
 
 fn method_ok(want: &Option<String>, method: &str) -> bool {
-    want.as_deref().map_or(true, |m| m.eq_ignore_ascii_case(method))
+    want.as_deref()
+        .map_or(true, |m| m.eq_ignore_ascii_case(method))
 }
 
 impl Faults {
     pub fn add(&mut self, spec: FaultSpec) -> u64 {
         self.next_id += 1;
         let remaining = count_of(&spec);
-        self.list.push(Fault { id: self.next_id, spec, remaining, hits: 0 });
+        self.list.push(Fault {
+            id: self.next_id,
+            spec,
+            remaining,
+            hits: 0,
+        });
         self.next_id
     }
 
@@ -109,7 +154,10 @@ impl Faults {
 
     /// Consumes the first matching fault for which `pick` returns a value.
     fn take<T>(&mut self, mut pick: impl FnMut(&FaultSpec) -> Option<T>) -> Option<(u64, T)> {
-        let pos = self.list.iter().position(|f| f.remaining != Some(0) && pick(&f.spec).is_some())?;
+        let pos = self
+            .list
+            .iter()
+            .position(|f| f.remaining != Some(0) && pick(&f.spec).is_some())?;
         let f = &mut self.list[pos];
         let value = pick(&f.spec)?;
         f.hits += 1;
@@ -128,29 +176,57 @@ impl Faults {
         let mut rf = RequestFaults::default();
         let hit = |p: &String, m: &Option<String>| glob_match(p, path) && method_ok(m, method);
         if let Some((_, ms)) = self.take(|s| match s {
-            FaultSpec::Latency { path: p, method: m, ms, .. } if hit(p, m) => Some(*ms),
+            FaultSpec::Latency {
+                path: p,
+                method: m,
+                ms,
+                ..
+            } if hit(p, m) => Some(*ms),
             _ => None,
         }) {
             rf.latency_ms = ms;
         }
-        rf.pause = self.take(|s| matches!(s, FaultSpec::Pause { path: p, method: m, .. } if hit(p, m)).then_some(())).map(|(id, _)| id);
+        rf.pause = self
+            .take(|s| {
+                matches!(s, FaultSpec::Pause { path: p, method: m, .. } if hit(p, m)).then_some(())
+            })
+            .map(|(id, _)| id);
         rf.fail = self
             .take(|s| match s {
-                FaultSpec::Fail { path: p, method: m, status, error_type, reason, .. } if hit(p, m) => Some(injected(*status, error_type, reason)),
+                FaultSpec::Fail {
+                    path: p,
+                    method: m,
+                    status,
+                    error_type,
+                    reason,
+                    ..
+                } if hit(p, m) => Some(injected(*status, error_type, reason)),
                 _ => None,
             })
             .map(|(_, e)| e);
-        rf.close = self.take(|s| matches!(s, FaultSpec::Close { path: p, method: m, .. } if hit(p, m)).then_some(())).is_some();
+        rf.close = self
+            .take(|s| {
+                matches!(s, FaultSpec::Close { path: p, method: m, .. } if hit(p, m)).then_some(())
+            })
+            .is_some();
         rf
     }
 
     pub fn has_item_faults(&self) -> bool {
-        self.list.iter().any(|f| matches!(f.spec, FaultSpec::BulkItemFail { .. }))
+        self.list
+            .iter()
+            .any(|f| matches!(f.spec, FaultSpec::BulkItemFail { .. }))
     }
 
     pub fn item_failure(&mut self, id: &str) -> Option<EsError> {
         self.take(|s| match s {
-            FaultSpec::BulkItemFail { id: p, status, error_type, reason, .. } if glob_match(p, id) => Some(injected(*status, error_type, reason)),
+            FaultSpec::BulkItemFail {
+                id: p,
+                status,
+                error_type,
+                reason,
+                ..
+            } if glob_match(p, id) => Some(injected(*status, error_type, reason)),
             _ => None,
         })
         .map(|(_, e)| e)
@@ -165,7 +241,8 @@ impl Faults {
     }
 
     pub fn refresh_failure(&mut self) -> bool {
-        self.take(|s| matches!(s, FaultSpec::RefreshFail { .. }).then_some(())).is_some()
+        self.take(|s| matches!(s, FaultSpec::RefreshFail { .. }).then_some(()))
+            .is_some()
     }
 }
 
@@ -194,7 +271,8 @@ pub fn control(app: &App, req: &Req) -> HandlerResult {
             Ok(Reply::ok(&json!({"acknowledged": true})))
         }
         ("POST", ["faults"]) => {
-            let spec: FaultSpec = serde_json::from_slice(&req.body).map_err(|e| EsError::bad_request(format!("bad fault: {e}")))?;
+            let spec: FaultSpec = serde_json::from_slice(&req.body)
+                .map_err(|e| EsError::bad_request(format!("bad fault: {e}")))?;
             let id = lock(&app.faults).add(spec);
             Ok(Reply::ok(&json!({"id": id})))
         }
@@ -202,7 +280,8 @@ pub fn control(app: &App, req: &Req) -> HandlerResult {
         ("DELETE", ["faults"]) | ("POST", ["release"]) => {
             let mut f = lock(&app.faults);
             if req.segments.get(1).map(String::as_str) == Some("release") {
-                f.list.retain(|x| !matches!(x.spec, FaultSpec::Pause { .. }));
+                f.list
+                    .retain(|x| !matches!(x.spec, FaultSpec::Pause { .. }));
             } else {
                 f.clear();
             }
@@ -211,28 +290,47 @@ pub fn control(app: &App, req: &Req) -> HandlerResult {
             Ok(Reply::ok(&json!({"acknowledged": true})))
         }
         ("DELETE", ["faults", id]) | ("POST", ["faults", id, "release"]) => {
-            let id: u64 = id.parse().map_err(|_| EsError::bad_request("fault id must be a number"))?;
+            let id: u64 = id
+                .parse()
+                .map_err(|_| EsError::bad_request("fault id must be a number"))?;
             let removed = lock(&app.faults).remove(id);
             app.released.notify_all();
-            Ok(Reply::json(if removed { 200 } else { 404 }, &json!({"removed": removed})))
+            Ok(Reply::json(
+                if removed { 200 } else { 404 },
+                &json!({"removed": removed}),
+            ))
         }
         // Proves panic isolation: the handler panics, the server answers 500 and lives on.
         ("POST", ["panic"]) => panic!("panic requested through /_emulator/panic"),
         ("GET", ["paused"]) => Ok(Reply::ok(&json!({"paused": lock(&app.faults).paused_now}))),
-        ("GET", ["requests"]) => Ok(Reply::ok(&lock(&app.log).query(req.param("method"), req.param("path")))),
+        ("GET", ["requests"]) => Ok(Reply::ok(
+            &lock(&app.log).query(req.param("method"), req.param("path")),
+        )),
         ("DELETE", ["requests"]) => {
             lock(&app.log).clear();
             Ok(Reply::ok(&json!({"acknowledged": true})))
         }
-        _ => Err(EsError::bad_request(format!("no emulator control endpoint [{} {}]", req.method, req.path))),
+        _ => Err(EsError::bad_request(format!(
+            "no emulator control endpoint [{} {}]",
+            req.method, req.path
+        ))),
     }
 }
 
 /// Applies a bulk-response corruption to the `items` array.
 pub fn corrupt(items: &mut Vec<Value>, mode: CorruptMode) {
     let rename = |items: &mut Vec<Value>, key: &str| {
-        if let Some(inner) = items.first_mut().and_then(Value::as_object_mut).and_then(|o| o.values_mut().next()).and_then(Value::as_object_mut) {
-            let old = inner.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+        if let Some(inner) = items
+            .first_mut()
+            .and_then(Value::as_object_mut)
+            .and_then(|o| o.values_mut().next())
+            .and_then(Value::as_object_mut)
+        {
+            let old = inner
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
             inner.insert(key.into(), json!(format!("{old}-corrupted")));
         }
     };

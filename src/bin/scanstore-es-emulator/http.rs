@@ -27,7 +27,12 @@ pub struct Reply {
 impl Reply {
     pub fn json(status: u16, v: &Value) -> Reply {
         let body = serde_json::to_vec(v).unwrap_or_default();
-        Reply { status, body, json: true, close: false }
+        Reply {
+            status,
+            body,
+            json: true,
+            close: false,
+        }
     }
 
     pub fn ok(v: &Value) -> Reply {
@@ -35,7 +40,12 @@ impl Reply {
     }
 
     pub fn empty(status: u16) -> Reply {
-        Reply { status, body: Vec::new(), json: false, close: false }
+        Reply {
+            status,
+            body: Vec::new(),
+            json: false,
+            close: false,
+        }
     }
 
     pub fn error(e: &EsError) -> Reply {
@@ -77,7 +87,11 @@ impl Req {
             Some((p, q)) => (p, q),
             None => (url, ""),
         };
-        let segments = path.split('/').filter(|s| !s.is_empty()).map(|s| percent_decode(s, false)).collect();
+        let segments = path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(|s| percent_decode(s, false))
+            .collect();
         let query = qs
             .split('&')
             .filter(|kv| !kv.is_empty())
@@ -86,11 +100,21 @@ impl Req {
                 None => (percent_decode(kv, true), String::new()),
             })
             .collect();
-        Req { method: method.to_ascii_uppercase(), segments, path: path.to_owned(), query, body }
+        Req {
+            method: method.to_ascii_uppercase(),
+            segments,
+            path: path.to_owned(),
+            query,
+            body,
+        }
     }
 
     pub fn param(&self, key: &str) -> Option<&str> {
-        self.query.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.query
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// A boolean query parameter: present without value or `true` → true.
@@ -117,8 +141,12 @@ impl Req {
         match serde_json::from_slice::<Value>(&self.body) {
             Ok(v @ Value::Object(_)) => Ok(Some(v)),
             Ok(_) => Err(EsError::parsing("request body must be a JSON object")),
-            Err(e) => Err(EsError::new(400, "x_content_parse_exception", format!("failed to parse request body: {e}"))
-                .caused_by(EsError::new(400, "json_parse_exception", e.to_string()))),
+            Err(e) => Err(EsError::new(
+                400,
+                "x_content_parse_exception",
+                format!("failed to parse request body: {e}"),
+            )
+            .caused_by(EsError::new(400, "json_parse_exception", e.to_string()))),
         }
     }
 }
@@ -129,7 +157,11 @@ mod tests {
 
     #[test]
     fn decodes_path_and_query() {
-        let r = Req::new("post", "/a%2Cb/_refresh?ignore_unavailable=true&q=x+y&flag", vec![]);
+        let r = Req::new(
+            "post",
+            "/a%2Cb/_refresh?ignore_unavailable=true&q=x+y&flag",
+            vec![],
+        );
         assert_eq!(r.segments, vec!["a,b", "_refresh"]);
         assert_eq!(r.param("q"), Some("x y"));
         assert_eq!(r.flag("flag").ok().flatten(), Some(true));

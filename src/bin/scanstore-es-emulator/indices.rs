@@ -49,7 +49,9 @@ pub fn create(app: &App, req: &Req, name: &str) -> HandlerResult {
     let body = req.json_body()?;
     let mut store = lock(&app.store);
     store.create_index(name, body.as_ref())?;
-    Ok(Reply::ok(&json!({"acknowledged": true, "shards_acknowledged": true, "index": name})))
+    Ok(Reply::ok(
+        &json!({"acknowledged": true, "shards_acknowledged": true, "index": name}),
+    ))
 }
 
 pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {
@@ -71,8 +73,15 @@ pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {
 
 pub fn exists(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let store = lock(&app.store);
-    let opts = IndicesOptions { ignore_unavailable: false, allow_no_indices: req.flag("allow_no_indices")?.unwrap_or(false) };
-    Ok(Reply::empty(if resolve_read(&store, expr, opts).is_ok() { 200 } else { 404 }))
+    let opts = IndicesOptions {
+        ignore_unavailable: false,
+        allow_no_indices: req.flag("allow_no_indices")?.unwrap_or(false),
+    };
+    Ok(Reply::empty(if resolve_read(&store, expr, opts).is_ok() {
+        200
+    } else {
+        404
+    }))
 }
 
 /// `GET /{index}`, `/{index}/_mapping`, `/{index}/_settings`, `/{index}/_alias`.
@@ -82,12 +91,20 @@ pub fn get(app: &App, req: &Req, expr: &str, what: Option<&str>) -> HandlerResul
     let names = resolve_read(&store, expr, opts)?;
     let mut out = Map::new();
     for n in names {
-        let Some(i) = store.indices.get(&n) else { continue };
-        let aliases: Map<String, Value> = i.aliases.iter().map(|(a, m)| (a.clone(), alias_json(m))).collect();
+        let Some(i) = store.indices.get(&n) else {
+            continue;
+        };
+        let aliases: Map<String, Value> = i
+            .aliases
+            .iter()
+            .map(|(a, m)| (a.clone(), alias_json(m)))
+            .collect();
         let v = match what {
             Some("_mapping") => json!({"mappings": i.mapping.to_json()}),
             Some("_settings") => json!({"settings": i.settings_json()}),
-            _ => json!({"aliases": aliases, "mappings": i.mapping.to_json(), "settings": i.settings_json()}),
+            _ => {
+                json!({"aliases": aliases, "mappings": i.mapping.to_json(), "settings": i.settings_json()})
+            }
         };
         out.insert(n, v);
     }
@@ -110,7 +127,9 @@ pub fn refresh(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let (mut total, mut ok) = (0, 0);
     let mut failures = Vec::new();
     for n in &names {
-        let Some(i) = store.indices.get_mut(n) else { continue };
+        let Some(i) = store.indices.get_mut(n) else {
+            continue;
+        };
         total += i.shards * (1 + i.replicas);
         if fail {
             for shard in 0..i.shards {
@@ -136,8 +155,17 @@ pub fn put_template(app: &App, req: &Req, name: &str) -> HandlerResult {
     let body = req.json_body()?.unwrap_or(json!({}));
     let patterns: Vec<String> = match body.get("index_patterns") {
         Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect(),
-        _ => return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: index patterns are missing;")),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => {
+            return Err(EsError::new(
+                400,
+                "action_request_validation_exception",
+                "Validation Failed: 1: index patterns are missing;",
+            ))
+        }
     };
     let priority = body.get("priority").and_then(Value::as_i64).unwrap_or(0);
     if let Some(t) = body.get("template") {
@@ -147,10 +175,16 @@ pub fn put_template(app: &App, req: &Req, name: &str) -> HandlerResult {
     }
     let mut store = lock(&app.store);
     if req.flag("create")?.unwrap_or(false) && store.templates.contains_key(name) {
-        return Err(EsError::bad_request(format!("index template [{name}] already exists")));
+        return Err(EsError::bad_request(format!(
+            "index template [{name}] already exists"
+        )));
     }
     for (other, t) in &store.templates {
-        let overlap = t.patterns.iter().any(|a| patterns.iter().any(|b| glob_match(a, b) || glob_match(b, a)));
+        let overlap = t.patterns.iter().any(|a| {
+            patterns
+                .iter()
+                .any(|b| glob_match(a, b) || glob_match(b, a))
+        });
         if other != name && t.priority == priority && overlap {
             return Err(EsError::bad_request(format!(
                 "index template [{name}] has index patterns {patterns:?} matching patterns from existing templates [{other}] with patterns ({other} => {:?}) that have the same priority [{priority}], multiple index templates may not match during index creation, please use a different priority",
@@ -158,7 +192,14 @@ pub fn put_template(app: &App, req: &Req, name: &str) -> HandlerResult {
             )));
         }
     }
-    store.templates.insert(name.to_owned(), Template { patterns, priority, body });
+    store.templates.insert(
+        name.to_owned(),
+        Template {
+            patterns,
+            priority,
+            body,
+        },
+    );
     Ok(Reply::ok(&json!({"acknowledged": true})))
 }
 
@@ -171,7 +212,9 @@ pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
         .map(|(n, t)| {
             let mut body = t.body.clone();
             body["index_patterns"] = json!(t.patterns);
-            if let Some(Value::Object(aliases)) = body.get("template").and_then(|t| t.get("aliases")).cloned() {
+            if let Some(Value::Object(aliases)) =
+                body.get("template").and_then(|t| t.get("aliases")).cloned()
+            {
                 let normalized: Map<String, Value> = aliases
                     .iter()
                     .map(|(a, m)| {
@@ -185,7 +228,11 @@ pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
                     .collect();
                 body["template"]["aliases"] = Value::Object(normalized);
             }
-            if let Some(s) = body.get("template").and_then(|t| t.get("settings")).cloned() {
+            if let Some(s) = body
+                .get("template")
+                .and_then(|t| t.get("settings"))
+                .cloned()
+            {
                 let mut flat = Map::new();
                 crate::store::flatten_settings(&s, "", &mut flat);
                 let mut index = Map::new();
@@ -198,7 +245,11 @@ pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
         })
         .collect();
     if list.is_empty() && name.is_some_and(|n| !n.contains('*')) {
-        return Err(EsError::new(404, "resource_not_found_exception", format!("index template matching [{}] not found", name.unwrap_or(""))));
+        return Err(EsError::new(
+            404,
+            "resource_not_found_exception",
+            format!("index template matching [{}] not found", name.unwrap_or("")),
+        ));
     }
     Ok(Reply::ok(&json!({"index_templates": list})))
 }
@@ -208,7 +259,11 @@ pub fn delete_template(app: &App, name: &str) -> HandlerResult {
     let before = store.templates.len();
     store.templates.retain(|n, _| !glob_match(name, n));
     if before == store.templates.len() {
-        return Err(EsError::new(404, "resource_not_found_exception", format!("index_template [{name}] missing")));
+        return Err(EsError::new(
+            404,
+            "resource_not_found_exception",
+            format!("index_template [{name}] missing"),
+        ));
     }
     Ok(Reply::ok(&json!({"acknowledged": true})))
 }
@@ -216,22 +271,45 @@ pub fn delete_template(app: &App, name: &str) -> HandlerResult {
 pub fn put_script(app: &App, req: &Req, id: &str) -> HandlerResult {
     let body = req.json_body()?.unwrap_or(json!({}));
     let Some(script) = body.get("script") else {
-        return Err(EsError::parsing("unable to parse stored script: [script] is missing"));
+        return Err(EsError::parsing(
+            "unable to parse stored script: [script] is missing",
+        ));
     };
     let Some(lang) = script.get("lang").and_then(Value::as_str) else {
-        return Err(EsError::new(400, "illegal_argument_exception", "must specify lang for stored script"));
+        return Err(EsError::new(
+            400,
+            "illegal_argument_exception",
+            "must specify lang for stored script",
+        ));
     };
-    let Some(source) = script.get("source").and_then(|s| s.as_str().map(str::to_owned).or_else(|| s.is_object().then(|| s.to_string()))) else {
-        return Err(EsError::new(400, "illegal_argument_exception", "must specify source for stored script"));
+    let Some(source) = script.get("source").and_then(|s| {
+        s.as_str()
+            .map(str::to_owned)
+            .or_else(|| s.is_object().then(|| s.to_string()))
+    }) else {
+        return Err(EsError::new(
+            400,
+            "illegal_argument_exception",
+            "must specify source for stored script",
+        ));
     };
-    lock(&app.store).scripts.insert(id.to_owned(), StoredScript { lang: lang.to_owned(), native: scanstore::es::painless::native_for_source(&source), source });
+    lock(&app.store).scripts.insert(
+        id.to_owned(),
+        StoredScript {
+            lang: lang.to_owned(),
+            native: scanstore::es::painless::native_for_source(&source),
+            source,
+        },
+    );
     Ok(Reply::ok(&json!({"acknowledged": true})))
 }
 
 pub fn get_script(app: &App, id: &str) -> HandlerResult {
     let store = lock(&app.store);
     Ok(match store.scripts.get(id) {
-        Some(s) => Reply::ok(&json!({"_id": id, "found": true, "script": {"lang": s.lang, "source": s.source}})),
+        Some(s) => Reply::ok(
+            &json!({"_id": id, "found": true, "script": {"lang": s.lang, "source": s.source}}),
+        ),
         None => Reply::json(404, &json!({"_id": id, "found": false})),
     })
 }
@@ -239,6 +317,10 @@ pub fn get_script(app: &App, id: &str) -> HandlerResult {
 pub fn delete_script(app: &App, id: &str) -> HandlerResult {
     match lock(&app.store).scripts.remove(id) {
         Some(_) => Ok(Reply::ok(&json!({"acknowledged": true}))),
-        None => Err(EsError::new(404, "resource_not_found_exception", format!("stored script [{id}] does not exist"))),
+        None => Err(EsError::new(
+            404,
+            "resource_not_found_exception",
+            format!("stored script [{id}] does not exist"),
+        )),
     }
 }

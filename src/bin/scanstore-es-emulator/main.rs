@@ -40,7 +40,10 @@ use crate::app::{App, Limits};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser, Debug)]
-#[command(name = "scanstore-es-emulator", about = "Elasticsearch protocol emulator for scanstore tests")]
+#[command(
+    name = "scanstore-es-emulator",
+    about = "Elasticsearch protocol emulator for scanstore tests"
+)]
 struct Cli {
     /// Loopback address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:9200")]
@@ -72,8 +75,12 @@ pub fn start(listen: SocketAddr, threads: usize, limits: Limits) -> Result<Runni
     if !listen.ip().is_loopback() {
         return Err(format!("--listen must be a loopback address (got {listen}); the emulator has no authentication"));
     }
-    let server = tiny_http::Server::http(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let addr = server.server_addr().to_ip().ok_or_else(|| "listener has no IP address".to_owned())?;
+    let server =
+        tiny_http::Server::http(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let addr = server
+        .server_addr()
+        .to_ip()
+        .ok_or_else(|| "listener has no IP address".to_owned())?;
     let server = Arc::new(server);
     let app = App::new(limits);
     App::spawn_refresher(&app);
@@ -92,7 +99,10 @@ fn main() -> ExitCode {
             }
         };
     }
-    let limits = Limits { max_content_length: cli.max_content_length, ..Limits::default() };
+    let limits = Limits {
+        max_content_length: cli.max_content_length,
+        ..Limits::default()
+    };
     let running = match start(cli.listen, cli.threads, limits) {
         Ok(r) => r,
         Err(e) => {
@@ -101,7 +111,10 @@ fn main() -> ExitCode {
         }
     };
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "listening on http://{}", running.addr).and_then(|_| out.flush()).is_err() {
+    if writeln!(out, "listening on http://{}", running.addr)
+        .and_then(|_| out.flush())
+        .is_err()
+    {
         return ExitCode::FAILURE;
     }
     drop(out);

@@ -53,10 +53,12 @@ impl Ty {
             "half_float" => Ty::HalfFloat,
             "boolean" => Ty::Boolean,
             "object" | "nested" | "flattened" => Ty::Object,
-            "binary" | "geo_point" | "geo_shape" | "point" | "shape" | "integer_range" | "float_range" | "long_range"
-            | "double_range" | "date_range" | "ip_range" | "alias" | "join" | "percolator" | "rank_feature"
-            | "rank_features" | "dense_vector" | "knn_vector" | "sparse_vector" | "search_as_you_type" | "completion"
-            | "token_count" | "histogram" | "version" | "flat_object" | "semantic_text" | "murmur3" => Ty::Opaque,
+            "binary" | "geo_point" | "geo_shape" | "point" | "shape" | "integer_range"
+            | "float_range" | "long_range" | "double_range" | "date_range" | "ip_range"
+            | "alias" | "join" | "percolator" | "rank_feature" | "rank_features"
+            | "dense_vector" | "knn_vector" | "sparse_vector" | "search_as_you_type"
+            | "completion" | "token_count" | "histogram" | "version" | "flat_object"
+            | "semantic_text" | "murmur3" => Ty::Opaque,
             _ => return None,
         })
     }
@@ -64,7 +66,14 @@ impl Ty {
     pub fn is_numeric(self) -> bool {
         matches!(
             self,
-            Ty::Long | Ty::Integer | Ty::Short | Ty::Byte | Ty::UnsignedLong | Ty::Double | Ty::Float | Ty::HalfFloat
+            Ty::Long
+                | Ty::Integer
+                | Ty::Short
+                | Ty::Byte
+                | Ty::UnsignedLong
+                | Ty::Double
+                | Ty::Float
+                | Ty::HalfFloat
         )
     }
 }
@@ -101,7 +110,9 @@ fn parse_dynamic(v: &Value) -> Result<Dynamic, EsError> {
         Value::String(s) if s == "true" || s == "runtime" => Ok(Dynamic::True),
         Value::String(s) if s == "false" => Ok(Dynamic::False),
         Value::String(s) if s == "strict" => Ok(Dynamic::Strict),
-        other => Err(mapper_error(format!("Could not convert [dynamic] to boolean: {other}"))),
+        other => Err(mapper_error(format!(
+            "Could not convert [dynamic] to boolean: {other}"
+        ))),
     }
 }
 
@@ -122,20 +133,32 @@ fn parse_props(v: Option<&Value>) -> Result<BTreeMap<String, Field>, EsError> {
 
 fn parse_field(name: &str, def: &Value) -> Result<Field, EsError> {
     let Some(obj) = def.as_object() else {
-        return Err(mapper_error(format!("Expected map for property [fields] on field [{name}]")));
+        return Err(mapper_error(format!(
+            "Expected map for property [fields] on field [{name}]"
+        )));
     };
     let has_props = obj.contains_key("properties");
     let type_name = match obj.get("type") {
         Some(Value::String(t)) => t.clone(),
         None if has_props || obj.contains_key("dynamic") => "object".to_owned(),
         None => "object".to_owned(),
-        Some(other) => return Err(mapper_error(format!("No type specified for field [{name}]: {other}"))),
+        Some(other) => {
+            return Err(mapper_error(format!(
+                "No type specified for field [{name}]: {other}"
+            )))
+        }
     };
-    let ty = Ty::parse(&type_name)
-        .ok_or_else(|| mapper_error(format!("No handler for type [{type_name}] declared on field [{name}]")))?;
+    let ty = Ty::parse(&type_name).ok_or_else(|| {
+        mapper_error(format!(
+            "No handler for type [{type_name}] declared on field [{name}]"
+        ))
+    })?;
     let mut extra = Map::new();
     for (k, v) in obj {
-        if !matches!(k.as_str(), "type" | "properties" | "dynamic" | "fields" | "ignore_above") {
+        if !matches!(
+            k.as_str(),
+            "type" | "properties" | "dynamic" | "fields" | "ignore_above"
+        ) {
             extra.insert(k.clone(), v.clone());
         }
     }
@@ -145,7 +168,10 @@ fn parse_field(name: &str, def: &Value) -> Result<Field, EsError> {
         props: parse_props(obj.get("properties"))?,
         dynamic: obj.get("dynamic").map(parse_dynamic).transpose()?,
         fields: parse_props(obj.get("fields"))?,
-        ignore_above: obj.get("ignore_above").and_then(Value::as_u64).map(|n| n as usize),
+        ignore_above: obj
+            .get("ignore_above")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize),
         extra,
     })
 }
@@ -185,7 +211,14 @@ fn props_json(p: &BTreeMap<String, Field>) -> Value {
 
 /// Converts one JSON scalar to the field's key type; `Err` carries the cause message.
 pub fn to_key(ty: Ty, v: &Value) -> Result<Option<Key>, String> {
-    let bad = || format!("For input string: \"{}\"", v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()));
+    let bad = || {
+        format!(
+            "For input string: \"{}\"",
+            v.as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| v.to_string())
+        )
+    };
     Ok(Some(match ty {
         Ty::Keyword | Ty::Text => match v {
             Value::String(s) => Key::Str(s.clone()),
@@ -234,7 +267,9 @@ pub fn to_key(ty: Ty, v: &Value) -> Result<Option<Key>, String> {
 
 /// Lower-cased alphanumeric tokens (a small stand-in for the standard analyzer).
 pub fn tokens(s: &str) -> impl Iterator<Item = String> + '_ {
-    s.split(|c: char| !c.is_alphanumeric()).filter(|t| !t.is_empty()).map(str::to_lowercase)
+    s.split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .map(str::to_lowercase)
 }
 
 /// Collects the JSON values at a dotted path (objects and dotted keys, arrays flattened).
@@ -274,11 +309,17 @@ pub struct Resolved<'a> {
 
 impl Mapping {
     pub fn empty() -> Mapping {
-        Mapping { dynamic: Dynamic::True, props: BTreeMap::new(), extra: Map::new() }
+        Mapping {
+            dynamic: Dynamic::True,
+            props: BTreeMap::new(),
+            extra: Map::new(),
+        }
     }
 
     pub fn parse(v: &Value) -> Result<Mapping, EsError> {
-        let Some(obj) = v.as_object() else { return Err(mapper_error("mappings must be an object")) };
+        let Some(obj) = v.as_object() else {
+            return Err(mapper_error("mappings must be an object"));
+        };
         if obj.len() == 1 && obj.contains_key("_doc") {
             return Err(EsError::bad_request(
                 "The mapping definition cannot be nested under a type [_doc] unless include_type_name is set to true.",
@@ -289,11 +330,20 @@ impl Mapping {
             match k.as_str() {
                 "dynamic" => m.dynamic = parse_dynamic(val)?,
                 "properties" => m.props = parse_props(Some(val))?,
-                "_source" | "_meta" | "_routing" | "date_detection" | "numeric_detection" | "dynamic_templates"
+                "_source"
+                | "_meta"
+                | "_routing"
+                | "date_detection"
+                | "numeric_detection"
+                | "dynamic_templates"
                 | "dynamic_date_formats" => {
                     m.extra.insert(k.clone(), val.clone());
                 }
-                other => return Err(mapper_error(format!("Root mapping definition has unsupported parameters:  [{other} : {val}]"))),
+                other => {
+                    return Err(mapper_error(format!(
+                        "Root mapping definition has unsupported parameters:  [{other} : {val}]"
+                    )))
+                }
             }
         }
         Ok(m)
@@ -329,10 +379,16 @@ impl Mapping {
             let f = props.get(*seg)?;
             let rest = &segs[i + 1..];
             if rest.is_empty() {
-                return Some(Resolved { source_path: path.to_owned(), field: f });
+                return Some(Resolved {
+                    source_path: path.to_owned(),
+                    field: f,
+                });
             }
             if let Some(sub) = f.fields.get(&rest.join(".")) {
-                return Some(Resolved { source_path: segs[..=i].join("."), field: sub });
+                return Some(Resolved {
+                    source_path: segs[..=i].join("."),
+                    field: sub,
+                });
             }
             props = &f.props;
         }
@@ -341,7 +397,9 @@ impl Mapping {
 
     /// Indexed keys of `field` in a document (empty for unmapped or object fields).
     pub fn keys(&self, src: &Value, field: &str) -> (Option<Ty>, Vec<Key>) {
-        let Some(r) = self.resolve(field) else { return (None, Vec::new()) };
+        let Some(r) = self.resolve(field) else {
+            return (None, Vec::new());
+        };
         let mut vals = Vec::new();
         source_values(src, &r.source_path, &mut vals);
         let mut out = Vec::with_capacity(vals.len());
@@ -366,7 +424,7 @@ impl Mapping {
         };
         // Fast path: a read-only check; the mapping is cloned only when a dynamic field must
         // be added (so a rejected document never changes it).
-        if !needs_new_fields(&self.props, self.dynamic, obj, id)? {
+        if !needs_new_fields(&self.props, self.dynamic, obj)? {
             return Ok(());
         }
         let mut props = self.props.clone();
@@ -381,7 +439,11 @@ impl Mapping {
 
 /// Validates like [`check_object`] without changing anything; `Ok(true)` when the document
 /// introduces fields that dynamic mapping would add (or the check needs the slow path).
-fn needs_new_fields(props: &BTreeMap<String, Field>, dynamic: Dynamic, obj: &Map<String, Value>, id: &str) -> Result<bool, EsError> {
+fn needs_new_fields(
+    props: &BTreeMap<String, Field>,
+    dynamic: Dynamic,
+    obj: &Map<String, Value>,
+) -> Result<bool, EsError> {
     for (name, value) in obj {
         let Some(field) = props.get(name) else {
             if value.is_null() || dynamic == Dynamic::False {
@@ -396,7 +458,7 @@ fn needs_new_fields(props: &BTreeMap<String, Field>, dynamic: Dynamic, obj: &Map
         for v in items {
             match v {
                 Value::Object(inner) if field.ty == Ty::Object => {
-                    if needs_new_fields(&field.props, field.dynamic.unwrap_or(dynamic), inner, id)? {
+                    if needs_new_fields(&field.props, field.dynamic.unwrap_or(dynamic), inner)? {
                         return Ok(true);
                     }
                 }
@@ -422,14 +484,22 @@ fn check_object(
         if name.is_empty() {
             return Err(mapper_error("field name cannot be an empty string"));
         }
-        let full = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+        let full = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
         if !props.contains_key(name) {
             if value.is_null() {
                 continue;
             }
             match dynamic {
                 Dynamic::Strict => {
-                    let within = if prefix.is_empty() { "_doc" } else { prefix.rsplit('.').next().unwrap_or(prefix) };
+                    let within = if prefix.is_empty() {
+                        "_doc"
+                    } else {
+                        prefix.rsplit('.').next().unwrap_or(prefix)
+                    };
                     return Err(EsError::new(
                         400,
                         "strict_dynamic_mapping_exception",
@@ -446,13 +516,22 @@ fn check_object(
                 },
             }
         }
-        let Some(field) = props.get_mut(name) else { continue };
+        let Some(field) = props.get_mut(name) else {
+            continue;
+        };
         check_value(field, dynamic, value, &full, id, changed)?;
     }
     Ok(())
 }
 
-fn check_value(field: &mut Field, dynamic: Dynamic, value: &Value, full: &str, id: &str, changed: &mut bool) -> Result<(), EsError> {
+fn check_value(
+    field: &mut Field,
+    dynamic: Dynamic,
+    value: &Value,
+    full: &str,
+    id: &str,
+    changed: &mut bool,
+) -> Result<(), EsError> {
     match value {
         Value::Null => Ok(()),
         Value::Array(items) => items.iter().try_for_each(|v| check_value(field, dynamic, v, full, id, changed)),
@@ -492,7 +571,9 @@ fn dynamic_field(v: &Value) -> Option<Field> {
         Value::Bool(_) => Some(leaf("boolean", Ty::Boolean)),
         Value::Number(n) if n.is_i64() || n.is_u64() => Some(leaf("long", Ty::Long)),
         Value::Number(_) => Some(leaf("float", Ty::Float)),
-        Value::String(s) if s.contains('-') && crate::values::parse_date_str(s).is_some() => Some(leaf("date", Ty::Date)),
+        Value::String(s) if s.contains('-') && crate::values::parse_date_str(s).is_some() => {
+            Some(leaf("date", Ty::Date))
+        }
         Value::String(_) => {
             let mut text = leaf("text", Ty::Text);
             let mut kw = leaf("keyword", Ty::Keyword);
@@ -519,19 +600,38 @@ mod tests {
     #[test]
     fn strict_rejects_unknown_and_bad_values() {
         let mut m = strict();
-        assert!(m.index_doc("1", &json!({"ip": "10.0.0.1", "port": "443", "svc": {"name": "x"}})).is_ok());
+        assert!(m
+            .index_doc(
+                "1",
+                &json!({"ip": "10.0.0.1", "port": "443", "svc": {"name": "x"}})
+            )
+            .is_ok());
         let e = m.index_doc("1", &json!({"other": 1})).err();
-        assert_eq!(e.map(|e| e.kind), Some("strict_dynamic_mapping_exception".to_owned()));
-        for bad in [json!({"port": "abc"}), json!({"ip": "1.2.3"}), json!({"seen": "yesterday"}), json!({"svc": 3})] {
+        assert_eq!(
+            e.map(|e| e.kind),
+            Some("strict_dynamic_mapping_exception".to_owned())
+        );
+        for bad in [
+            json!({"port": "abc"}),
+            json!({"ip": "1.2.3"}),
+            json!({"seen": "yesterday"}),
+            json!({"svc": 3}),
+        ] {
             let e = m.index_doc("1", &bad).err();
-            assert_eq!(e.map(|e| e.kind), Some("mapper_parsing_exception".to_owned()), "{bad}");
+            assert_eq!(
+                e.map(|e| e.kind),
+                Some("mapper_parsing_exception".to_owned()),
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn dynamic_strings_get_a_keyword_subfield() {
         let mut m = Mapping::empty();
-        assert!(m.index_doc("1", &json!({"name": "Hello World", "n": 3})).is_ok());
+        assert!(m
+            .index_doc("1", &json!({"name": "Hello World", "n": 3}))
+            .is_ok());
         let (_, keys) = m.keys(&json!({"name": "Hello World"}), "name.keyword");
         assert_eq!(keys, vec![Key::Str("Hello World".into())]);
         assert_eq!(m.resolve("n").map(|r| r.field.ty), Some(Ty::Long));
@@ -540,7 +640,8 @@ mod tests {
     #[test]
     fn dotted_keys_and_objects_both_resolve() {
         let mut out = Vec::new();
-        source_values(&json!({"a": {"b": 1}, "a.b": 2}), "a.b", &mut out);
+        let doc = json!({"a": {"b": 1}, "a.b": 2});
+        source_values(&doc, "a.b", &mut out);
         assert_eq!(out.len(), 2);
     }
 }

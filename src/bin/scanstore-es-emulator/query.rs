@@ -13,21 +13,58 @@ use crate::values::{cmp_keys, parse_cidr, parse_date, parse_ip, Key};
 pub enum Query {
     MatchAll,
     MatchNone,
-    Term { field: String, values: Vec<Value> },
-    Range { field: String, gt: Option<Value>, gte: Option<Value>, lt: Option<Value>, lte: Option<Value> },
-    Exists { field: String },
-    Match { field: String, text: Value, and: bool },
-    Prefix { field: String, prefix: String },
+    Term {
+        field: String,
+        values: Vec<Value>,
+    },
+    Range {
+        field: String,
+        gt: Option<Value>,
+        gte: Option<Value>,
+        lt: Option<Value>,
+        lte: Option<Value>,
+    },
+    Exists {
+        field: String,
+    },
+    Match {
+        field: String,
+        text: Value,
+        and: bool,
+    },
+    Prefix {
+        field: String,
+        prefix: String,
+    },
     Ids(Vec<String>),
-    Bool { must: Vec<Query>, filter: Vec<Query>, should: Vec<Query>, must_not: Vec<Query>, msm: Option<usize> },
+    Bool {
+        must: Vec<Query>,
+        filter: Vec<Query>,
+        should: Vec<Query>,
+        must_not: Vec<Query>,
+        msm: Option<usize>,
+    },
 }
 
 fn one_field<'a>(kind: &str, v: &'a Value) -> Result<(&'a String, &'a Value), EsError> {
-    let obj = v.as_object().ok_or_else(|| EsError::parsing(format!("[{kind}] query malformed, no start_object after query name")))?;
-    let mut fields = obj.iter().filter(|(k, _)| k.as_str() != "boost" && k.as_str() != "_name");
-    let first = fields.next().ok_or_else(|| EsError::parsing(format!("[{kind}] query doesn't support multiple fields, found none")))?;
+    let obj = v.as_object().ok_or_else(|| {
+        EsError::parsing(format!(
+            "[{kind}] query malformed, no start_object after query name"
+        ))
+    })?;
+    let mut fields = obj
+        .iter()
+        .filter(|(k, _)| k.as_str() != "boost" && k.as_str() != "_name");
+    let first = fields.next().ok_or_else(|| {
+        EsError::parsing(format!(
+            "[{kind}] query doesn't support multiple fields, found none"
+        ))
+    })?;
     if let Some((k, _)) = fields.next() {
-        return Err(EsError::parsing(format!("[{kind}] query doesn't support multiple fields, found [{}] and [{k}]", first.0)));
+        return Err(EsError::parsing(format!(
+            "[{kind}] query doesn't support multiple fields, found [{}] and [{k}]",
+            first.0
+        )));
     }
     Ok(first)
 }
@@ -41,89 +78,192 @@ fn clauses(v: Option<&Value>) -> Result<Vec<Query>, EsError> {
 }
 
 pub fn parse(v: &Value) -> Result<Query, EsError> {
-    let obj = v.as_object().ok_or_else(|| EsError::parsing("query malformed, must start with start_object"))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| EsError::parsing("query malformed, must start with start_object"))?;
     if obj.len() != 1 {
-        return Err(EsError::parsing("[_na] query malformed, must start with start_object"));
+        return Err(EsError::parsing(
+            "[_na] query malformed, must start with start_object",
+        ));
     }
-    let Some((kind, body)) = obj.iter().next() else { return Ok(Query::MatchAll) };
+    let Some((kind, body)) = obj.iter().next() else {
+        return Ok(Query::MatchAll);
+    };
     Ok(match kind.as_str() {
         "match_all" => Query::MatchAll,
         "match_none" => Query::MatchNone,
         "term" => {
             let (f, val) = one_field(kind, body)?;
             let val = match val {
-                Value::Object(o) => o.get("value").cloned().ok_or_else(|| EsError::parsing("[term] query does not support [value] missing"))?,
+                Value::Object(o) => o.get("value").cloned().ok_or_else(|| {
+                    EsError::parsing("[term] query does not support [value] missing")
+                })?,
                 other => other.clone(),
             };
-            Query::Term { field: f.clone(), values: vec![val] }
+            Query::Term {
+                field: f.clone(),
+                values: vec![val],
+            }
         }
         "terms" => {
             let (f, val) = one_field(kind, body)?;
             let Value::Array(values) = val else {
                 return Err(EsError::parsing("[terms] query does not support [terms lookup] in the emulator; expected an array"));
             };
-            Query::Term { field: f.clone(), values: values.clone() }
+            Query::Term {
+                field: f.clone(),
+                values: values.clone(),
+            }
         }
         "range" => {
             let (f, val) = one_field(kind, body)?;
-            let o = val.as_object().ok_or_else(|| EsError::parsing("[range] query malformed, no start_object after query name"))?;
+            let o = val.as_object().ok_or_else(|| {
+                EsError::parsing("[range] query malformed, no start_object after query name")
+            })?;
             let get = |k: &str| o.get(k).filter(|v| !v.is_null()).cloned();
             let (mut gt, mut gte, mut lt, mut lte) = (get("gt"), get("gte"), get("lt"), get("lte"));
             if let Some(from) = get("from") {
-                if o.get("include_lower").and_then(Value::as_bool).unwrap_or(true) { gte = Some(from) } else { gt = Some(from) }
+                if o.get("include_lower")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true)
+                {
+                    gte = Some(from)
+                } else {
+                    gt = Some(from)
+                }
             }
             if let Some(to) = get("to") {
-                if o.get("include_upper").and_then(Value::as_bool).unwrap_or(true) { lte = Some(to) } else { lt = Some(to) }
+                if o.get("include_upper")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true)
+                {
+                    lte = Some(to)
+                } else {
+                    lt = Some(to)
+                }
             }
-            Query::Range { field: f.clone(), gt, gte, lt, lte }
+            Query::Range {
+                field: f.clone(),
+                gt,
+                gte,
+                lt,
+                lte,
+            }
         }
         "exists" => {
-            let field = body.get("field").and_then(Value::as_str).ok_or_else(|| EsError::parsing("[exists] must be provided with a [field]"))?;
-            Query::Exists { field: field.to_owned() }
+            let field = body
+                .get("field")
+                .and_then(Value::as_str)
+                .ok_or_else(|| EsError::parsing("[exists] must be provided with a [field]"))?;
+            Query::Exists {
+                field: field.to_owned(),
+            }
         }
         "match" | "match_phrase" => {
             let (f, val) = one_field(kind, body)?;
             let (text, and) = match val {
                 Value::Object(o) => (
                     o.get("query").cloned().unwrap_or(Value::Null),
-                    o.get("operator").and_then(Value::as_str).is_some_and(|s| s.eq_ignore_ascii_case("and")) || kind == "match_phrase",
+                    o.get("operator")
+                        .and_then(Value::as_str)
+                        .is_some_and(|s| s.eq_ignore_ascii_case("and"))
+                        || kind == "match_phrase",
                 ),
                 other => (other.clone(), kind == "match_phrase"),
             };
-            Query::Match { field: f.clone(), text, and }
+            Query::Match {
+                field: f.clone(),
+                text,
+                and,
+            }
         }
         "prefix" => {
             let (f, val) = one_field(kind, body)?;
             let p = match val {
-                Value::Object(o) => o.get("value").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                Value::Object(o) => o
+                    .get("value")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            Query::Prefix { field: f.clone(), prefix: p }
+            Query::Prefix {
+                field: f.clone(),
+                prefix: p,
+            }
         }
         "constant_score" => {
-            let filter = body.get("filter").ok_or_else(|| EsError::parsing("[constant_score] requires a 'filter' element"))?;
-            Query::Bool { must: Vec::new(), filter: vec![parse(filter)?], should: Vec::new(), must_not: Vec::new(), msm: Some(0) }
+            let filter = body
+                .get("filter")
+                .ok_or_else(|| EsError::parsing("[constant_score] requires a 'filter' element"))?;
+            Query::Bool {
+                must: Vec::new(),
+                filter: vec![parse(filter)?],
+                should: Vec::new(),
+                must_not: Vec::new(),
+                msm: Some(0),
+            }
         }
         "ids" => Query::Ids(
-            body.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default(),
+            body.get("values")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
         ),
         "bool" => {
             let o = body.as_object().cloned().unwrap_or_else(Map::new);
             for k in o.keys() {
-                if !["must", "filter", "should", "must_not", "minimum_should_match", "boost", "_name", "adjust_pure_negative"].contains(&k.as_str()) {
-                    return Err(EsError::parsing(format!("[bool] query does not support [{k}]")));
+                if ![
+                    "must",
+                    "filter",
+                    "should",
+                    "must_not",
+                    "minimum_should_match",
+                    "boost",
+                    "_name",
+                    "adjust_pure_negative",
+                ]
+                .contains(&k.as_str())
+                {
+                    return Err(EsError::parsing(format!(
+                        "[bool] query does not support [{k}]"
+                    )));
                 }
             }
             let msm = match o.get("minimum_should_match") {
                 None => None,
                 Some(Value::Number(n)) => n.as_u64().map(|n| n as usize),
-                Some(Value::String(s)) => Some(s.trim_end_matches('%').parse::<usize>().map_err(|_| EsError::parsing(format!("emulator supports only integer minimum_should_match, got [{s}]")))?),
-                Some(other) => return Err(EsError::parsing(format!("bad minimum_should_match [{other}]"))),
+                Some(Value::String(s)) => {
+                    Some(s.trim_end_matches('%').parse::<usize>().map_err(|_| {
+                        EsError::parsing(format!(
+                            "emulator supports only integer minimum_should_match, got [{s}]"
+                        ))
+                    })?)
+                }
+                Some(other) => {
+                    return Err(EsError::parsing(format!(
+                        "bad minimum_should_match [{other}]"
+                    )))
+                }
             };
-            Query::Bool { must: clauses(o.get("must"))?, filter: clauses(o.get("filter"))?, should: clauses(o.get("should"))?, must_not: clauses(o.get("must_not"))?, msm }
+            Query::Bool {
+                must: clauses(o.get("must"))?,
+                filter: clauses(o.get("filter"))?,
+                should: clauses(o.get("should"))?,
+                must_not: clauses(o.get("must_not"))?,
+                msm,
+            }
         }
-        other => return Err(EsError::parsing(format!("unknown query [{other}]")).with("line", 1).with("col", 1)),
+        other => {
+            return Err(EsError::parsing(format!("unknown query [{other}]"))
+                .with("line", 1)
+                .with("col", 1))
+        }
     })
 }
 
@@ -132,23 +272,56 @@ pub enum Compiled {
     All,
     Nothing,
     Ids(Vec<String>),
-    Keys { field: String, keys: Vec<Key>, cidrs: Vec<(u128, u128)> },
-    Range { field: String, lo: Option<(Key, bool)>, hi: Option<(Key, bool)> },
+    Keys {
+        field: String,
+        keys: Vec<Key>,
+        cidrs: Vec<(u128, u128)>,
+    },
+    Range {
+        field: String,
+        lo: Option<(Key, bool)>,
+        hi: Option<(Key, bool)>,
+    },
     Exists(String),
-    Tokens { field: String, tokens: Vec<String>, and: bool },
-    Prefix { field: String, prefix: String },
-    Bool { must: Vec<Compiled>, filter: Vec<Compiled>, should: Vec<Compiled>, must_not: Vec<Compiled>, msm: usize },
+    Tokens {
+        field: String,
+        tokens: Vec<String>,
+        and: bool,
+    },
+    Prefix {
+        field: String,
+        prefix: String,
+    },
+    Bool {
+        must: Vec<Compiled>,
+        filter: Vec<Compiled>,
+        should: Vec<Compiled>,
+        must_not: Vec<Compiled>,
+        msm: usize,
+    },
 }
 
 fn shard_error(e: String) -> EsError {
-    EsError::new(400, "query_shard_exception", format!("failed to create query: {e}"))
+    EsError::new(
+        400,
+        "query_shard_exception",
+        format!("failed to create query: {e}"),
+    )
 }
 
 fn typed(ty: Ty, v: &Value) -> Result<Key, EsError> {
     match ty {
-        Ty::Date => parse_date(v).map(Key::Date).ok_or_else(|| shard_error(format!("failed to parse date field [{v}]"))),
-        Ty::Ip => v.as_str().and_then(parse_ip).map(Key::Ip).ok_or_else(|| shard_error(format!("'{v}' is not an IP string literal."))),
-        _ => to_key(ty, v).map_err(shard_error)?.ok_or_else(|| shard_error("cannot query an object field".into())),
+        Ty::Date => parse_date(v)
+            .map(Key::Date)
+            .ok_or_else(|| shard_error(format!("failed to parse date field [{v}]"))),
+        Ty::Ip => v
+            .as_str()
+            .and_then(parse_ip)
+            .map(Key::Ip)
+            .ok_or_else(|| shard_error(format!("'{v}' is not an IP string literal."))),
+        _ => to_key(ty, v)
+            .map_err(shard_error)?
+            .ok_or_else(|| shard_error("cannot query an object field".into())),
     }
 }
 
@@ -157,7 +330,16 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
         Query::MatchAll => Compiled::All,
         Query::MatchNone => Compiled::Nothing,
         Query::Ids(ids) => Compiled::Ids(ids.clone()),
-        Query::Term { field, values } if field == "_id" => Compiled::Ids(values.iter().map(|v| v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())).collect()),
+        Query::Term { field, values } if field == "_id" => Compiled::Ids(
+            values
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| v.to_string())
+                })
+                .collect(),
+        ),
         Query::Term { field, values } => match m.resolve(field).map(|r| r.field.ty) {
             None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
             Some(ty) => {
@@ -168,42 +350,102 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                         _ => keys.push(typed(if ty == Ty::Text { Ty::Keyword } else { ty }, v)?),
                     }
                 }
-                Compiled::Keys { field: field.clone(), keys, cidrs }
+                Compiled::Keys {
+                    field: field.clone(),
+                    keys,
+                    cidrs,
+                }
             }
         },
-        Query::Range { field, gt, gte, lt, lte } => match m.resolve(field).map(|r| r.field.ty) {
+        Query::Range {
+            field,
+            gt,
+            gte,
+            lt,
+            lte,
+        } => match m.resolve(field).map(|r| r.field.ty) {
             None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
             Some(ty) => {
                 let ty = if ty == Ty::Text { Ty::Keyword } else { ty };
-                let bound = |v: &Option<Value>, inclusive: bool| v.as_ref().map(|v| typed(ty, v).map(|k| (k, inclusive))).transpose();
-                Compiled::Range { field: field.clone(), lo: bound(gt, false)?.or(bound(gte, true)?), hi: bound(lt, false)?.or(bound(lte, true)?) }
+                let bound = |v: &Option<Value>, inclusive: bool| {
+                    v.as_ref()
+                        .map(|v| typed(ty, v).map(|k| (k, inclusive)))
+                        .transpose()
+                };
+                Compiled::Range {
+                    field: field.clone(),
+                    lo: bound(gt, false)?.or(bound(gte, true)?),
+                    hi: bound(lt, false)?.or(bound(lte, true)?),
+                }
             }
         },
         Query::Exists { field } if field == "_source" => {
-            return Err(EsError::new(400, "query_shard_exception", "failed to create query: the _source field is not searchable").with("index", "_na_"))
+            return Err(EsError::new(
+                400,
+                "query_shard_exception",
+                "failed to create query: the _source field is not searchable",
+            )
+            .with("index", "_na_"))
         }
         Query::Exists { field } => Compiled::Exists(field.clone()),
         Query::Match { field, text, and } => match m.resolve(field).map(|r| r.field.ty) {
             Some(Ty::Text) => {
-                let s = text.as_str().map(str::to_owned).unwrap_or_else(|| text.to_string());
-                Compiled::Tokens { field: field.clone(), tokens: tokens(&s).collect(), and: *and }
+                let s = text
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| text.to_string());
+                Compiled::Tokens {
+                    field: field.clone(),
+                    tokens: tokens(&s).collect(),
+                    and: *and,
+                }
             }
             None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
-            Some(_) => compile(&Query::Term { field: field.clone(), values: vec![text.clone()] }, m)?,
+            Some(_) => compile(
+                &Query::Term {
+                    field: field.clone(),
+                    values: vec![text.clone()],
+                },
+                m,
+            )?,
         },
-        Query::Prefix { field, prefix } => Compiled::Prefix { field: field.clone(), prefix: prefix.clone() },
-        Query::Bool { must, filter, should, must_not, msm } => {
-            let all = |v: &Vec<Query>| v.iter().map(|q| compile(q, m)).collect::<Result<Vec<_>, _>>();
-            let default_msm = usize::from(must.is_empty() && filter.is_empty() && !should.is_empty());
-            Compiled::Bool { must: all(must)?, filter: all(filter)?, should: all(should)?, must_not: all(must_not)?, msm: msm.unwrap_or(default_msm) }
+        Query::Prefix { field, prefix } => Compiled::Prefix {
+            field: field.clone(),
+            prefix: prefix.clone(),
+        },
+        Query::Bool {
+            must,
+            filter,
+            should,
+            must_not,
+            msm,
+        } => {
+            let all = |v: &Vec<Query>| {
+                v.iter()
+                    .map(|q| compile(q, m))
+                    .collect::<Result<Vec<_>, _>>()
+            };
+            let default_msm =
+                usize::from(must.is_empty() && filter.is_empty() && !should.is_empty());
+            Compiled::Bool {
+                must: all(must)?,
+                filter: all(filter)?,
+                should: all(should)?,
+                must_not: all(must_not)?,
+                msm: msm.unwrap_or(default_msm),
+            }
         }
     })
 }
 
 fn in_range(k: &Key, lo: &Option<(Key, bool)>, hi: &Option<(Key, bool)>) -> bool {
     use std::cmp::Ordering::*;
-    let lo_ok = lo.as_ref().map_or(true, |(b, inc)| matches!((cmp_keys(k, b), inc), (Greater, _) | (Equal, true)));
-    let hi_ok = hi.as_ref().map_or(true, |(b, inc)| matches!((cmp_keys(k, b), inc), (Less, _) | (Equal, true)));
+    let lo_ok = lo.as_ref().map_or(true, |(b, inc)| {
+        matches!((cmp_keys(k, b), inc), (Greater, _) | (Equal, true))
+    });
+    let hi_ok = hi.as_ref().map_or(true, |(b, inc)| {
+        matches!((cmp_keys(k, b), inc), (Less, _) | (Equal, true))
+    });
     lo_ok && hi_ok
 }
 
@@ -224,27 +466,61 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
             });
             hit.then_some(1.0)
         }
-        Compiled::Range { field, lo, hi } => m.keys(src, field).1.iter().any(|k| in_range(k, lo, hi)).then_some(1.0),
-        Compiled::Exists(field) if field.starts_with('_') && !field.contains('.') => match field.as_str() {
-            "_routing" => doc.routing.is_some().then_some(1.0),
-            _ => Some(1.0),
-        },
+        Compiled::Range { field, lo, hi } => m
+            .keys(src, field)
+            .1
+            .iter()
+            .any(|k| in_range(k, lo, hi))
+            .then_some(1.0),
+        Compiled::Exists(field) if field.starts_with('_') && !field.contains('.') => {
+            match field.as_str() {
+                "_routing" => doc.routing.is_some().then_some(1.0),
+                _ => Some(1.0),
+            }
+        }
         Compiled::Exists(field) => {
-            if m.resolve(field).is_some_and(|r| !matches!(r.field.ty, Ty::Object | Ty::Opaque)) {
+            if m.resolve(field)
+                .is_some_and(|r| !matches!(r.field.ty, Ty::Object | Ty::Opaque))
+            {
                 return (!m.keys(src, field).1.is_empty()).then_some(1.0);
             }
             let mut vals = Vec::new();
             source_values(src, field, &mut vals);
             (!vals.is_empty()).then_some(1.0)
         }
-        Compiled::Tokens { field, tokens: want, and } => {
-            let have: Vec<String> = m.keys(src, field).1.iter().filter_map(|k| if let Key::Str(s) = k { Some(s) } else { None }).flat_map(|s| tokens(s).collect::<Vec<_>>()).collect();
+        Compiled::Tokens {
+            field,
+            tokens: want,
+            and,
+        } => {
+            let have: Vec<String> = m
+                .keys(src, field)
+                .1
+                .iter()
+                .filter_map(|k| if let Key::Str(s) = k { Some(s) } else { None })
+                .flat_map(|s| tokens(s).collect::<Vec<_>>())
+                .collect();
             let found = want.iter().filter(|t| have.contains(t)).count();
-            let ok = if *and { found == want.len() && !want.is_empty() } else { found > 0 };
+            let ok = if *and {
+                found == want.len() && !want.is_empty()
+            } else {
+                found > 0
+            };
             ok.then_some(found as f32)
         }
-        Compiled::Prefix { field, prefix } => m.keys(src, field).1.iter().any(|k| matches!(k, Key::Str(s) if s.starts_with(prefix.as_str()))).then_some(1.0),
-        Compiled::Bool { must, filter, should, must_not, msm } => {
+        Compiled::Prefix { field, prefix } => m
+            .keys(src, field)
+            .1
+            .iter()
+            .any(|k| matches!(k, Key::Str(s) if s.starts_with(prefix.as_str())))
+            .then_some(1.0),
+        Compiled::Bool {
+            must,
+            filter,
+            should,
+            must_not,
+            msm,
+        } => {
             let mut total = 0.0;
             for q in must {
                 total += score(q, m, id, doc)?;
@@ -273,6 +549,9 @@ impl Key {
         matches!(
             (self, other),
             (Key::Str(_), Key::Str(_)) | (Key::Ip(_), Key::Ip(_)) | (Key::Bool(_), Key::Bool(_))
-        ) || (self.numeric().is_some() && other.numeric().is_some() && !matches!(self, Key::Bool(_)) && !matches!(other, Key::Bool(_)))
+        ) || (self.numeric().is_some()
+            && other.numeric().is_some()
+            && !matches!(self, Key::Bool(_))
+            && !matches!(other, Key::Bool(_)))
     }
 }

@@ -23,9 +23,17 @@ impl IndicesOptions {
 }
 
 /// Resolves a read target to concrete index names (sorted, deduplicated).
-pub fn resolve_read(store: &Store, expr: &str, opts: IndicesOptions) -> Result<Vec<String>, EsError> {
+pub fn resolve_read(
+    store: &Store,
+    expr: &str,
+    opts: IndicesOptions,
+) -> Result<Vec<String>, EsError> {
     let mut out = BTreeSet::new();
-    let parts: Vec<&str> = expr.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&str> = expr
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
     let all = parts.is_empty() || parts == ["_all"];
     if all {
         out.extend(store.indices.keys().cloned());
@@ -52,8 +60,12 @@ pub fn resolve_read(store: &Store, expr: &str, opts: IndicesOptions) -> Result<V
             out.insert(part.to_owned());
             continue;
         }
-        let aliased: Vec<String> =
-            store.indices.values().filter(|i| i.aliases.contains_key(part)).map(|i| i.name.clone()).collect();
+        let aliased: Vec<String> = store
+            .indices
+            .values()
+            .filter(|i| i.aliases.contains_key(part))
+            .map(|i| i.name.clone())
+            .collect();
         if !aliased.is_empty() {
             out.extend(aliased);
         } else if !opts.ignore_unavailable {
@@ -61,7 +73,11 @@ pub fn resolve_read(store: &Store, expr: &str, opts: IndicesOptions) -> Result<V
         }
     }
     if out.is_empty() && !opts.allow_no_indices {
-        return Err(EsError::index_not_found(if expr.is_empty() { "_all" } else { expr }));
+        return Err(EsError::index_not_found(if expr.is_empty() {
+            "_all"
+        } else {
+            expr
+        }));
     }
     Ok(out.into_iter().collect())
 }
@@ -73,7 +89,11 @@ pub enum WriteTarget {
     Missing,
 }
 
-pub fn resolve_write(store: &Store, name: &str, require_alias: bool) -> Result<WriteTarget, EsError> {
+pub fn resolve_write(
+    store: &Store,
+    name: &str,
+    require_alias: bool,
+) -> Result<WriteTarget, EsError> {
     if store.indices.contains_key(name) {
         if require_alias {
             return Err(EsError::new(404, "index_not_found_exception", format!("no such index [{name}] and [require_alias] request flag is [true] and [{name}] is not an alias"))

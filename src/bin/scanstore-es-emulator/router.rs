@@ -16,7 +16,9 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
     match (m, segs.as_slice()) {
         (_, ["_emulator", ..]) => faults::control(app, req),
         ("GET" | "HEAD", []) => indices::info(),
-        ("GET", ["_cluster", "health"]) | ("GET", ["_cluster", "health", _]) => indices::health(app),
+        ("GET", ["_cluster", "health"]) | ("GET", ["_cluster", "health", _]) => {
+            indices::health(app)
+        }
         (_, ["_bulk"]) if write => bulk::handle(app, req, None),
         (_, [i, "_bulk"]) if write => bulk::handle(app, req, Some(i)),
         (_, ["_refresh"]) if read => indices::refresh(app, req, ""),
@@ -27,7 +29,9 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
         (_, [i, "_search"]) if read => search::search(app, req, i),
         ("GET", ["_index_template"]) => indices::get_template(app, None),
         ("GET", ["_index_template", n]) => indices::get_template(app, Some(n)),
-        ("HEAD", ["_index_template", n]) => Ok(Reply::empty(indices::get_template(app, Some(n)).map_or(404, |_| 200))),
+        ("HEAD", ["_index_template", n]) => Ok(Reply::empty(
+            indices::get_template(app, Some(n)).map_or(404, |_| 200),
+        )),
         (_, ["_index_template", n]) if write => indices::put_template(app, req, n),
         ("DELETE", ["_index_template", n]) => indices::delete_template(app, n),
         ("POST", ["_aliases"]) => aliases::update(app, req),
@@ -36,7 +40,9 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
         ("GET" | "HEAD", [i, "_alias"]) => aliases::get(app, req, Some(i), None),
         ("GET" | "HEAD", [i, "_alias", n]) => aliases::get(app, req, Some(i), Some(n)),
         (_, [i, "_alias" | "_aliases", n]) if write => aliases::put(app, req, i, n),
-        (_, ["_scripts", id]) | (_, ["_scripts", id, _]) if write => indices::put_script(app, req, id),
+        (_, ["_scripts", id]) | (_, ["_scripts", id, _]) if write => {
+            indices::put_script(app, req, id)
+        }
         ("GET", ["_scripts", id]) => indices::get_script(app, id),
         ("DELETE", ["_scripts", id]) => indices::delete_script(app, id),
         (_, [i, "_doc", id]) if write => doc_api::write(app, req, OpKind::Index, i, Some(id)),
@@ -45,7 +51,9 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
         ("POST", [i, "_update", id]) => doc_api::write(app, req, OpKind::Update, i, Some(id)),
         ("DELETE", [i, "_doc", id]) => doc_api::write(app, req, OpKind::Delete, i, Some(id)),
         ("GET", [i, "_doc", id]) => doc_api::get(app, req, i, id, false),
-        ("HEAD", [i, "_doc", id]) => Ok(Reply::empty(doc_api::get(app, req, i, id, false).map_or(404, |r| r.status))),
+        ("HEAD", [i, "_doc", id]) => Ok(Reply::empty(
+            doc_api::get(app, req, i, id, false).map_or(404, |r| r.status),
+        )),
         ("GET", [i, "_source", id]) => doc_api::get(app, req, i, id, true),
         ("GET", [i, what @ ("_mapping" | "_settings")]) => indices::get(app, req, i, Some(what)),
         ("PUT", [i]) => indices::create(app, req, i),
@@ -61,5 +69,9 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
 
 /// A handler that panicked: reported as ES reports an unexpected exception.
 pub fn panic_reply(what: &str) -> Reply {
-    Reply::error(&EsError::new(500, "exception", format!("emulator handler panicked: {what}")))
+    Reply::error(&EsError::new(
+        500,
+        "exception",
+        format!("emulator handler panicked: {what}"),
+    ))
 }

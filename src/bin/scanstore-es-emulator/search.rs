@@ -19,8 +19,23 @@ use crate::store::{DocVersion, Store};
 use crate::values::{cmp_keys, parse_date, parse_ip, Key};
 
 const SEARCH_KEYS: [&str; 17] = [
-    "query", "size", "from", "sort", "search_after", "track_total_hits", "_source", "aggs", "aggregations",
-    "timeout", "track_scores", "version", "seq_no_primary_term", "stored_fields", "min_score", "explain", "profile",
+    "query",
+    "size",
+    "from",
+    "sort",
+    "search_after",
+    "track_total_hits",
+    "_source",
+    "aggs",
+    "aggregations",
+    "timeout",
+    "track_scores",
+    "version",
+    "seq_no_primary_term",
+    "stored_fields",
+    "min_score",
+    "explain",
+    "profile",
 ];
 
 struct Hit<'a> {
@@ -62,7 +77,11 @@ fn parse_sort(v: Option<&Value>) -> Result<Vec<SortSpec>, EsError> {
             };
             let desc = order.as_deref().map_or(field == "_score", |o| o == "desc");
             let missing_first = opts.get("missing").and_then(Value::as_str) == Some("_first");
-            Ok(SortSpec { field, desc, missing_first })
+            Ok(SortSpec {
+                field,
+                desc,
+                missing_first,
+            })
         })
         .collect()
 }
@@ -75,8 +94,11 @@ fn sort_key(s: &SortSpec, h: &Hit) -> Option<Key> {
         "_doc" => Some(Key::Long(h.doc.seq_no)),
         f => {
             let (_, keys) = h.mapping.keys(&h.doc.source, f);
-            let pick = if s.desc { keys.into_iter().max_by(cmp_keys) } else { keys.into_iter().min_by(cmp_keys) };
-            pick
+            if s.desc {
+                keys.into_iter().max_by(cmp_keys)
+            } else {
+                keys.into_iter().min_by(cmp_keys)
+            }
         }
     }
 }
@@ -85,9 +107,27 @@ fn cmp_sort(specs: &[SortSpec], a: &[Option<Key>], b: &[Option<Key>]) -> Orderin
     for (s, (x, y)) in specs.iter().zip(a.iter().zip(b.iter())) {
         let o = match (x, y) {
             (None, None) => Ordering::Equal,
-            (None, Some(_)) => if s.missing_first { Ordering::Less } else { Ordering::Greater },
-            (Some(_), None) => if s.missing_first { Ordering::Greater } else { Ordering::Less },
-            (Some(x), Some(y)) => if s.desc { cmp_keys(y, x) } else { cmp_keys(x, y) },
+            (None, Some(_)) => {
+                if s.missing_first {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                }
+            }
+            (Some(_), None) => {
+                if s.missing_first {
+                    Ordering::Greater
+                } else {
+                    Ordering::Less
+                }
+            }
+            (Some(x), Some(y)) => {
+                if s.desc {
+                    cmp_keys(y, x)
+                } else {
+                    cmp_keys(x, y)
+                }
+            }
         };
         if o != Ordering::Equal {
             return o;
@@ -102,14 +142,21 @@ fn after_value(v: &Value, ty: Option<Ty>) -> Option<Key> {
         (_, Some(Ty::Date)) => parse_date(v).map(Key::Date),
         (Value::String(s), Some(Ty::Ip)) => parse_ip(s).map(Key::Ip),
         (Value::String(s), _) => Some(Key::Str(s.clone())),
-        (Value::Number(n), _) => n.as_i64().map(Key::Long).or_else(|| n.as_f64().map(Key::Double)),
+        (Value::Number(n), _) => n
+            .as_i64()
+            .map(Key::Long)
+            .or_else(|| n.as_f64().map(Key::Double)),
         (Value::Bool(b), _) => Some(Key::Bool(*b)),
         _ => None,
     }
 }
 
 fn shards_header(store: &Store, names: &[String]) -> Value {
-    let total: u64 = names.iter().filter_map(|n| store.indices.get(n)).map(|i| i.shards).sum();
+    let total: u64 = names
+        .iter()
+        .filter_map(|n| store.indices.get(n))
+        .map(|i| i.shards)
+        .sum();
     json!({"total": total, "successful": total, "skipped": 0, "failed": 0})
 }
 
@@ -117,25 +164,45 @@ fn shards_header(store: &Store, names: &[String]) -> Value {
 fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<Hit<'a>>, EsError> {
     let mut hits = Vec::new();
     for n in names {
-        let Some(idx) = store.indices.get(n) else { continue };
+        let Some(idx) = store.indices.get(n) else {
+            continue;
+        };
         let c = compile(q, &idx.mapping)?;
         for (id, slot) in &idx.docs {
             let Some(doc) = &slot.visible else { continue };
             if let Some(score) = query::score(&c, &idx.mapping, id, doc) {
-                hits.push(Hit { index: &idx.name, mapping: &idx.mapping, id, doc: doc.clone(), score, sort: Vec::new() });
+                hits.push(Hit {
+                    index: &idx.name,
+                    mapping: &idx.mapping,
+                    id,
+                    doc: doc.clone(),
+                    score,
+                    sort: Vec::new(),
+                });
             }
         }
     }
     Ok(hits)
 }
 
-fn parse_int(v: Option<&Value>, param: Option<&str>, name: &str, default: i64) -> Result<i64, EsError> {
+fn parse_int(
+    v: Option<&Value>,
+    param: Option<&str>,
+    name: &str,
+    default: i64,
+) -> Result<i64, EsError> {
     if let Some(p) = param {
-        return p.parse().map_err(|_| EsError::bad_request(format!("Failed to parse int parameter [{name}] with value [{p}]")));
+        return p.parse().map_err(|_| {
+            EsError::bad_request(format!(
+                "Failed to parse int parameter [{name}] with value [{p}]"
+            ))
+        });
     }
     match v {
         None => Ok(default),
-        Some(v) => v.as_i64().ok_or_else(|| EsError::parsing(format!("[{name}] must be an integer"))),
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| EsError::parsing(format!("[{name}] must be an integer"))),
     }
 }
 
@@ -144,13 +211,24 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let body = req.json_body()?.unwrap_or_else(|| json!({}));
     let obj = body.as_object().cloned().unwrap_or_default();
     if let Some(bad) = obj.keys().find(|k| !SEARCH_KEYS.contains(&k.as_str())) {
-        return Err(EsError::parsing(format!("Unknown key for a START_OBJECT in [{bad}].")).with("line", 1).with("col", 1));
+        return Err(
+            EsError::parsing(format!("Unknown key for a START_OBJECT in [{bad}]."))
+                .with("line", 1)
+                .with("col", 1),
+        );
     }
-    let q = obj.get("query").map(query::parse).transpose()?.unwrap_or(Query::MatchAll);
+    let q = obj
+        .get("query")
+        .map(query::parse)
+        .transpose()?
+        .unwrap_or(Query::MatchAll);
     let size = parse_int(obj.get("size"), req.param("size"), "size", 10)?;
     let from = parse_int(obj.get("from"), req.param("from"), "from", 0)?;
     if size < 0 || from < 0 {
-        return Err(EsError::bad_request(format!("[{}] parameter cannot be negative", if size < 0 { "size" } else { "from" })));
+        return Err(EsError::bad_request(format!(
+            "[{}] parameter cannot be negative",
+            if size < 0 { "size" } else { "from" }
+        )));
     }
     if from + size > 10_000 {
         return Err(EsError::bad_request(format!("Result window is too large, from + size must be less than or equal to: [10000] but was [{}].", from + size)));
@@ -159,9 +237,13 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let tth = match (req.param("track_total_hits"), obj.get("track_total_hits")) {
         (Some("true"), _) | (None, Some(Value::Bool(true))) => Some(i64::MAX),
         (Some("false"), _) | (None, Some(Value::Bool(false))) => None,
-        (Some(p), _) => Some(p.parse::<i64>().map_err(|_| EsError::bad_request(format!("Failed to parse [track_total_hits] value [{p}]")))?),
+        (Some(p), _) => Some(p.parse::<i64>().map_err(|_| {
+            EsError::bad_request(format!("Failed to parse [track_total_hits] value [{p}]"))
+        })?),
         (None, Some(Value::Number(n))) => Some(n.as_i64().unwrap_or(10_000)),
-        (None, Some(other)) => return Err(EsError::parsing(format!("bad track_total_hits [{other}]"))),
+        (None, Some(other)) => {
+            return Err(EsError::parsing(format!("bad track_total_hits [{other}]")))
+        }
         (None, None) => Some(if as_int { i64::MAX } else { 10_000 }),
     };
     if let Some(t) = tth {
@@ -174,14 +256,24 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     }
     let tth = tth.map(|t| if t == -1 { i64::MAX } else { t });
     let sort = parse_sort(obj.get("sort"))?;
-    let filter = SourceFilter::from_body(obj.get("_source")).with_params(req.param("_source"), req.param("_source_includes"), req.param("_source_excludes"));
+    let filter = SourceFilter::from_body(obj.get("_source")).with_params(
+        req.param("_source"),
+        req.param("_source_includes"),
+        req.param("_source_excludes"),
+    );
     let store = lock(&app.store);
     let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
     let mut hits = matching(&store, &names, &q)?;
     let total = hits.len() as i64;
     let aggregations = match obj.get("aggs").or_else(|| obj.get("aggregations")) {
         Some(Value::Object(spec)) => {
-            let docs: Vec<DocRef> = hits.iter().map(|h| DocRef { mapping: h.mapping, source: &h.doc.source }).collect();
+            let docs: Vec<DocRef> = hits
+                .iter()
+                .map(|h| DocRef {
+                    mapping: h.mapping,
+                    source: &h.doc.source,
+                })
+                .collect();
             Some(aggs::run(spec, &docs, true)?)
         }
         Some(_) => return Err(EsError::parsing("[aggs] must be an object")),
@@ -191,22 +283,50 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         h.sort = sort.iter().map(|s| sort_key(s, h)).collect();
     }
     if sort.is_empty() {
-        hits.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(Ordering::Equal).then(a.index.cmp(b.index)).then(a.doc.seq_no.cmp(&b.doc.seq_no)));
+        hits.sort_by(|a, b| {
+            b.score
+                .partial_cmp(&a.score)
+                .unwrap_or(Ordering::Equal)
+                .then(a.index.cmp(b.index))
+                .then(a.doc.seq_no.cmp(&b.doc.seq_no))
+        });
     } else {
-        hits.sort_by(|a, b| cmp_sort(&sort, &a.sort, &b.sort).then(a.index.cmp(b.index)).then(a.doc.seq_no.cmp(&b.doc.seq_no)));
+        hits.sort_by(|a, b| {
+            cmp_sort(&sort, &a.sort, &b.sort)
+                .then(a.index.cmp(b.index))
+                .then(a.doc.seq_no.cmp(&b.doc.seq_no))
+        });
     }
     if let Some(after) = obj.get("search_after") {
-        let Some(after) = after.as_array().filter(|a| a.len() == sort.len() && !sort.is_empty()) else {
-            return Err(EsError::bad_request("search_after has to have the same number of values as the sort fields"));
+        let Some(after) = after
+            .as_array()
+            .filter(|a| a.len() == sort.len() && !sort.is_empty())
+        else {
+            return Err(EsError::bad_request(
+                "search_after has to have the same number of values as the sort fields",
+            ));
         };
         let types: Vec<Option<Ty>> = sort
             .iter()
-            .map(|s| names.iter().filter_map(|n| store.indices.get(n)).find_map(|i| i.mapping.resolve(&s.field).map(|r| r.field.ty)))
+            .map(|s| {
+                names
+                    .iter()
+                    .filter_map(|n| store.indices.get(n))
+                    .find_map(|i| i.mapping.resolve(&s.field).map(|r| r.field.ty))
+            })
             .collect();
-        let after: Vec<Option<Key>> = after.iter().zip(types).map(|(v, t)| after_value(v, t)).collect();
+        let after: Vec<Option<Key>> = after
+            .iter()
+            .zip(types)
+            .map(|(v, t)| after_value(v, t))
+            .collect();
         hits.retain(|h| cmp_sort(&sort, &h.sort, &after) == Ordering::Greater);
     }
-    let scored = sort.is_empty() || obj.get("track_scores").and_then(Value::as_bool).unwrap_or(false);
+    let scored = sort.is_empty()
+        || obj
+            .get("track_scores")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
     let page: Vec<Value> = hits
         .iter()
         .skip(from as usize)
@@ -215,7 +335,10 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             let mut m = Map::new();
             m.insert("_index".into(), json!(h.index));
             m.insert("_id".into(), json!(h.id));
-            m.insert("_score".into(), if scored { json!(h.score) } else { Value::Null });
+            m.insert(
+                "_score".into(),
+                if scored { json!(h.score) } else { Value::Null },
+            );
             if obj.get("version").and_then(Value::as_bool) == Some(true) {
                 m.insert("_version".into(), json!(h.doc.version));
             }
@@ -223,13 +346,24 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
                 m.insert("_source".into(), src);
             }
             if !sort.is_empty() {
-                let vals: Vec<Value> = sort.iter().zip(&h.sort).map(|(s, k)| sort_value_json(s, k.as_ref())).collect();
+                let vals: Vec<Value> = sort
+                    .iter()
+                    .zip(&h.sort)
+                    .map(|(s, k)| sort_value_json(s, k.as_ref()))
+                    .collect();
                 m.insert("sort".into(), json!(vals));
             }
             Value::Object(m)
         })
         .collect();
-    let max_score = if scored && size > 0 { hits.iter().map(|h| h.score).reduce(f32::max).map_or(Value::Null, |s| json!(s)) } else { Value::Null };
+    let max_score = if scored && size > 0 {
+        hits.iter()
+            .map(|h| h.score)
+            .reduce(f32::max)
+            .map_or(Value::Null, |s| json!(s))
+    } else {
+        Value::Null
+    };
     let mut hits_obj = Map::new();
     match (tth, as_int) {
         (None, true) => {
@@ -240,8 +374,15 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             hits_obj.insert("total".into(), json!(total));
         }
         (Some(limit), false) => {
-            let (value, relation) = if total > limit { (limit, "gte") } else { (total, "eq") };
-            hits_obj.insert("total".into(), json!({"value": value, "relation": relation}));
+            let (value, relation) = if total > limit {
+                (limit, "gte")
+            } else {
+                (total, "eq")
+            };
+            hits_obj.insert(
+                "total".into(),
+                json!({"value": value, "relation": relation}),
+            );
         }
     }
     hits_obj.insert("max_score".into(), max_score);
@@ -273,13 +414,22 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
         Some(b) => {
             let obj = b.as_object().cloned().unwrap_or_default();
             if let Some(bad) = obj.keys().find(|k| k.as_str() != "query") {
-                return Err(EsError::parsing(format!("request does not support [{bad}]")).with("line", 1).with("col", 1));
+                return Err(
+                    EsError::parsing(format!("request does not support [{bad}]"))
+                        .with("line", 1)
+                        .with("col", 1),
+                );
             }
-            obj.get("query").map(query::parse).transpose()?.unwrap_or(Query::MatchAll)
+            obj.get("query")
+                .map(query::parse)
+                .transpose()?
+                .unwrap_or(Query::MatchAll)
         }
     };
     let store = lock(&app.store);
     let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
     let n = matching(&store, &names, &q)?.len();
-    Ok(Reply::ok(&json!({"count": n, "_shards": shards_header(&store, &names)})))
+    Ok(Reply::ok(
+        &json!({"count": n, "_shards": shards_header(&store, &names)}),
+    ))
 }

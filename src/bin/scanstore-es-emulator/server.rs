@@ -24,11 +24,19 @@ use crate::reqlog::Entry;
 use crate::router::{panic_reply, route};
 use crate::sockets::{shutdown_peer, Shut};
 
-const ACCEPTED_TYPES: [&str; 4] =
-    ["application/json", "application/x-ndjson", "application/vnd.elasticsearch+json", "application/vnd.elasticsearch+x-ndjson"];
+const ACCEPTED_TYPES: [&str; 4] = [
+    "application/json",
+    "application/x-ndjson",
+    "application/vnd.elasticsearch+json",
+    "application/vnd.elasticsearch+x-ndjson",
+];
 
 /// Starts `threads` workers on `server`. They run until the server is dropped/unblocked.
-pub fn spawn_workers(app: &Arc<App>, server: &Arc<Server>, threads: usize) -> Vec<thread::JoinHandle<()>> {
+pub fn spawn_workers(
+    app: &Arc<App>,
+    server: &Arc<Server>,
+    threads: usize,
+) -> Vec<thread::JoinHandle<()>> {
     (0..threads)
         .map(|_| {
             let (app, server) = (app.clone(), server.clone());
@@ -50,8 +58,18 @@ fn respond(rq: Request, reply: Reply) {
         return respond_and_close(rq, reply, false);
     }
     let mut resp = Response::from_data(reply.body).with_status_code(reply.status);
-    let ct = if reply.json { "application/json" } else { "text/plain; charset=UTF-8" };
-    for h in [header("Content-Type", ct), header("X-elastic-product", "Elasticsearch")].into_iter().flatten() {
+    let ct = if reply.json {
+        "application/json"
+    } else {
+        "text/plain; charset=UTF-8"
+    };
+    for h in [
+        header("Content-Type", ct),
+        header("X-elastic-product", "Elasticsearch"),
+    ]
+    .into_iter()
+    .flatten()
+    {
         resp.add_header(h);
     }
     // A client that went away is not our problem; nothing else to do with the error.
@@ -72,13 +90,21 @@ fn respond_and_close(rq: Request, reply: Reply, truncate: bool) {
         413 => "Request Entity Too Large",
         _ => "Error",
     };
-    let ct = if reply.json { "application/json" } else { "text/plain; charset=UTF-8" };
+    let ct = if reply.json {
+        "application/json"
+    } else {
+        "text/plain; charset=UTF-8"
+    };
     let head = format!(
         "HTTP/1.1 {} {reason}\r\nContent-Type: {ct}\r\nX-elastic-product: Elasticsearch\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         reply.status,
         reply.body.len()
     );
-    let body = if truncate { &reply.body[..reply.body.len() / 2] } else { &reply.body[..] };
+    let body = if truncate {
+        &reply.body[..reply.body.len() / 2]
+    } else {
+        &reply.body[..]
+    };
     let mut w = rq.into_writer();
     let _ = w.write_all(head.as_bytes());
     let _ = w.write_all(body);
@@ -89,11 +115,20 @@ fn respond_and_close(rq: Request, reply: Reply, truncate: bool) {
 }
 
 fn content_type_error(rq: &Request) -> Option<Reply> {
-    let ct = rq.headers().iter().find(|h| h.field.equiv("Content-Type")).map(|h| h.value.as_str().to_owned());
+    let ct = rq
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Content-Type"))
+        .map(|h| h.value.as_str().to_owned());
     let msg = match &ct {
         None => "Content-Type header is missing".to_owned(),
         Some(v) => {
-            let mime = v.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+            let mime = v
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
             if ACCEPTED_TYPES.contains(&mime.as_str()) {
                 return None;
             }
@@ -108,7 +143,11 @@ fn handle(app: &Arc<App>, rq: Request) {
     let url = rq.url().to_owned();
     let path = url.split('?').next().unwrap_or("").to_owned();
     let control = path.starts_with("/_emulator");
-    let faults = if control { RequestFaults::default() } else { lock(&app.faults).for_request(&method, &path) };
+    let faults = if control {
+        RequestFaults::default()
+    } else {
+        lock(&app.faults).for_request(&method, &path)
+    };
     if let Some(id) = faults.pause {
         // Paused requests wait on their own thread so workers stay free for other requests.
         let app = app.clone();
@@ -121,19 +160,44 @@ fn handle(app: &Arc<App>, rq: Request) {
     finish(app, rq, method, url, path, faults);
 }
 
-fn finish(app: &Arc<App>, mut rq: Request, method: String, url: String, path: String, faults: RequestFaults) {
+fn finish(
+    app: &Arc<App>,
+    mut rq: Request,
+    method: String,
+    url: String,
+    path: String,
+    faults: RequestFaults,
+) {
     let control = path.starts_with("/_emulator");
     let line_bytes = method.len() + 1 + url.len() + 1 + format!("HTTP/{}", rq.http_version()).len();
     let declared = rq.body_length().map(|n| n as u64);
-    let query = url.split_once('?').map(|(_, q)| q.to_owned()).unwrap_or_default();
+    let query = url
+        .split_once('?')
+        .map(|(_, q)| q.to_owned())
+        .unwrap_or_default();
     let log = |status: u16, body_bytes: u64| {
         if !control {
-            lock(&app.log).push(Entry { seq: 0, method: method.clone(), path: path.clone(), query: query.clone(), request_line_bytes: line_bytes, body_bytes, status });
+            lock(&app.log).push(Entry {
+                seq: 0,
+                method: method.clone(),
+                path: path.clone(),
+                query: query.clone(),
+                request_line_bytes: line_bytes,
+                body_bytes,
+                status,
+            });
         }
     };
     if line_bytes > app.limits.max_initial_line {
         log(400, 0);
-        let e = EsError::new(400, "too_long_http_line_exception", format!("An HTTP line is larger than {} bytes.", app.limits.max_initial_line));
+        let e = EsError::new(
+            400,
+            "too_long_http_line_exception",
+            format!(
+                "An HTTP line is larger than {} bytes.",
+                app.limits.max_initial_line
+            ),
+        );
         let mut reply = Reply::error(&e);
         reply.close = true;
         return respond(rq, reply);
@@ -149,7 +213,12 @@ fn finish(app: &Arc<App>, mut rq: Request, method: String, url: String, path: St
         thread::sleep(Duration::from_millis(faults.latency_ms));
     }
     let mut body = Vec::with_capacity(declared.unwrap_or(0).min(limit) as usize);
-    if rq.as_reader().take(limit + 1).read_to_end(&mut body).is_err() {
+    if rq
+        .as_reader()
+        .take(limit + 1)
+        .read_to_end(&mut body)
+        .is_err()
+    {
         log(400, body.len() as u64);
         return;
     }
@@ -175,7 +244,11 @@ fn finish(app: &Arc<App>, mut rq: Request, method: String, url: String, path: St
         Ok(Ok(reply)) => reply,
         Ok(Err(e)) => Reply::error(&e),
         Err(panic) => {
-            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
             panic_reply(&what)
         }
     };

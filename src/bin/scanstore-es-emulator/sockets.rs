@@ -14,19 +14,32 @@ fn peer_of(fd: i32) -> Option<SocketAddr> {
     unsafe {
         let mut storage: libc::sockaddr_storage = std::mem::zeroed();
         let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        if libc::getpeername(fd, (&mut storage as *mut libc::sockaddr_storage).cast(), &mut len) != 0 {
+        if libc::getpeername(
+            fd,
+            (&mut storage as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        ) != 0
+        {
             return None;
         }
         match i32::from(storage.ss_family) {
             libc::AF_INET => {
                 let a = &*(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>();
                 let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-                Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(a.sin_port))))
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    ip,
+                    u16::from_be(a.sin_port),
+                )))
             }
             libc::AF_INET6 => {
                 let a = &*(&storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
                 let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
-                Some(SocketAddr::V6(SocketAddrV6::new(ip, u16::from_be(a.sin6_port), 0, a.sin6_scope_id)))
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    ip,
+                    u16::from_be(a.sin6_port),
+                    0,
+                    a.sin6_scope_id,
+                )))
             }
             _ => None,
         }
@@ -43,15 +56,26 @@ pub enum Shut {
 /// Shuts down every socket of this process connected to `peer`.
 #[cfg(target_os = "linux")]
 pub fn shutdown_peer(peer: SocketAddr, how: Shut) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return false };
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return false;
+    };
     let mut done = false;
     for entry in dir.flatten() {
-        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if peer_of(fd) == Some(peer) {
             // SAFETY: shutdown on an fd we just identified as this peer's socket; it does not
             // close or invalidate the fd, tiny_http still owns and later closes it.
             unsafe {
-                libc::shutdown(fd, if matches!(how, Shut::Read) { libc::SHUT_RD } else { libc::SHUT_RDWR });
+                libc::shutdown(
+                    fd,
+                    if matches!(how, Shut::Read) {
+                        libc::SHUT_RD
+                    } else {
+                        libc::SHUT_RDWR
+                    },
+                );
             }
             done = true;
         }

@@ -15,14 +15,20 @@ pub struct SourceFilter {
 fn list(v: &Value) -> Vec<String> {
     match v {
         Value::String(s) => s.split(',').map(str::to_owned).collect(),
-        Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_owned))
+            .collect(),
         _ => Vec::new(),
     }
 }
 
 impl SourceFilter {
     pub fn all() -> SourceFilter {
-        SourceFilter { enabled: true, ..SourceFilter::default() }
+        SourceFilter {
+            enabled: true,
+            ..SourceFilter::default()
+        }
     }
 
     pub fn from_body(v: Option<&Value>) -> SourceFilter {
@@ -31,15 +37,32 @@ impl SourceFilter {
             Some(Value::Bool(false)) => SourceFilter::default(),
             Some(Value::Object(o)) => SourceFilter {
                 enabled: true,
-                includes: o.get("includes").or_else(|| o.get("include")).map(list).unwrap_or_default(),
-                excludes: o.get("excludes").or_else(|| o.get("exclude")).map(list).unwrap_or_default(),
+                includes: o
+                    .get("includes")
+                    .or_else(|| o.get("include"))
+                    .map(list)
+                    .unwrap_or_default(),
+                excludes: o
+                    .get("excludes")
+                    .or_else(|| o.get("exclude"))
+                    .map(list)
+                    .unwrap_or_default(),
             },
-            Some(other) => SourceFilter { enabled: true, includes: list(other), excludes: Vec::new() },
+            Some(other) => SourceFilter {
+                enabled: true,
+                includes: list(other),
+                excludes: Vec::new(),
+            },
         }
     }
 
     /// Applies URL parameters on top of a body filter.
-    pub fn with_params(mut self, source: Option<&str>, includes: Option<&str>, excludes: Option<&str>) -> SourceFilter {
+    pub fn with_params(
+        mut self,
+        source: Option<&str>,
+        includes: Option<&str>,
+        excludes: Option<&str>,
+    ) -> SourceFilter {
         match source {
             Some("false") => self.enabled = false,
             Some("true") | Some("") => self.enabled = true,
@@ -73,11 +96,20 @@ impl SourceFilter {
         if self.excludes.iter().any(|e| glob_match(e, path)) {
             return (false, false);
         }
-        if self.includes.is_empty() || self.includes.iter().any(|i| glob_match(i, path) || glob_match(&format!("{i}.*"), path)) {
+        if self.includes.is_empty()
+            || self
+                .includes
+                .iter()
+                .any(|i| glob_match(i, path) || glob_match(&format!("{i}.*"), path))
+        {
             return (true, false);
         }
         // An object whose descendants may match an include is walked into.
-        let partial = is_object && self.includes.iter().any(|i| i.starts_with(&format!("{path}.")) || i.starts_with('*'));
+        let partial = is_object
+            && self
+                .includes
+                .iter()
+                .any(|i| i.starts_with(&format!("{path}.")) || i.starts_with('*'));
         (false, partial)
     }
 
@@ -86,13 +118,18 @@ impl SourceFilter {
             Value::Object(map) => {
                 let mut out = Map::new();
                 for (k, child) in map {
-                    let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
                     let (whole, partial) = self.keep(&path, child.is_object() || child.is_array());
                     if whole && self.excludes.is_empty() {
                         out.insert(k.clone(), child.clone());
                     } else if whole || partial {
                         let f = self.filter(child, &path);
-                        let empty = matches!(&f, Value::Object(m) if m.is_empty()) && !matches!(child, Value::Object(m) if m.is_empty());
+                        let empty = matches!(&f, Value::Object(m) if m.is_empty())
+                            && !matches!(child, Value::Object(m) if m.is_empty());
                         if whole && !child.is_object() && !child.is_array() {
                             out.insert(k.clone(), child.clone());
                         } else if !empty || whole {
@@ -102,7 +139,9 @@ impl SourceFilter {
                 }
                 Value::Object(out)
             }
-            Value::Array(items) => Value::Array(items.iter().map(|i| self.filter(i, prefix)).collect()),
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|i| self.filter(i, prefix)).collect())
+            }
             other => other.clone(),
         }
     }
@@ -120,7 +159,10 @@ mod tests {
         assert_eq!(f.apply(&src), Some(json!({"a": 1, "b": {"c": 2}})));
         let f = SourceFilter::from_body(Some(&json!({"excludes": ["b"]})));
         assert_eq!(f.apply(&src), Some(json!({"a": 1, "e": 4})));
-        assert_eq!(SourceFilter::from_body(Some(&json!(false))).apply(&src), None);
+        assert_eq!(
+            SourceFilter::from_body(Some(&json!(false))).apply(&src),
+            None
+        );
         let f = SourceFilter::from_body(Some(&json!("b.*")));
         assert_eq!(f.apply(&src), Some(json!({"b": {"c": 2, "d": 3}})));
     }

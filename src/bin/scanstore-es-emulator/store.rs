@@ -107,11 +107,19 @@ fn setting<'a>(s: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
 pub fn flatten_settings(v: &Value, prefix: &str, out: &mut Map<String, Value>) {
     if let Some(obj) = v.as_object() {
         for (k, val) in obj {
-            let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            let key = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
             if val.is_object() {
                 flatten_settings(val, &key, out);
             } else {
-                let key = if key.starts_with("index.") { key } else { format!("index.{key}") };
+                let key = if key.starts_with("index.") {
+                    key
+                } else {
+                    format!("index.{key}")
+                };
                 let as_str = match val {
                     Value::String(s) => json!(s),
                     other => json!(other.to_string()),
@@ -127,7 +135,11 @@ pub fn parse_interval(v: &str) -> Result<Option<Duration>, EsError> {
         return Ok(None);
     }
     let (num, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
-    let n: u64 = num.parse().map_err(|_| EsError::bad_request(format!("failed to parse setting [index.refresh_interval] with value [{v}] as a time value")))?;
+    let n: u64 = num.parse().map_err(|_| {
+        EsError::bad_request(format!(
+            "failed to parse setting [index.refresh_interval] with value [{v}] as a time value"
+        ))
+    })?;
     let ms = match unit {
         "ms" => n,
         "s" | "" => n * 1000,
@@ -140,7 +152,12 @@ pub fn parse_interval(v: &str) -> Result<Option<Duration>, EsError> {
 
 pub fn validate_index_name(name: &str) -> Result<(), EsError> {
     let invalid = |why: &str| {
-        EsError::new(400, "invalid_index_name_exception", format!("Invalid index name [{name}], {why}")).on_index(name, "_na_")
+        EsError::new(
+            400,
+            "invalid_index_name_exception",
+            format!("Invalid index name [{name}], {why}"),
+        )
+        .on_index(name, "_na_")
     };
     if name.is_empty() || name.len() > 255 {
         return Err(invalid("index name is too long or empty"));
@@ -155,7 +172,9 @@ pub fn validate_index_name(name: &str) -> Result<(), EsError> {
         return Err(invalid("must not be '.' or '..'"));
     }
     if name.contains(['\\', '/', '*', '?', '"', '<', '>', '|', ' ', ',', '#', ':']) {
-        return Err(invalid("must not contain the following characters [ , \", *, \\, <, |, ,, >, /, ?]"));
+        return Err(invalid(
+            "must not contain the following characters [ , \", *, \\, <, |, ,, >, /, ?]",
+        ));
     }
     Ok(())
 }
@@ -173,14 +192,27 @@ impl Store {
 
     /// Creates an index from a request body (`settings`, `mappings`, `aliases`) on top of the
     /// highest-priority matching template.
-    pub fn create_index(&mut self, name: &str, body: Option<&Value>) -> Result<&mut Index, EsError> {
+    pub fn create_index(
+        &mut self,
+        name: &str,
+        body: Option<&Value>,
+    ) -> Result<&mut Index, EsError> {
         validate_index_name(name)?;
         if let Some(existing) = self.indices.get(name) {
-            return Err(EsError::new(400, "resource_already_exists_exception", format!("index [{name}/{}] already exists", existing.uuid))
-                .on_index(name, &existing.uuid.clone()));
+            return Err(EsError::new(
+                400,
+                "resource_already_exists_exception",
+                format!("index [{name}/{}] already exists", existing.uuid),
+            )
+            .on_index(name, &existing.uuid.clone()));
         }
         if self.alias_exists(name) {
-            return Err(EsError::new(400, "invalid_index_name_exception", format!("Invalid index name [{name}], already exists as alias")).on_index(name, "_na_"));
+            return Err(EsError::new(
+                400,
+                "invalid_index_name_exception",
+                format!("Invalid index name [{name}], already exists as alias"),
+            )
+            .on_index(name, "_na_"));
         }
         let template = self
             .templates
@@ -207,15 +239,22 @@ impl Store {
         let num = |key: &str, default: u64| -> Result<u64, EsError> {
             match setting(&settings, key) {
                 None => Ok(default),
-                Some(v) => v.as_str().and_then(|s| s.parse().ok()).ok_or_else(|| EsError::bad_request(format!("Failed to parse value [{v}] for setting [index.{key}]"))),
+                Some(v) => v.as_str().and_then(|s| s.parse().ok()).ok_or_else(|| {
+                    EsError::bad_request(format!(
+                        "Failed to parse value [{v}] for setting [index.{key}]"
+                    ))
+                }),
             }
         };
         let shards = num("number_of_shards", 1)?;
         let replicas = num("number_of_replicas", 1)?;
         if shards == 0 {
-            return Err(EsError::bad_request("Failed to parse value [0] for setting [index.number_of_shards] must be >= 1"));
+            return Err(EsError::bad_request(
+                "Failed to parse value [0] for setting [index.number_of_shards] must be >= 1",
+            ));
         }
-        let refresh_interval = match setting(&settings, "refresh_interval").and_then(Value::as_str) {
+        let refresh_interval = match setting(&settings, "refresh_interval").and_then(Value::as_str)
+        {
             Some(v) => parse_interval(v)?,
             None => Some(Duration::from_secs(1)),
         };
@@ -303,7 +342,14 @@ impl Index {
         self.next_seq_no += 1;
         let slot = self.docs.entry(id.to_owned()).or_default();
         slot.version = version;
-        slot.latest = source.map(|source| Arc::new(DocVersion { source, version, seq_no, routing: None }));
+        slot.latest = source.map(|source| {
+            Arc::new(DocVersion {
+                source,
+                version,
+                seq_no,
+                routing: None,
+            })
+        });
         if !slot.dirty {
             slot.dirty = true;
             self.dirty.push(id.to_owned());
@@ -313,8 +359,14 @@ impl Index {
 
     pub fn settings_json(&self) -> Value {
         let mut s = self.settings.clone();
-        s.insert("index.number_of_shards".into(), json!(self.shards.to_string()));
-        s.insert("index.number_of_replicas".into(), json!(self.replicas.to_string()));
+        s.insert(
+            "index.number_of_shards".into(),
+            json!(self.shards.to_string()),
+        );
+        s.insert(
+            "index.number_of_replicas".into(),
+            json!(self.replicas.to_string()),
+        );
         s.insert("index.uuid".into(), json!(self.uuid));
         s.insert("index.provided_name".into(), json!(self.name));
         let mut nested = Map::new();
@@ -340,19 +392,39 @@ mod tests {
     #[test]
     fn intervals() {
         assert_eq!(parse_interval("-1").ok(), Some(None));
-        assert_eq!(parse_interval("1s").ok(), Some(Some(Duration::from_secs(1))));
-        assert_eq!(parse_interval("250ms").ok(), Some(Some(Duration::from_millis(250))));
+        assert_eq!(
+            parse_interval("1s").ok(),
+            Some(Some(Duration::from_secs(1)))
+        );
+        assert_eq!(
+            parse_interval("250ms").ok(),
+            Some(Some(Duration::from_millis(250)))
+        );
         assert!(parse_interval("x").is_err());
     }
 
     #[test]
     fn templates_apply_by_pattern_and_priority() {
         let mut s = Store::default();
-        s.templates.insert("low".into(), Template { patterns: vec!["*-facts-*".into()], priority: 1,
-            body: json!({"template": {"settings": {"number_of_replicas": 0}}}) });
-        s.templates.insert("high".into(), Template { patterns: vec!["scan-*".into()], priority: 9,
-            body: json!({"template": {"settings": {"index": {"refresh_interval": "-1"}}}}) });
-        let idx = s.create_index("scan-facts-2026.11", None).map(|i| (i.replicas, i.refresh_interval));
+        s.templates.insert(
+            "low".into(),
+            Template {
+                patterns: vec!["*-facts-*".into()],
+                priority: 1,
+                body: json!({"template": {"settings": {"number_of_replicas": 0}}}),
+            },
+        );
+        s.templates.insert(
+            "high".into(),
+            Template {
+                patterns: vec!["scan-*".into()],
+                priority: 9,
+                body: json!({"template": {"settings": {"index": {"refresh_interval": "-1"}}}}),
+            },
+        );
+        let idx = s
+            .create_index("scan-facts-2026.11", None)
+            .map(|i| (i.replicas, i.refresh_interval));
         assert_eq!(idx.ok(), Some((1, None)));
         assert!(s.create_index("scan-facts-2026.11", None).is_err());
         assert!(s.create_index("Bad", None).is_err());

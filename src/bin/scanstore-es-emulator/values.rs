@@ -96,7 +96,11 @@ pub fn parse_cidr(s: &str) -> Option<(u128, u128)> {
         return None;
     }
     let host_bits = 128 - bits;
-    let mask = if host_bits == 128 { 0 } else { u128::MAX << host_bits };
+    let mask = if host_bits == 128 {
+        0
+    } else {
+        u128::MAX << host_bits
+    };
     Some((base & mask, (base & mask) | !mask))
 }
 
@@ -146,7 +150,12 @@ fn parse_time(t: &str) -> Option<(NaiveTime, i64)> {
             return None;
         }
         let h: i64 = digits.get(0..2)?.parse().ok()?;
-        let m: i64 = digits.get(2..4).map(str::parse).transpose().ok()?.unwrap_or(0);
+        let m: i64 = digits
+            .get(2..4)
+            .map(str::parse)
+            .transpose()
+            .ok()?
+            .unwrap_or(0);
         (c, sign * (h * 3_600_000 + m * 60_000))
     } else {
         (t, 0)

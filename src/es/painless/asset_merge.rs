@@ -45,7 +45,10 @@ fn take_service(src: &mut Map<String, Value>, obs: &Map<String, Value>, at: &str
     for key in SERVICE_FIELDS {
         src.insert(key.to_owned(), field(obs, key));
     }
-    src.insert("service_observed_at".to_owned(), Value::String(at.to_owned()));
+    src.insert(
+        "service_observed_at".to_owned(),
+        Value::String(at.to_owned()),
+    );
 }
 
 /// Runs the merge with `params.obs`.
@@ -69,12 +72,18 @@ pub fn run(ctx: &mut ScriptCtx, params: &Map<String, Value>) -> Result<(), Scrip
         return Ok(());
     }
     let mut changed = false;
-    let first_seen = src.get("first_seen").filter(|v| !v.is_null()).map(|v| text(Some(v)));
+    let first_seen = src
+        .get("first_seen")
+        .filter(|v| !v.is_null())
+        .map(|v| text(Some(v)));
     if first_seen.map_or(true, |fs| java_cmp(&at, &fs) == Ordering::Less) {
         src.insert("first_seen".to_owned(), Value::String(at.clone()));
         changed = true;
     }
-    let last_seen = src.get("last_seen").filter(|v| !v.is_null()).map(|v| text(Some(v)));
+    let last_seen = src
+        .get("last_seen")
+        .filter(|v| !v.is_null())
+        .map(|v| text(Some(v)));
     if last_seen.map_or(true, |ls| java_cmp(&at, &ls) == Ordering::Greater) {
         src.insert("last_seen".to_owned(), Value::String(at.clone()));
         changed = true;
@@ -135,7 +144,10 @@ mod tests {
         assert_eq!(op, "create");
         assert_eq!(doc["first_seen"], json!("2026-11-29T10:00:00.000Z"));
         assert_eq!(doc["last_seen"], json!("2026-11-29T10:00:00.000Z"));
-        assert_eq!(doc["service_observed_at"], json!("2026-11-29T10:00:00.000Z"));
+        assert_eq!(
+            doc["service_observed_at"],
+            json!("2026-11-29T10:00:00.000Z")
+        );
         assert_eq!(doc["product"], json!("nginx"));
         assert_eq!(doc["owner_id"], json!("o1"));
         assert_eq!(doc["port"], json!(443));
@@ -168,7 +180,10 @@ mod tests {
         let doc = fold(&[obs("2026-11-29T10:00:00.000Z", "e1", Some("nginx"))]);
         let (doc, _) = apply(doc, &obs("2026-11-30T10:00:00.000Z", "e2", None));
         assert_eq!(doc["product"], Value::Null);
-        assert_eq!(doc["service_observed_at"], json!("2026-11-30T10:00:00.000Z"));
+        assert_eq!(
+            doc["service_observed_at"],
+            json!("2026-11-30T10:00:00.000Z")
+        );
         assert_eq!(doc["first_seen"], json!("2026-11-29T10:00:00.000Z"));
     }
 
@@ -177,8 +192,14 @@ mod tests {
         let doc = fold(&[obs("2026-11-29T10:00:00.000Z", "e1", Some("zzz"))]);
         let (doc, _) = apply(doc, &obs("2026-11-29T10:00:00.000Z", "e2", Some("aaa")));
         assert_eq!(doc["product"], json!("aaa"));
-        let (doc, op) = apply(Some(doc), &obs("2026-11-29T10:00:00.000Z", "e1", Some("zzz")));
-        assert_eq!((doc["product"].clone(), op.as_str()), (json!("aaa"), "noop"));
+        let (doc, op) = apply(
+            Some(doc),
+            &obs("2026-11-29T10:00:00.000Z", "e1", Some("zzz")),
+        );
+        assert_eq!(
+            (doc["product"].clone(), op.as_str()),
+            (json!("aaa"), "noop")
+        );
     }
 
     #[test]
@@ -192,7 +213,10 @@ mod tests {
 
     #[test]
     fn missing_obs_is_an_error() {
-        let mut ctx = ScriptCtx { op: "create".into(), source: Map::new() };
+        let mut ctx = ScriptCtx {
+            op: "create".into(),
+            source: Map::new(),
+        };
         assert!(run(&mut ctx, &Map::new()).is_err());
     }
 
@@ -205,16 +229,26 @@ mod tests {
     }
 
     fn arb_obs() -> impl Strategy<Value = Value> {
-        (0u8..4, 0u8..3, proptest::option::of(prop_oneof!["nginx", "apache"]), 0u8..2).prop_map(
-            |(day, exec, product, svc)| {
-                let mut o = obs(&format!("2026-11-2{day}T10:00:00.000Z"), &format!("e{exec}"),
-                    product.as_deref());
+        (
+            0u8..4,
+            0u8..3,
+            proptest::option::of(prop_oneof!["nginx", "apache"]),
+            0u8..2,
+        )
+            .prop_map(|(day, exec, product, svc)| {
+                let mut o = obs(
+                    &format!("2026-11-2{day}T10:00:00.000Z"),
+                    &format!("e{exec}"),
+                    product.as_deref(),
+                );
                 if let Some(m) = o.as_object_mut() {
-                    m.insert("service".into(), json!(if svc == 0 { "http" } else { "https" }));
+                    m.insert(
+                        "service".into(),
+                        json!(if svc == 0 { "http" } else { "https" }),
+                    );
                 }
                 o
-            },
-        )
+            })
     }
 
     proptest! {

@@ -79,7 +79,10 @@ mod tests {
     fn pinned_hash_matches_the_painless_file() {
         // Editing asset_merge.painless changes this hash: update the Rust twin to the same
         // semantics, then pin the new hash in asset_merge::SOURCE_SHA256.
-        assert_eq!(source_sha256(ASSET_MERGE_SOURCE), asset_merge::SOURCE_SHA256);
+        assert_eq!(
+            source_sha256(ASSET_MERGE_SOURCE),
+            asset_merge::SOURCE_SHA256
+        );
     }
 
     #[test]

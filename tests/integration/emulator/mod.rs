@@ -2,8 +2,6 @@
 //! `STORAGE_TEST_ES_URL` when it needs no fault injection), so they run in parallel.
 
 mod bulk;
-mod yaml_api;
-mod yaml_runner;
 mod conformance;
 mod faults;
 mod http_limits;
@@ -11,3 +9,5 @@ mod indices;
 mod python_peer;
 mod search;
 mod visibility;
+mod yaml_api;
+mod yaml_runner;

@@ -16,19 +16,40 @@ fn missing(reason: &str) {
 
 #[test]
 fn python_client_talks_to_the_emulator() {
-    let probe = Command::new("python3").args(["-c", "import elasticsearch, sys; sys.exit(0 if elasticsearch.__version__[0] == 8 else 3)"]).output();
+    let probe = Command::new("python3")
+        .args([
+            "-c",
+            "import elasticsearch, sys; sys.exit(0 if elasticsearch.__version__[0] == 8 else 3)",
+        ])
+        .output();
     match probe {
         Err(e) => return missing(&format!("python3 not runnable: {e}")),
-        Ok(o) if o.status.code() == Some(3) => return missing("installed elasticsearch package is not 8.x (pip install 'elasticsearch>=8,<9')"),
-        Ok(o) if !o.status.success() => return missing("python package `elasticsearch` missing (pip install 'elasticsearch>=8,<9')"),
+        Ok(o) if o.status.code() == Some(3) => {
+            return missing(
+                "installed elasticsearch package is not 8.x (pip install 'elasticsearch>=8,<9')",
+            )
+        }
+        Ok(o) if !o.status.success() => {
+            return missing(
+                "python package `elasticsearch` missing (pip install 'elasticsearch>=8,<9')",
+            )
+        }
         Ok(_) => {}
     }
     let t = target();
     let url = t.es().url().to_owned();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/es_peer_check.py");
-    let out = Command::new("python3").arg(&script).arg(&url).output().expect("run python3");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&url)
+        .output()
+        .expect("run python3");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "es_peer_check.py failed ({:?}):\n{stdout}\n{stderr}", out.status.code());
+    assert!(
+        out.status.success(),
+        "es_peer_check.py failed ({:?}):\n{stdout}\n{stderr}",
+        out.status.code()
+    );
     assert!(stdout.contains("es_peer_check: ok"), "{stdout}");
 }

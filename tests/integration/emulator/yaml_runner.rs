@@ -3,7 +3,8 @@
 //! and `/regex/`), `length`, `is_true`, `is_false`, `set` (stash), `gt`/`gte`/`lt`/`lte`.
 //!
 //! Version gates are evaluated as if the server were OpenSearch [`RUNNER_VERSION`] (the
-//! vendored files are OpenSearch's; their `- 7.x` ranges mean legacy Elasticsearch).
+//! vendored files are OpenSearch's; their `- 6.x`/`- 7.x` ranges mean legacy Elasticsearch,
+//! which sorts below every OpenSearch version, as in OpenSearch's own runner).
 
 use std::collections::HashMap;
 
@@ -36,9 +37,14 @@ pub struct YamlFile {
 }
 
 pub fn parse_file(text: &str) -> Result<YamlFile, String> {
-    let mut file = YamlFile { setup: Vec::new(), teardown: Vec::new(), tests: Vec::new() };
+    let mut file = YamlFile {
+        setup: Vec::new(),
+        teardown: Vec::new(),
+        tests: Vec::new(),
+    };
     for doc in serde_yaml::Deserializer::from_str(text) {
-        let v: serde_yaml::Value = serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())?;
+        let v: serde_yaml::Value =
+            serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())?;
         let json: Value = serde_json::to_value(&v).map_err(|e| e.to_string())?;
         let Value::Object(m) = json else { continue };
         for (name, steps) in m {
@@ -53,33 +59,53 @@ pub fn parse_file(text: &str) -> Result<YamlFile, String> {
     Ok(file)
 }
 
-fn parse_version(s: &str) -> Option<(u64, u64, u64)> {
+/// Versions as OpenSearch's runner orders them: legacy Elasticsearch numbers (majors 5–7)
+/// sort below every OpenSearch version (1.0 and up).
+fn parse_version(s: &str) -> Option<(u8, u64, u64, u64)> {
     let mut it = s.trim().split('.').map(|p| p.parse::<u64>().ok());
-    Some((it.next()??, it.next().flatten().unwrap_or(0), it.next().flatten().unwrap_or(0)))
+    let major = it.next()??;
+    let tier = u8::from(!(5..=7).contains(&major));
+    Some((
+        tier,
+        major,
+        it.next().flatten().unwrap_or(0),
+        it.next().flatten().unwrap_or(0),
+    ))
 }
 
 /// Why a `skip` section applies, if it does.
 fn skip_reason(skip: &Value) -> Option<String> {
-    let reason = skip.get("reason").and_then(Value::as_str).unwrap_or("").to_owned();
+    let reason = skip
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     if let Some(range) = skip.get("version").and_then(Value::as_str) {
         if range.trim() == "all" {
             return Some(format!("version all: {reason}"));
         }
         for r in range.split(',') {
             let (lo, hi) = r.split_once('-').unwrap_or((r, r));
-            let lo = parse_version(lo).unwrap_or((0, 0, 0));
-            let hi = parse_version(hi).unwrap_or((u64::MAX, 0, 0));
-            if lo <= RUNNER_VERSION && RUNNER_VERSION <= hi {
+            let lo = parse_version(lo).unwrap_or((0, 0, 0, 0));
+            let hi = parse_version(hi).unwrap_or((u8::MAX, 0, 0, 0));
+            let me = (1, RUNNER_VERSION.0, RUNNER_VERSION.1, RUNNER_VERSION.2);
+            if lo <= me && me <= hi {
                 return Some(format!("version {range}: {reason}"));
             }
         }
     }
     let features: Vec<String> = match skip.get("features") {
         Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a.iter().filter_map(|f| f.as_str().map(str::to_owned)).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|f| f.as_str().map(str::to_owned))
+            .collect(),
         _ => Vec::new(),
     };
-    features.iter().find(|f| !FEATURES.contains(&f.as_str())).map(|f| format!("runner feature [{f}] unsupported"))
+    features
+        .iter()
+        .find(|f| !FEATURES.contains(&f.as_str()))
+        .map(|f| format!("runner feature [{f}] unsupported"))
 }
 
 /// Execution state of one test section.
@@ -92,17 +118,26 @@ struct Ctx<'a> {
 
 fn stash_subst(v: &Value, stash: &HashMap<String, Value>) -> Value {
     match v {
-        Value::String(s) if s.starts_with('$') && stash.contains_key(&s[1..]) => stash[&s[1..]].clone(),
+        Value::String(s) if s.starts_with('$') && stash.contains_key(&s[1..]) => {
+            stash[&s[1..]].clone()
+        }
         Value::String(s) if s.contains("${") => {
             let mut out = s.clone();
             for (k, val) in stash {
-                let text = val.as_str().map(str::to_owned).unwrap_or_else(|| val.to_string());
+                let text = val
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| val.to_string());
                 out = out.replace(&format!("${{{k}}}"), &text);
             }
             Value::String(out)
         }
         Value::Array(a) => Value::Array(a.iter().map(|x| stash_subst(x, stash)).collect()),
-        Value::Object(o) => Value::Object(o.iter().map(|(k, x)| (k.clone(), stash_subst(x, stash))).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| (k.clone(), stash_subst(x, stash)))
+                .collect(),
+        ),
         other => other.clone(),
     }
 }
@@ -143,7 +178,10 @@ fn lookup<'v>(body: &'v Value, path: &str, stash: &HashMap<String, Value>) -> Op
 fn regex_of(s: &str, comments: bool) -> Option<regex::Regex> {
     let t = s.trim();
     if t.len() >= 2 && t.starts_with('/') && t.ends_with('/') {
-        RegexBuilder::new(&t[1..t.len() - 1]).ignore_whitespace(comments).build().ok()
+        RegexBuilder::new(&t[1..t.len() - 1])
+            .ignore_whitespace(comments)
+            .build()
+            .ok()
     } else {
         None
     }
@@ -152,15 +190,25 @@ fn regex_of(s: &str, comments: bool) -> Option<regex::Regex> {
 fn values_match(actual: &Value, expected: &Value) -> bool {
     match (actual, expected) {
         (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
-        (Value::Array(a), Value::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| values_match(x, y)),
-        (Value::Object(a), Value::Object(b)) => a.len() == b.len() && a.iter().all(|(k, x)| b.get(k).is_some_and(|y| values_match(x, y))),
-        (Value::String(a), Value::Number(b)) | (Value::Number(b), Value::String(a)) => a.parse::<f64>().ok() == b.as_f64() && !a.is_empty(),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| values_match(x, y))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(k, x)| b.get(k).is_some_and(|y| values_match(x, y)))
+        }
+        (Value::String(a), Value::Number(b)) | (Value::Number(b), Value::String(a)) => {
+            a.parse::<f64>().ok() == b.as_f64() && !a.is_empty()
+        }
         (a, b) => a == b,
     }
 }
 
 fn truthy(v: Option<&Value>) -> bool {
-    !matches!(v, None | Some(Value::Null) | Some(Value::Bool(false))) && v != Some(&Value::String(String::new())) && v.and_then(Value::as_f64) != Some(0.0)
+    !matches!(v, None | Some(Value::Null) | Some(Value::Bool(false)))
+        && v != Some(&Value::String(String::new()))
+        && v.and_then(Value::as_f64) != Some(0.0)
 }
 
 fn catch_ok(catch: &str, status: u16, raw: &str) -> bool {
@@ -179,8 +227,26 @@ fn catch_ok(catch: &str, status: u16, raw: &str) -> bool {
 
 fn run_do(ctx: &mut Ctx, spec: &Map<String, Value>) -> Result<(), String> {
     let catch = spec.get("catch").and_then(Value::as_str);
-    let headers: Vec<(String, String)> = spec.get("headers").and_then(Value::as_object).map(|h| h.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned())).collect()).unwrap_or_default();
-    let Some((api, args)) = spec.iter().find(|(k, _)| !matches!(k.as_str(), "catch" | "headers" | "warnings" | "allowed_warnings" | "allowed_warnings_regex" | "node_selector")) else {
+    let headers: Vec<(String, String)> = spec
+        .get("headers")
+        .and_then(Value::as_object)
+        .map(|h| {
+            h.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some((api, args)) = spec.iter().find(|(k, _)| {
+        !matches!(
+            k.as_str(),
+            "catch"
+                | "headers"
+                | "warnings"
+                | "allowed_warnings"
+                | "allowed_warnings_regex"
+                | "node_selector"
+        )
+    }) else {
         return Err("do without an API".into());
     };
     let args = stash_subst(args, &ctx.stash);
@@ -188,33 +254,67 @@ fn run_do(ctx: &mut Ctx, spec: &Map<String, Value>) -> Result<(), String> {
     let body = args.get("body");
     let call = resolve(api, &args, body.is_some())?;
     let bytes = body.map(|b| match b {
-        Value::Array(items) => items.iter().map(|i| format!("{}\n", i.as_str().map(str::to_owned).unwrap_or_else(|| i.to_string()))).collect::<String>().into_bytes(),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| {
+                format!(
+                    "{}\n",
+                    i.as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| i.to_string())
+                )
+            })
+            .collect::<String>()
+            .into_bytes(),
         Value::String(s) => s.clone().into_bytes(),
         other => other.to_string().into_bytes(),
     });
-    let ct = headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("content-type")).map(|(_, v)| v.clone()).unwrap_or_else(|| "application/json".into());
-    let r = ctx.es.raw(&call.method, &call.path_and_query, bytes.as_ref().map(|_| ct.as_str()), bytes.as_deref());
+    let ct = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| "application/json".into());
+    let r = ctx.es.raw(
+        &call.method,
+        &call.path_and_query,
+        bytes.as_ref().map(|_| ct.as_str()),
+        bytes.as_deref(),
+    );
     ctx.raw = String::from_utf8_lossy(&r.body).into_owned();
-    ctx.body = if call.method == "HEAD" { Value::Bool(r.status < 300) } else { serde_json::from_str(&ctx.raw).unwrap_or(Value::String(ctx.raw.clone())) };
+    ctx.body = if call.method == "HEAD" {
+        Value::Bool(r.status < 300)
+    } else {
+        serde_json::from_str(&ctx.raw).unwrap_or(Value::String(ctx.raw.clone()))
+    };
     match catch {
         Some(c) if catch_ok(c, r.status, &ctx.raw) => Ok(()),
-        Some(c) => Err(format!("expected catch [{c}] but got {} {} → {}", r.status, call.path_and_query, ctx.raw)),
+        Some(c) => Err(format!(
+            "expected catch [{c}] but got {} {} → {}",
+            r.status, call.path_and_query, ctx.raw
+        )),
         None if r.status >= 400 && !call.ignore.contains(&r.status) && call.method != "HEAD" => {
-            Err(format!("{} {} failed: {} {}", call.method, call.path_and_query, r.status, ctx.raw))
+            Err(format!(
+                "{} {} failed: {} {}",
+                call.method, call.path_and_query, r.status, ctx.raw
+            ))
         }
         None => Ok(()),
     }
 }
 
 fn run_step(ctx: &mut Ctx, step: &Value) -> Result<Option<String>, String> {
-    let Some((kind, arg)) = step.as_object().and_then(|o| o.iter().next()) else { return Err(format!("bad step {step}")) };
+    let Some((kind, arg)) = step.as_object().and_then(|o| o.iter().next()) else {
+        return Err(format!("bad step {step}"));
+    };
     let pairs = |arg: &Value| arg.as_object().cloned().unwrap_or_default();
     match kind.as_str() {
         "skip" => return Ok(skip_reason(arg)),
         "do" => run_do(ctx, &pairs(arg))?,
         "set" => {
             for (path, var) in pairs(arg) {
-                let v = lookup(&ctx.body, &path, &ctx.stash).cloned().ok_or_else(|| format!("set: no [{path}] in {}", ctx.body))?;
+                let v = lookup(&ctx.body, &path, &ctx.stash)
+                    .cloned()
+                    .ok_or_else(|| format!("set: no [{path}] in {}", ctx.body))?;
                 ctx.stash.insert(var.as_str().unwrap_or("").to_owned(), v);
             }
         }
@@ -224,7 +324,13 @@ fn run_step(ctx: &mut Ctx, step: &Value) -> Result<Option<String>, String> {
                 let actual = lookup(&ctx.body, &path, &ctx.stash);
                 let ok = match (&expected, actual) {
                     (Value::String(s), Some(a)) if regex_of(s, true).is_some() => {
-                        let text = if path == "$body" { ctx.raw.clone() } else { a.as_str().map(str::to_owned).unwrap_or_else(|| a.to_string()) };
+                        let text = if path == "$body" {
+                            ctx.raw.clone()
+                        } else {
+                            a.as_str()
+                                .map(str::to_owned)
+                                .unwrap_or_else(|| a.to_string())
+                        };
                         regex_of(s, true).is_some_and(|r| r.is_match(&text))
                     }
                     (e, Some(a)) => values_match(a, e),
@@ -232,7 +338,10 @@ fn run_step(ctx: &mut Ctx, step: &Value) -> Result<Option<String>, String> {
                     _ => false,
                 };
                 if !ok {
-                    return Err(format!("match [{path}]: expected {expected}, got {}", actual.map_or("nothing".into(), Value::to_string)));
+                    return Err(format!(
+                        "match [{path}]: expected {expected}, got {}",
+                        actual.map_or("nothing".into(), Value::to_string)
+                    ));
                 }
             }
         }
@@ -258,9 +367,18 @@ fn run_step(ctx: &mut Ctx, step: &Value) -> Result<Option<String>, String> {
         }
         "gt" | "gte" | "lt" | "lte" => {
             for (path, bound) in pairs(arg) {
-                let bound = stash_subst(&bound, &ctx.stash).as_f64().ok_or("non-numeric bound")?;
-                let a = lookup(&ctx.body, &path, &ctx.stash).and_then(Value::as_f64).ok_or_else(|| format!("{kind} [{path}]: not a number"))?;
-                let ok = match kind.as_str() { "gt" => a > bound, "gte" => a >= bound, "lt" => a < bound, _ => a <= bound };
+                let bound = stash_subst(&bound, &ctx.stash)
+                    .as_f64()
+                    .ok_or("non-numeric bound")?;
+                let a = lookup(&ctx.body, &path, &ctx.stash)
+                    .and_then(Value::as_f64)
+                    .ok_or_else(|| format!("{kind} [{path}]: not a number"))?;
+                let ok = match kind.as_str() {
+                    "gt" => a > bound,
+                    "gte" => a >= bound,
+                    "lt" => a < bound,
+                    _ => a <= bound,
+                };
                 if !ok {
                     return Err(format!("{kind} [{path}]: {a} vs {bound}"));
                 }
@@ -282,7 +400,12 @@ fn run_steps(ctx: &mut Ctx, steps: &[Value]) -> Result<Option<String>, String> {
 
 /// Runs one section with the file's setup and teardown; `reset` wipes the server after.
 pub fn run_section(es: &Es, file: &YamlFile, section: &Section, reset: &dyn Fn()) -> Outcome {
-    let mut ctx = Ctx { es, stash: HashMap::new(), body: Value::Null, raw: String::new() };
+    let mut ctx = Ctx {
+        es,
+        stash: HashMap::new(),
+        body: Value::Null,
+        raw: String::new(),
+    };
     let outcome = (|| {
         if let Some(reason) = run_steps(&mut ctx, &file.setup)? {
             return Ok(Outcome::Gated(reason));

@@ -29,19 +29,57 @@ pub enum Corruption {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fault {
-    Latency { path: String, method: Option<String>, ms: u64, count: Option<u64> },
-    Fail { path: String, method: Option<String>, status: u16, error_type: Option<String>, reason: Option<String>, count: Option<u64> },
-    BulkItemFail { id: String, status: u16, error_type: Option<String>, reason: Option<String>, count: Option<u64> },
-    CorruptBulk { mode: Corruption, count: Option<u64> },
-    RefreshFail { count: Option<u64> },
-    Close { path: String, method: Option<String>, count: Option<u64> },
-    Pause { path: String, method: Option<String>, count: Option<u64> },
+    Latency {
+        path: String,
+        method: Option<String>,
+        ms: u64,
+        count: Option<u64>,
+    },
+    Fail {
+        path: String,
+        method: Option<String>,
+        status: u16,
+        error_type: Option<String>,
+        reason: Option<String>,
+        count: Option<u64>,
+    },
+    BulkItemFail {
+        id: String,
+        status: u16,
+        error_type: Option<String>,
+        reason: Option<String>,
+        count: Option<u64>,
+    },
+    CorruptBulk {
+        mode: Corruption,
+        count: Option<u64>,
+    },
+    RefreshFail {
+        count: Option<u64>,
+    },
+    Close {
+        path: String,
+        method: Option<String>,
+        count: Option<u64>,
+    },
+    Pause {
+        path: String,
+        method: Option<String>,
+        count: Option<u64>,
+    },
 }
 
 impl Fault {
     /// The next `count` requests matching `path` fail with `status` and ES error `error_type`.
     pub fn fail(path: &str, count: u64, status: u16, error_type: &str) -> Fault {
-        Fault::Fail { path: path.into(), method: None, status, error_type: Some(error_type.into()), reason: None, count: Some(count) }
+        Fault::Fail {
+            path: path.into(),
+            method: None,
+            status,
+            error_type: Some(error_type.into()),
+            reason: None,
+            count: Some(count),
+        }
     }
 }
 
@@ -83,7 +121,10 @@ impl RawResponse {
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -94,7 +135,10 @@ impl Es {
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .new_agent();
-        Es { base: base.trim_end_matches('/').to_owned(), agent }
+        Es {
+            base: base.trim_end_matches('/').to_owned(),
+            agent,
+        }
     }
 
     pub fn url(&self) -> &str {
@@ -102,29 +146,56 @@ impl Es {
     }
 
     /// Any method, optional body with an explicit content type.
-    pub fn raw(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<&[u8]>) -> RawResponse {
-        let mut b = ureq::http::Request::builder().method(method).uri(format!("{}{path}", self.base));
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> RawResponse {
+        let mut b = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
         if let Some(ct) = content_type {
             b = b.header("Content-Type", ct);
         }
         let result = match body {
-            Some(bytes) => self.agent.run(b.body(bytes.to_vec()).expect("request builds")),
+            Some(bytes) => self
+                .agent
+                .run(b.body(bytes.to_vec()).expect("request builds")),
             None => self.agent.run(b.body(()).expect("request builds")),
         };
         let mut resp = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let headers = resp.headers().iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned())).collect();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
         let status = resp.status().as_u16();
         let body = if method == "HEAD" {
             Vec::new()
         } else {
-            resp.body_mut().with_config().limit(256 * 1024 * 1024).read_to_vec().unwrap_or_default()
+            resp.body_mut()
+                .with_config()
+                .limit(256 * 1024 * 1024)
+                .read_to_vec()
+                .unwrap_or_default()
         };
-        RawResponse { status, headers, body }
+        RawResponse {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let bytes = body.map(|b| serde_json::to_vec(b).expect("json"));
-        let r = self.raw(method, path, bytes.as_ref().map(|_| "application/json"), bytes.as_deref());
+        let r = self.raw(
+            method,
+            path,
+            bytes.as_ref().map(|_| "application/json"),
+            bytes.as_deref(),
+        );
         (r.status, r.json())
     }
 
@@ -190,9 +261,18 @@ impl Emulator {
             .expect("spawn scanstore-es-emulator");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read listening line");
-        let url = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line: {line:?}")).to_owned();
-        Emulator { child, es: Es::new(&url) }
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read listening line");
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_owned();
+        Emulator {
+            child,
+            es: Es::new(&url),
+        }
     }
 
     pub fn url(&self) -> &str {
@@ -204,8 +284,13 @@ impl Emulator {
     }
 
     fn control(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let (status, v) = self.es.call(method, &format!("/_emulator/{path}"), body.as_ref());
-        assert!(status < 300, "emulator control {method} {path}: {status} {v}");
+        let (status, v) = self
+            .es
+            .call(method, &format!("/_emulator/{path}"), body.as_ref());
+        assert!(
+            status < 300,
+            "emulator control {method} {path}: {status} {v}"
+        );
         v
     }
 
@@ -215,7 +300,11 @@ impl Emulator {
     }
 
     pub fn add_fault(&self, fault: Fault) -> u64 {
-        let v = self.control("POST", "faults", Some(serde_json::to_value(fault).expect("fault json")));
+        let v = self.control(
+            "POST",
+            "faults",
+            Some(serde_json::to_value(fault).expect("fault json")),
+        );
         v["id"].as_u64().expect("fault id")
     }
 
@@ -234,7 +323,9 @@ impl Emulator {
     }
 
     pub fn paused(&self) -> usize {
-        self.control("GET", "paused", None)["paused"].as_u64().unwrap_or(0) as usize
+        self.control("GET", "paused", None)["paused"]
+            .as_u64()
+            .unwrap_or(0) as usize
     }
 
     /// Waits until `n` requests are paused (or panics after `timeout`).
@@ -253,7 +344,10 @@ impl Emulator {
             q.push(format!("method={m}"));
         }
         if let Some(p) = path {
-            q.push(format!("path={}", p.replace('*', "%2A").replace('/', "%2F")));
+            q.push(format!(
+                "path={}",
+                p.replace('*', "%2A").replace('/', "%2F")
+            ));
         }
         let v = self.control("GET", &format!("requests?{}", q.join("&")), None);
         serde_json::from_value(v).expect("request log")
@@ -309,5 +403,9 @@ pub fn emulator_for_faults(test: &str) -> Option<Emulator> {
 /// An index name unique to this process and call, so tests never collide on a real cluster.
 pub fn unique(base: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!("{base}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{base}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
