@@ -10,6 +10,9 @@ use crate::error::EsError;
 use crate::mapping::{Mapping, Ty};
 use crate::values::{cmp_keys, fmt_date, parse_date, parse_ip, Key};
 
+/// `search.max_buckets` default.
+const MAX_BUCKETS: usize = 65_535;
+
 /// A matched document as aggregations see it.
 #[derive(Clone, Copy)]
 pub struct DocRef<'a> {
@@ -237,9 +240,15 @@ fn cmp_composite(sources: &[Source], a: &CompositeKey, b: &CompositeKey) -> Orde
 }
 
 fn parse_sources(body: &Value) -> Result<Vec<Source>, EsError> {
-    let list = body
-        .get("sources")
-        .and_then(Value::as_array)
+    let Some(sources) = body.get("sources") else {
+        return Err(EsError::new(
+            400,
+            "x_content_parse_exception",
+            "[composite] Required [sources]",
+        ));
+    };
+    let list = sources
+        .as_array()
         .filter(|l| !l.is_empty())
         .ok_or_else(|| agg_error("Composite [sources] cannot be null or empty"))?;
     let mut out: Vec<Source> = Vec::new();
@@ -306,6 +315,11 @@ fn composite(
 ) -> Result<Value, EsError> {
     let sources = parse_sources(body)?;
     let size = body.get("size").and_then(Value::as_u64).unwrap_or(10) as usize;
+    if size > MAX_BUCKETS {
+        return Err(EsError::new(400, "too_many_buckets_exception", format!(
+            "Trying to create too many buckets. Must be less than or equal to: [{MAX_BUCKETS}] but was [{size}]. This limit can be set by changing the [search.max_buckets] cluster level setting."
+        )).with("max_buckets", MAX_BUCKETS));
+    }
     let mut types: Vec<Option<Ty>> = vec![None; sources.len()];
     let mut groups: BTreeMap<usize, (CompositeKey, Vec<DocRef>)> = BTreeMap::new();
     let mut index: Vec<(CompositeKey, usize)> = Vec::new();

@@ -10,6 +10,7 @@ use crate::docs::{apply, parse_version_type, OpKind, WriteErr, WriteOp};
 use crate::error::EsError;
 use crate::faults::corrupt;
 use crate::http::{HandlerResult, Reply, Req};
+use crate::source_filter::SourceFilter;
 
 /// One parsed bulk line pair: an operation or an item-level parse failure.
 pub enum Parsed {
@@ -53,6 +54,56 @@ fn token_name(v: &Value) -> &'static str {
     }
 }
 
+/// The common action line shape, parsed without building a JSON tree; anything else
+/// (other keys, numeric ids, malformed lines) takes the slow path with ES's messages.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FastMeta {
+    _index: Option<String>,
+    _id: Option<String>,
+    retry_on_conflict: Option<i64>,
+    require_alias: Option<bool>,
+    routing: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FastAction {
+    index: Option<FastMeta>,
+    create: Option<FastMeta>,
+    update: Option<FastMeta>,
+    delete: Option<FastMeta>,
+}
+
+fn fast_action(
+    line: &[u8],
+    default_index: Option<&str>,
+    req_require_alias: bool,
+) -> Option<WriteOp> {
+    let a: FastAction = serde_json::from_slice(line).ok()?;
+    let (kind, meta) = match (a.index, a.create, a.update, a.delete) {
+        (Some(m), None, None, None) => (OpKind::Index, m),
+        (None, Some(m), None, None) => (OpKind::Create, m),
+        (None, None, Some(m), None) => (OpKind::Update, m),
+        (None, None, None, Some(m)) => (OpKind::Delete, m),
+        _ => return None,
+    };
+    let _ = meta.retry_on_conflict;
+    Some(WriteOp {
+        kind,
+        index: meta._index.or_else(|| default_index.map(str::to_owned))?,
+        id: meta._id,
+        body: None,
+        version: None,
+        version_type: crate::docs::VersionType::Internal,
+        if_seq_no: None,
+        if_primary_term: None,
+        require_alias: meta.require_alias.unwrap_or(req_require_alias),
+        fetch_source: None,
+        routing: meta.routing,
+    })
+}
+
 /// Parses a bulk body. `default_index` comes from `/{index}/_bulk`.
 pub fn parse(
     body: &[u8],
@@ -80,6 +131,58 @@ pub fn parse(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
+        let mut op = match fast_action(line, default_index, req_require_alias) {
+            Some(op) => op,
+            None => slow_action(n, line, default_index, req_require_alias)?,
+        };
+        let kind = op.kind;
+        if kind != OpKind::Delete {
+            let Some((_, source)) = lines.next().filter(|(_, l)| !l.is_empty()) else {
+                return Err(EsError::bad_request(format!(
+                    "Malformed action/metadata line [{n}], missing source line"
+                )));
+            };
+            match serde_json::from_slice::<Value>(source) {
+                Ok(v @ Value::Object(_)) => {
+                    if kind == OpKind::Update {
+                        if let Some(src) = v.get("_source") {
+                            op.fetch_source = Some(src.clone());
+                        }
+                    }
+                    op.body = Some(v);
+                }
+                Ok(_) | Err(_) if kind == OpKind::Update => {
+                    return Err(EsError::new(
+                        400,
+                        "x_content_parse_exception",
+                        format!("[{}:1] failed to parse update request", n + 1),
+                    ))
+                }
+                Ok(_) | Err(_) => {
+                    out.push(Parsed::Bad {
+                        kind,
+                        index: op.index.clone(),
+                        id: op.id.clone().unwrap_or_default(),
+                        error: EsError::new(400, "mapper_parsing_exception", "failed to parse")
+                            .caused_by(EsError::new(400, "not_x_content_exception", "Compressor detection can only be called on some xcontent bytes or compressed xcontent bytes")),
+                    });
+                    continue;
+                }
+            }
+        }
+        out.push(Parsed::Op(op));
+    }
+    Ok(out)
+}
+
+/// Parses one action line with ES's validation messages.
+fn slow_action(
+    n: usize,
+    line: &[u8],
+    default_index: Option<&str>,
+    req_require_alias: bool,
+) -> Result<WriteOp, EsError> {
+    {
         let action: Value = serde_json::from_slice(line)
             .map_err(|e| malformed(n, format!("expected START_OBJECT but found [{e}]")))?;
         let Value::Object(action) = action else {
@@ -144,7 +247,7 @@ pub fn parse(
             }
         };
         let id = get_str("_id");
-        let mut op = WriteOp {
+        let op = WriteOp {
             kind,
             index,
             id,
@@ -157,40 +260,14 @@ pub fn parse(
                 .get("require_alias")
                 .and_then(Value::as_bool)
                 .unwrap_or(req_require_alias),
+            fetch_source: meta.get("_source").cloned(),
+            routing: get_str("routing"),
         };
         if kind == OpKind::Update && (op.version.is_some() || meta.contains_key("version_type")) {
             return Err(EsError::bad_request("Update requests do not support versioning. Please use `if_seq_no` and `if_primary_term` instead"));
         }
-        if kind != OpKind::Delete {
-            let Some((_, source)) = lines.next().filter(|(_, l)| !l.is_empty()) else {
-                return Err(EsError::bad_request(format!(
-                    "Malformed action/metadata line [{n}], missing source line"
-                )));
-            };
-            match serde_json::from_slice::<Value>(source) {
-                Ok(v @ Value::Object(_)) => op.body = Some(v),
-                Ok(_) | Err(_) if kind == OpKind::Update => {
-                    return Err(EsError::new(
-                        400,
-                        "x_content_parse_exception",
-                        format!("[{}:1] failed to parse update request", n + 1),
-                    ))
-                }
-                Ok(_) | Err(_) => {
-                    out.push(Parsed::Bad {
-                        kind,
-                        index: op.index.clone(),
-                        id: op.id.clone().unwrap_or_default(),
-                        error: EsError::new(400, "mapper_parsing_exception", "failed to parse")
-                            .caused_by(EsError::new(400, "not_x_content_exception", "Compressor detection can only be called on some xcontent bytes or compressed xcontent bytes")),
-                    });
-                    continue;
-                }
-            }
-        }
-        out.push(Parsed::Op(op));
+        Ok(op)
     }
-    Ok(out)
 }
 
 fn error_item(index: &str, id: &str, e: &EsError) -> Map<String, Value> {
@@ -217,13 +294,23 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         default_index,
         req.flag("require_alias")?.unwrap_or(false),
     )?;
-    let mut items = Vec::with_capacity(parsed.len());
+    let url_source = (req.param("_source").is_some() || req.param("_source_includes").is_some())
+        .then(|| {
+            SourceFilter::default().with_params(
+                req.param("_source"),
+                req.param("_source_includes"),
+                req.param("_source_excludes"),
+            )
+        });
+    let mut items: Vec<Vec<u8>> = Vec::with_capacity(parsed.len());
     let mut errors = false;
     let mut touched: Vec<String> = Vec::new();
     let corruption;
     {
         let mut store = lock(&app.store);
         let mut faults = lock(&app.faults);
+        let check_items = faults.has_item_faults();
+        let mut fetches: Vec<Option<SourceFilter>> = Vec::new();
         for p in parsed {
             let (kind, res) = match p {
                 Parsed::Bad {
@@ -231,9 +318,24 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                     index,
                     id,
                     error,
-                } => (kind, Err(WriteErr { index, id, error })),
+                } => {
+                    fetches.push(None);
+                    (kind, Err(WriteErr { index, id, error }))
+                }
                 Parsed::Op(op) => {
-                    let injected = op.id.as_deref().and_then(|id| faults.item_failure(id));
+                    let fetch = match (&op.fetch_source, &url_source) {
+                        (Some(spec), _) if op.kind == OpKind::Update => {
+                            Some(SourceFilter::from_body(Some(spec)))
+                        }
+                        (None, Some(f)) if op.kind == OpKind::Update => Some(f.clone()),
+                        _ => None,
+                    };
+                    fetches.push(fetch);
+                    let injected = if check_items {
+                        op.id.as_deref().and_then(|id| faults.item_failure(id))
+                    } else {
+                        None
+                    };
                     match injected {
                         Some(error) => (
                             op.kind,
@@ -243,30 +345,33 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                                 error,
                             }),
                         ),
-                        None => (op.kind, apply(&mut store, &op)),
+                        None => (op.kind, apply(&mut store, op).map_err(|e| *e)),
                     }
                 }
             };
-            let body = match res {
+            let mut item = Vec::with_capacity(256);
+            item.extend_from_slice(b"{\"");
+            item.extend_from_slice(kind.name().as_bytes());
+            item.extend_from_slice(b"\":");
+            match res {
                 Ok(ok) => {
-                    if !touched.contains(&ok.index) {
+                    if touched.last() != Some(&ok.index) && !touched.contains(&ok.index) {
                         touched.push(ok.index.clone());
                     }
-                    let mut m = ok.to_json();
-                    m.insert("status".into(), json!(ok.status));
-                    if forced && ok.result != "noop" {
-                        m.insert("forced_refresh".into(), json!(true));
-                    }
-                    m
+                    let get = fetches.last().cloned().flatten().and_then(|f| {
+                        let doc = store.indices.get(&ok.index)?.docs.get(&ok.id)?.latest.clone()?;
+                        Some(json!({"_seq_no": doc.seq_no, "_primary_term": 1, "found": true, "_source": f.apply(&doc.source)?}))
+                    });
+                    ok.write_item(&mut item, forced && ok.result != "noop", get.as_ref());
                 }
                 Err(e) => {
                     errors = true;
-                    error_item(&e.index, &e.id, &e.error)
+                    let _ =
+                        serde_json::to_writer(&mut item, &error_item(&e.index, &e.id, &e.error));
                 }
-            };
-            let mut item = Map::new();
-            item.insert(kind.name().into(), Value::Object(body));
-            items.push(Value::Object(item));
+            }
+            item.push(b'}');
+            items.push(item);
         }
         corruption = faults.corruption();
         drop(faults);
@@ -294,12 +399,32 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         }
     }
     if let Some(mode) = corruption {
-        corrupt(&mut items, mode);
+        let mut values: Vec<Value> = items
+            .iter()
+            .filter_map(|i| serde_json::from_slice(i).ok())
+            .collect();
+        corrupt(&mut values, mode);
+        items = values
+            .iter()
+            .map(|v| serde_json::to_vec(v).unwrap_or_default())
+            .collect();
     }
     let took = started.elapsed().as_millis() as u64;
-    Ok(Reply::ok(
-        &json!({"errors": errors, "took": took, "items": items}),
-    ))
+    let mut body = Vec::with_capacity(items.iter().map(Vec::len).sum::<usize>() + items.len() + 64);
+    body.extend_from_slice(format!("{{\"errors\":{errors},\"took\":{took},\"items\":[").as_bytes());
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(item);
+    }
+    body.extend_from_slice(b"]}");
+    Ok(Reply {
+        status: 200,
+        body,
+        json: true,
+        close: false,
+    })
 }
 
 #[cfg(test)]

@@ -46,9 +46,11 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
         if_seq_no: param_i64(req, "if_seq_no")?,
         if_primary_term: param_i64(req, "if_primary_term")?,
         require_alias: req.flag("require_alias")?.unwrap_or(false),
+        fetch_source: None,
+        routing: req.param("routing").map(str::to_owned),
     };
     let mut store = lock(&app.store);
-    let res = apply(&mut store, &op).map_err(|e| e.error)?;
+    let res = apply(&mut store, op).map_err(|e| e.error)?;
     let mut m = res.to_json();
     if forced && res.result != "noop" {
         if let Some(i) = store.indices.get_mut(&res.index) {
@@ -57,30 +59,32 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
         m.insert("forced_refresh".into(), json!(true));
         app.refreshed.notify_all();
     }
-    if refresh == Some("wait_for") && res.result != "noop" {
-        let gens: Vec<(String, u64)> = store
-            .indices
-            .get(&res.index)
-            .filter(|i| !i.dirty.is_empty())
-            .map(|i| (res.index.clone(), i.refresh_gen))
-            .into_iter()
-            .collect();
-        drop(store);
-        app.wait_for_refresh(&gens);
-    }
     if kind == OpKind::Update {
         let filter = SourceFilter::default().with_params(
             req.param("_source"),
             req.param("_source_includes"),
             req.param("_source_excludes"),
         );
-        if let Some(src) = res.source.as_ref().and_then(|s| filter.apply(s)) {
+        let latest = store
+            .indices
+            .get(&res.index)
+            .and_then(|i| i.docs.get(&res.id))
+            .and_then(|s| s.latest.clone());
+        if let Some(src) = latest.as_ref().and_then(|d| filter.apply(&d.source)) {
             m.insert(
                 "get".into(),
                 json!({"_seq_no": res.seq_no, "_primary_term": 1, "found": true, "_source": src}),
             );
         }
     }
+    let gens: Vec<(String, u64)> = match store.indices.get(&res.index) {
+        Some(i) if refresh == Some("wait_for") && res.result != "noop" && !i.dirty.is_empty() => {
+            vec![(res.index.clone(), i.refresh_gen)]
+        }
+        _ => Vec::new(),
+    };
+    drop(store);
+    app.wait_for_refresh(&gens);
     Ok(Reply::json(res.status, &Value::Object(m)))
 }
 
@@ -124,11 +128,9 @@ pub fn get(app: &App, req: &Req, index: &str, id: &str, source_only: bool) -> Ha
         ));
     };
     if let Some(v) = param_i64(req, "version")? {
-        let vt = parse_version_type(req.param("version_type"))?;
-        let conflict = match vt {
-            crate::docs::VersionType::ExternalGte => doc.version > v,
-            _ => doc.version != v,
-        };
+        // Reads demand the exact version whatever the version type (VersionType#isVersionConflictForReads).
+        parse_version_type(req.param("version_type"))?;
+        let conflict = doc.version != v;
         if conflict {
             return Err(EsError::version_conflict(
                 id,

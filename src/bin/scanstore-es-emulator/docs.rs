@@ -48,6 +48,10 @@ pub struct WriteOp {
     pub if_seq_no: Option<i64>,
     pub if_primary_term: Option<i64>,
     pub require_alias: bool,
+    /// Bulk update `_source` (action line or payload): return the updated source as `get`.
+    pub fetch_source: Option<Value>,
+    /// Custom routing: stored (for `exists` on `_routing`), otherwise irrelevant on one node.
+    pub routing: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -58,18 +62,46 @@ pub struct WriteOk {
     pub result: &'static str,
     pub seq_no: i64,
     pub status: u16,
-    pub shards: Value,
-    pub source: Option<Value>,
+    /// `_shards` as (total, successful, failed).
+    pub shards: (u64, u64, u64),
 }
 
 impl WriteOk {
+    /// Appends this result as a bulk item body (`{...}`), written directly for speed.
+    pub fn write_item(&self, out: &mut Vec<u8>, forced_refresh: bool, get: Option<&Value>) {
+        use std::io::Write;
+        let (total, successful, failed) = self.shards;
+        out.extend_from_slice(b"{\"_index\":");
+        let _ = serde_json::to_writer(&mut *out, &self.index);
+        out.extend_from_slice(b",\"_id\":");
+        let _ = serde_json::to_writer(&mut *out, &self.id);
+        let _ = write!(
+            out,
+            ",\"_version\":{},\"result\":\"{}\",{}\"_shards\":{{\"total\":{total},\"successful\":{successful},\"failed\":{failed}}},\"_seq_no\":{},\"_primary_term\":1,\"status\":{}",
+            self.version,
+            self.result,
+            if forced_refresh { "\"forced_refresh\":true," } else { "" },
+            self.seq_no,
+            self.status
+        );
+        if let Some(g) = get {
+            out.extend_from_slice(b",\"get\":");
+            let _ = serde_json::to_writer(&mut *out, g);
+        }
+        out.push(b'}');
+    }
+
     pub fn to_json(&self) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert("_index".into(), json!(self.index));
         m.insert("_id".into(), json!(self.id));
         m.insert("_version".into(), json!(self.version));
         m.insert("result".into(), json!(self.result));
-        m.insert("_shards".into(), self.shards.clone());
+        let (total, successful, failed) = self.shards;
+        m.insert(
+            "_shards".into(),
+            json!({"total": total, "successful": successful, "failed": failed}),
+        );
         m.insert("_seq_no".into(), json!(self.seq_no));
         m.insert("_primary_term".into(), json!(1));
         m
@@ -108,16 +140,19 @@ pub fn target_index(store: &mut Store, name: &str, require_alias: bool) -> Resul
     }
 }
 
-pub fn apply(store: &mut Store, op: &WriteOp) -> Result<WriteOk, WriteErr> {
+/// Applies one write. The error is boxed: it is the rare path and large.
+pub fn apply(store: &mut Store, mut op: WriteOp) -> Result<WriteOk, Box<WriteErr>> {
     let id = match &op.id {
         Some(id) => id.clone(),
         None if matches!(op.kind, OpKind::Index | OpKind::Create) => auto_id(),
         None => String::new(),
     };
-    let fail = |index: &str, error: EsError| WriteErr {
-        index: index.to_owned(),
-        id: id.clone(),
-        error,
+    let fail = |index: &str, error: EsError| {
+        Box::new(WriteErr {
+            index: index.to_owned(),
+            id: id.clone(),
+            error,
+        })
     };
     if op.id.as_deref() == Some("")
         || (op.id.is_none() && matches!(op.kind, OpKind::Update | OpKind::Delete))
@@ -147,10 +182,11 @@ pub fn apply(store: &mut Store, op: &WriteOp) -> Result<WriteOk, WriteErr> {
     };
     let uuid = index.uuid.clone();
     let scripts = &store.scripts;
+    let body = op.body.take();
     let res = match op.kind {
-        OpKind::Index | OpKind::Create => write_doc(index, op, &id),
-        OpKind::Delete => delete_doc(index, op, &id),
-        OpKind::Update => update_doc(index, op, &id, scripts),
+        OpKind::Index | OpKind::Create => write_doc(index, &op, body, &id),
+        OpKind::Delete => delete_doc(index, &op, &id),
+        OpKind::Update => update_doc(index, &op, body, &id, scripts),
     };
     res.map_err(|e| {
         let e = if e.meta.contains_key("index") {
@@ -158,11 +194,11 @@ pub fn apply(store: &mut Store, op: &WriteOp) -> Result<WriteOk, WriteErr> {
         } else {
             e.on_index(&index_name, &uuid)
         };
-        WriteErr {
+        Box::new(WriteErr {
             index: index_name.clone(),
             id: id.clone(),
             error: e,
-        }
+        })
     })
 }
 
@@ -202,8 +238,13 @@ fn next_version(index: &Index, op: &WriteOp, id: &str) -> Result<i64, EsError> {
     }
 }
 
-fn write_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<WriteOk, EsError> {
-    let Some(source) = op.body.clone() else {
+fn write_doc(
+    index: &mut Index,
+    op: &WriteOp,
+    body: Option<Value>,
+    id: &str,
+) -> Result<WriteOk, EsError> {
+    let Some(source) = body else {
         return Err(EsError::new(
             400,
             "action_request_validation_exception",
@@ -224,6 +265,11 @@ fn write_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<WriteOk, EsErr
     let version = next_version(index, op, id)?;
     index.mapping.index_doc(id, &source)?;
     let (version, seq_no) = index.put(id, Some(source), version);
+    if let (Some(r), Some(slot)) = (&op.routing, index.docs.get_mut(id)) {
+        if let Some(latest) = slot.latest.as_mut().and_then(std::sync::Arc::get_mut) {
+            latest.routing = Some(r.clone());
+        }
+    }
     Ok(ok(
         index,
         id,
@@ -240,9 +286,9 @@ fn ok(index: &Index, id: &str, version: i64, seq_no: i64, result: &'static str) 
         _ => 200,
     };
     let shards = if result == "noop" {
-        json!({"total": 0, "successful": 0, "failed": 0})
+        (0, 0, 0)
     } else {
-        index.write_shards()
+        (1 + index.replicas, 1, 0)
     };
     WriteOk {
         index: index.name.clone(),
@@ -252,7 +298,6 @@ fn ok(index: &Index, id: &str, version: i64, seq_no: i64, result: &'static str) 
         seq_no,
         status,
         shards,
-        source: None,
     }
 }
 
@@ -300,6 +345,7 @@ const UPDATE_FIELDS: [&str; 8] = [
 fn update_doc(
     index: &mut Index,
     op: &WriteOp,
+    body: Option<Value>,
     id: &str,
     scripts: &std::collections::BTreeMap<String, crate::store::StoredScript>,
 ) -> Result<WriteOk, EsError> {
@@ -307,11 +353,7 @@ fn update_doc(
         return Err(EsError::new(400, "action_request_validation_exception", "Validation Failed: 1: Update requests do not support versioning. Please use `if_seq_no` and `if_primary_term` instead;"));
     }
     let empty = Map::new();
-    let payload = op
-        .body
-        .as_ref()
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
+    let payload = body.as_ref().and_then(Value::as_object).unwrap_or(&empty);
     if let Some(bad) = payload
         .keys()
         .find(|k| !UPDATE_FIELDS.contains(&k.as_str()))
@@ -407,16 +449,14 @@ fn update_doc(
     };
     index.mapping.index_doc(id, &new_source)?;
     let version = index.docs.get(id).map_or(0, |s| s.version) + 1;
-    let (version, seq_no) = index.put(id, Some(new_source.clone()), version);
-    let mut res = ok(
+    let (version, seq_no) = index.put(id, Some(new_source), version);
+    Ok(ok(
         index,
         id,
         version,
         seq_no,
         if created { "created" } else { "updated" },
-    );
-    res.source = Some(new_source);
-    Ok(res)
+    ))
 }
 
 fn script_error(reason: String, script: &str) -> EsError {
@@ -430,8 +470,8 @@ fn run_script(
     stored: &std::collections::BTreeMap<String, crate::store::StoredScript>,
     ctx: &mut ScriptCtx,
 ) -> Result<(), EsError> {
-    let (source, label, params) = match spec {
-        Value::String(s) => (s.clone(), s.clone(), Map::new()),
+    let (source, label, params, cached) = match spec {
+        Value::String(s) => (s.clone(), s.clone(), Map::new(), None),
         Value::Object(o) => {
             let params = o
                 .get("params")
@@ -443,7 +483,7 @@ fn run_script(
                 o.get("source").and_then(Value::as_str),
             ) {
                 (Some(id), _) => match stored.get(id) {
-                    Some(s) => (s.source.clone(), id.to_owned(), params),
+                    Some(s) => (String::new(), id.to_owned(), params, Some(s.native)),
                     None => {
                         return Err(EsError::bad_request("failed to execute script").caused_by(
                             EsError::new(
@@ -454,7 +494,7 @@ fn run_script(
                         ))
                     }
                 },
-                (None, Some(src)) => (src.to_owned(), src.to_owned(), params),
+                (None, Some(src)) => (src.to_owned(), src.to_owned(), params, None),
                 _ => return Err(EsError::parsing(
                     "must specify either [source] for an inline script or [id] for a stored script",
                 )),
@@ -462,7 +502,15 @@ fn run_script(
         }
         _ => return Err(EsError::parsing("script must be a string or an object")),
     };
-    let Some(native) = painless::native_for_source(&source) else {
+    let native = match cached {
+        Some(native) => native,
+        None => painless::native_for_source(&source),
+    };
+    let Some(native) = native else {
+        let source = match stored.get(&label) {
+            Some(s) if cached.is_some() => s.source.clone(),
+            _ => source,
+        };
         return Err(script_error(
             format!(
                 "the ES emulator cannot run Painless: no native implementation is registered for this script source (sha256 {}); only scanstore's own scripts run here, their Painless text is proven on a real cluster (STORAGE_TEST_ES_URL)",

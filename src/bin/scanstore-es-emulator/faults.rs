@@ -212,6 +212,12 @@ impl Faults {
         rf
     }
 
+    pub fn has_item_faults(&self) -> bool {
+        self.list
+            .iter()
+            .any(|f| matches!(f.spec, FaultSpec::BulkItemFail { .. }))
+    }
+
     pub fn item_failure(&mut self, id: &str) -> Option<EsError> {
         self.take(|s| match s {
             FaultSpec::BulkItemFail {

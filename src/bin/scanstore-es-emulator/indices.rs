@@ -211,6 +211,23 @@ pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
         .filter(|(n, _)| name.map_or(true, |p| glob_match(p, n)))
         .map(|(n, t)| {
             let mut body = t.body.clone();
+            body["index_patterns"] = json!(t.patterns);
+            if let Some(Value::Object(aliases)) =
+                body.get("template").and_then(|t| t.get("aliases")).cloned()
+            {
+                let normalized: Map<String, Value> = aliases
+                    .iter()
+                    .map(|(a, m)| {
+                        let meta = crate::store::parse_alias_meta(m);
+                        let mut o = meta.extra;
+                        if let Some(w) = meta.is_write_index {
+                            o.insert("is_write_index".into(), json!(w));
+                        }
+                        (a.clone(), Value::Object(o))
+                    })
+                    .collect();
+                body["template"]["aliases"] = Value::Object(normalized);
+            }
             if let Some(s) = body
                 .get("template")
                 .and_then(|t| t.get("settings"))
@@ -280,6 +297,7 @@ pub fn put_script(app: &App, req: &Req, id: &str) -> HandlerResult {
         id.to_owned(),
         StoredScript {
             lang: lang.to_owned(),
+            native: scanstore::es::painless::native_for_source(&source),
             source,
         },
     );

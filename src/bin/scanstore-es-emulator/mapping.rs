@@ -31,6 +31,9 @@ pub enum Ty {
     HalfFloat,
     Boolean,
     Object,
+    /// A type the emulator stores but does not index (geo, binary, ranges, vectors, …):
+    /// accepted in mappings and documents, matched only by `exists`.
+    Opaque,
 }
 
 impl Ty {
@@ -50,6 +53,12 @@ impl Ty {
             "half_float" => Ty::HalfFloat,
             "boolean" => Ty::Boolean,
             "object" | "nested" | "flattened" => Ty::Object,
+            "binary" | "geo_point" | "geo_shape" | "point" | "shape" | "integer_range"
+            | "float_range" | "long_range" | "double_range" | "date_range" | "ip_range"
+            | "alias" | "join" | "percolator" | "rank_feature" | "rank_features"
+            | "dense_vector" | "knn_vector" | "sparse_vector" | "search_as_you_type"
+            | "completion" | "token_count" | "histogram" | "version" | "flat_object"
+            | "semantic_text" | "murmur3" => Ty::Opaque,
             _ => return None,
         })
     }
@@ -252,7 +261,7 @@ pub fn to_key(ty: Ty, v: &Value) -> Result<Option<Key>, String> {
             _ => return Err(format!("'{v}' is not an IP string literal.")),
         },
         Ty::Date => Key::Date(parse_date(v).ok_or_else(|| format!("failed to parse date field [{v}] with format [strict_date_optional_time||epoch_millis]"))?),
-        Ty::Object => return Ok(None),
+        Ty::Object | Ty::Opaque => return Ok(None),
     }))
 }
 
@@ -413,6 +422,11 @@ impl Mapping {
         let Some(obj) = src.as_object() else {
             return Err(mapper_error("failed to parse, document is empty"));
         };
+        // Fast path: a read-only check; the mapping is cloned only when a dynamic field must
+        // be added (so a rejected document never changes it).
+        if !needs_new_fields(&self.props, self.dynamic, obj)? {
+            return Ok(());
+        }
         let mut props = self.props.clone();
         let mut changed = false;
         check_object(&mut props, self.dynamic, obj, "", id, &mut changed)?;
@@ -421,6 +435,41 @@ impl Mapping {
         }
         Ok(())
     }
+}
+
+/// Validates like [`check_object`] without changing anything; `Ok(true)` when the document
+/// introduces fields that dynamic mapping would add (or the check needs the slow path).
+fn needs_new_fields(
+    props: &BTreeMap<String, Field>,
+    dynamic: Dynamic,
+    obj: &Map<String, Value>,
+) -> Result<bool, EsError> {
+    for (name, value) in obj {
+        let Some(field) = props.get(name) else {
+            if value.is_null() || dynamic == Dynamic::False {
+                continue;
+            }
+            return Ok(true);
+        };
+        let mut items = std::slice::from_ref(value);
+        if let Value::Array(a) = value {
+            items = a;
+        }
+        for v in items {
+            match v {
+                Value::Object(inner) if field.ty == Ty::Object => {
+                    if needs_new_fields(&field.props, field.dynamic.unwrap_or(dynamic), inner)? {
+                        return Ok(true);
+                    }
+                }
+                Value::Null => {}
+                Value::Array(_) => return Ok(true),
+                v if field.ty != Ty::Object && to_key(field.ty, v).is_ok() => {}
+                _ => return Ok(true),
+            }
+        }
+    }
+    Ok(false)
 }
 
 fn check_object(
@@ -590,8 +639,8 @@ mod tests {
 
     #[test]
     fn dotted_keys_and_objects_both_resolve() {
-        let doc = json!({"a": {"b": 1}, "a.b": 2});
         let mut out = Vec::new();
+        let doc = json!({"a": {"b": 1}, "a.b": 2});
         source_values(&doc, "a.b", &mut out);
         assert_eq!(out.len(), 2);
     }

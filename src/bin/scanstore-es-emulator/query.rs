@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::error::EsError;
 use crate::mapping::{source_values, to_key, tokens, Mapping, Ty};
+use crate::store::DocVersion;
 use crate::values::{cmp_keys, parse_cidr, parse_date, parse_ip, Key};
 
 #[derive(Debug, Clone)]
@@ -192,6 +193,18 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
                 prefix: p,
             }
         }
+        "constant_score" => {
+            let filter = body
+                .get("filter")
+                .ok_or_else(|| EsError::parsing("[constant_score] requires a 'filter' element"))?;
+            Query::Bool {
+                must: Vec::new(),
+                filter: vec![parse(filter)?],
+                should: Vec::new(),
+                must_not: Vec::new(),
+                msm: Some(0),
+            }
+        }
         "ids" => Query::Ids(
             body.get("values")
                 .and_then(Value::as_array)
@@ -328,7 +341,7 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                 .collect(),
         ),
         Query::Term { field, values } => match m.resolve(field).map(|r| r.field.ty) {
-            None | Some(Ty::Object) => Compiled::Nothing,
+            None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
             Some(ty) => {
                 let (mut keys, mut cidrs) = (Vec::new(), Vec::new());
                 for v in values {
@@ -351,7 +364,7 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
             lt,
             lte,
         } => match m.resolve(field).map(|r| r.field.ty) {
-            None | Some(Ty::Object) => Compiled::Nothing,
+            None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
             Some(ty) => {
                 let ty = if ty == Ty::Text { Ty::Keyword } else { ty };
                 let bound = |v: &Option<Value>, inclusive: bool| {
@@ -366,6 +379,14 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                 }
             }
         },
+        Query::Exists { field } if field == "_source" => {
+            return Err(EsError::new(
+                400,
+                "query_shard_exception",
+                "failed to create query: the _source field is not searchable",
+            )
+            .with("index", "_na_"))
+        }
         Query::Exists { field } => Compiled::Exists(field.clone()),
         Query::Match { field, text, and } => match m.resolve(field).map(|r| r.field.ty) {
             Some(Ty::Text) => {
@@ -379,7 +400,7 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                     and: *and,
                 }
             }
-            None | Some(Ty::Object) => Compiled::Nothing,
+            None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
             Some(_) => compile(
                 &Query::Term {
                     field: field.clone(),
@@ -429,7 +450,8 @@ fn in_range(k: &Key, lo: &Option<(Key, bool)>, hi: &Option<(Key, bool)>) -> bool
 }
 
 /// The score of a matching document, `None` if it does not match.
-pub fn score(c: &Compiled, m: &Mapping, id: &str, src: &Value) -> Option<f32> {
+pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f32> {
+    let src = &doc.source;
     match c {
         Compiled::All => Some(1.0),
         Compiled::Nothing => None,
@@ -450,8 +472,16 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, src: &Value) -> Option<f32> {
             .iter()
             .any(|k| in_range(k, lo, hi))
             .then_some(1.0),
+        Compiled::Exists(field) if field.starts_with('_') && !field.contains('.') => {
+            match field.as_str() {
+                "_routing" => doc.routing.is_some().then_some(1.0),
+                _ => Some(1.0),
+            }
+        }
         Compiled::Exists(field) => {
-            if m.resolve(field).is_some_and(|r| r.field.ty != Ty::Object) {
+            if m.resolve(field)
+                .is_some_and(|r| !matches!(r.field.ty, Ty::Object | Ty::Opaque))
+            {
                 return (!m.keys(src, field).1.is_empty()).then_some(1.0);
             }
             let mut vals = Vec::new();
@@ -493,17 +523,17 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, src: &Value) -> Option<f32> {
         } => {
             let mut total = 0.0;
             for q in must {
-                total += score(q, m, id, src)?;
+                total += score(q, m, id, doc)?;
             }
             for q in filter {
-                score(q, m, id, src)?;
+                score(q, m, id, doc)?;
             }
-            if must_not.iter().any(|q| score(q, m, id, src).is_some()) {
+            if must_not.iter().any(|q| score(q, m, id, doc).is_some()) {
                 return None;
             }
             let mut matched = 0;
             for q in should {
-                if let Some(s) = score(q, m, id, src) {
+                if let Some(s) = score(q, m, id, doc) {
                     matched += 1;
                     total += s;
                 }

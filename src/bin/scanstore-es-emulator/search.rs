@@ -94,12 +94,11 @@ fn sort_key(s: &SortSpec, h: &Hit) -> Option<Key> {
         "_doc" => Some(Key::Long(h.doc.seq_no)),
         f => {
             let (_, keys) = h.mapping.keys(&h.doc.source, f);
-            let pick = if s.desc {
+            if s.desc {
                 keys.into_iter().max_by(cmp_keys)
             } else {
                 keys.into_iter().min_by(cmp_keys)
-            };
-            pick
+            }
         }
     }
 }
@@ -171,7 +170,7 @@ fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<
         let c = compile(q, &idx.mapping)?;
         for (id, slot) in &idx.docs {
             let Some(doc) = &slot.visible else { continue };
-            if let Some(score) = query::score(&c, &idx.mapping, id, &doc.source) {
+            if let Some(score) = query::score(&c, &idx.mapping, id, doc) {
                 hits.push(Hit {
                     index: &idx.name,
                     mapping: &idx.mapping,

@@ -22,7 +22,7 @@ use crate::faults::{wait_paused, RequestFaults};
 use crate::http::{Reply, Req};
 use crate::reqlog::Entry;
 use crate::router::{panic_reply, route};
-use crate::sockets::shutdown_peer;
+use crate::sockets::{shutdown_peer, Shut};
 
 const ACCEPTED_TYPES: [&str; 4] = [
     "application/json",
@@ -54,6 +54,9 @@ fn header(name: &str, value: &str) -> Option<Header> {
 }
 
 fn respond(rq: Request, reply: Reply) {
+    if reply.close {
+        return respond_and_close(rq, reply, false);
+    }
     let mut resp = Response::from_data(reply.body).with_status_code(reply.status);
     let ct = if reply.json {
         "application/json"
@@ -69,29 +72,45 @@ fn respond(rq: Request, reply: Reply) {
     {
         resp.add_header(h);
     }
-    if reply.close {
-        if let Some(h) = header("Connection", "close") {
-            resp.add_header(h);
-        }
-    }
     // A client that went away is not our problem; nothing else to do with the error.
     let _ = rq.respond(resp);
 }
 
-/// Writes the head and half of the body, then shuts the socket down.
-fn respond_truncated(rq: Request, reply: Reply) {
+/// Writes the response by hand (tiny_http refuses a `Connection` header), whole or truncated
+/// to half its body, then shuts the socket down. Reading is shut first so tiny_http does not
+/// drain an unread (possibly huge) body before the answer goes out.
+fn respond_and_close(rq: Request, reply: Reply, truncate: bool) {
     let peer = rq.remote_addr().copied();
+    if let Some(p) = peer {
+        shutdown_peer(p, Shut::Read);
+    }
+    let reason = match reply.status {
+        200 => "OK",
+        400 => "Bad Request",
+        413 => "Request Entity Too Large",
+        _ => "Error",
+    };
+    let ct = if reply.json {
+        "application/json"
+    } else {
+        "text/plain; charset=UTF-8"
+    };
     let head = format!(
-        "HTTP/1.1 {} OK\r\nContent-Type: application/json\r\nX-elastic-product: Elasticsearch\r\nContent-Length: {}\r\n\r\n",
+        "HTTP/1.1 {} {reason}\r\nContent-Type: {ct}\r\nX-elastic-product: Elasticsearch\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         reply.status,
         reply.body.len()
     );
+    let body = if truncate {
+        &reply.body[..reply.body.len() / 2]
+    } else {
+        &reply.body[..]
+    };
     let mut w = rq.into_writer();
     let _ = w.write_all(head.as_bytes());
-    let _ = w.write_all(&reply.body[..reply.body.len() / 2]);
+    let _ = w.write_all(body);
     let _ = w.flush();
     if let Some(p) = peer {
-        shutdown_peer(p);
+        shutdown_peer(p, Shut::Both);
     }
 }
 
@@ -235,7 +254,7 @@ fn finish(
     };
     log(reply.status, body_bytes);
     if faults.close {
-        respond_truncated(rq, reply);
+        respond_and_close(rq, reply, true);
     } else {
         respond(rq, reply);
     }

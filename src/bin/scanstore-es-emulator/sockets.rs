@@ -46,9 +46,16 @@ fn peer_of(fd: i32) -> Option<SocketAddr> {
     }
 }
 
-/// Shuts down (both directions) every socket of this process connected to `peer`.
+/// Which direction to shut down.
+#[derive(Debug, Clone, Copy)]
+pub enum Shut {
+    Read,
+    Both,
+}
+
+/// Shuts down every socket of this process connected to `peer`.
 #[cfg(target_os = "linux")]
-pub fn shutdown_peer(peer: SocketAddr) -> bool {
+pub fn shutdown_peer(peer: SocketAddr, how: Shut) -> bool {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return false;
     };
@@ -61,7 +68,14 @@ pub fn shutdown_peer(peer: SocketAddr) -> bool {
             // SAFETY: shutdown on an fd we just identified as this peer's socket; it does not
             // close or invalidate the fd, tiny_http still owns and later closes it.
             unsafe {
-                libc::shutdown(fd, libc::SHUT_RDWR);
+                libc::shutdown(
+                    fd,
+                    if matches!(how, Shut::Read) {
+                        libc::SHUT_RD
+                    } else {
+                        libc::SHUT_RDWR
+                    },
+                );
             }
             done = true;
         }
@@ -70,6 +84,6 @@ pub fn shutdown_peer(peer: SocketAddr) -> bool {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn shutdown_peer(_peer: SocketAddr) -> bool {
+pub fn shutdown_peer(_peer: SocketAddr, _how: Shut) -> bool {
     false
 }

@@ -16,6 +16,7 @@ pub struct DocVersion {
     pub source: Value,
     pub version: i64,
     pub seq_no: i64,
+    pub routing: Option<String>,
 }
 
 /// A document id's slot: the latest write (what GET sees) and the refreshed state (what
@@ -64,6 +65,8 @@ pub struct Template {
 pub struct StoredScript {
     pub lang: String,
     pub source: String,
+    /// The native twin of `source`, looked up once at PUT time.
+    pub native: Option<scanstore::es::painless::NativeScript>,
 }
 
 #[derive(Debug, Default)]
@@ -333,11 +336,6 @@ impl Index {
         true
     }
 
-    /// `_shards` of a write: primaries and their (unassigned) replicas on a single node.
-    pub fn write_shards(&self) -> Value {
-        json!({"total": 1 + self.replicas, "successful": 1, "failed": 0})
-    }
-
     /// Stores a new latest version and marks the id for the next refresh.
     pub fn put(&mut self, id: &str, source: Option<Value>, version: i64) -> (i64, i64) {
         let seq_no = self.next_seq_no;
@@ -349,6 +347,7 @@ impl Index {
                 source,
                 version,
                 seq_no,
+                routing: None,
             })
         });
         if !slot.dirty {

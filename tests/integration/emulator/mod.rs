@@ -1,1 +1,13 @@
-//! Tests of the ES protocol emulator (filled by the emulator work).
+//! Tests of the ES protocol emulator. Each test starts its own emulator process (or uses
+//! `STORAGE_TEST_ES_URL` when it needs no fault injection), so they run in parallel.
+
+mod bulk;
+mod conformance;
+mod faults;
+mod http_limits;
+mod indices;
+mod python_peer;
+mod search;
+mod visibility;
+mod yaml_api;
+mod yaml_runner;

@@ -1,0 +1,423 @@
+//! A runner for the ES/OpenSearch YAML REST test format: `setup`/`teardown`, `skip`
+//! (version ranges and features), `do` (with `catch`, `headers`, `ignore`), `match` (values
+//! and `/regex/`), `length`, `is_true`, `is_false`, `set` (stash), `gt`/`gte`/`lt`/`lte`.
+//!
+//! Version gates are evaluated as if the server were OpenSearch [`RUNNER_VERSION`] (the
+//! vendored files are OpenSearch's; their `- 6.x`/`- 7.x` ranges mean legacy Elasticsearch,
+//! which sorts below every OpenSearch version, as in OpenSearch's own runner).
+
+use std::collections::HashMap;
+
+use regex::RegexBuilder;
+use serde_json::{Map, Value};
+
+use super::yaml_api::resolve;
+use crate::support::emulator::Es;
+
+pub const RUNNER_VERSION: (u64, u64, u64) = (3, 0, 0);
+const FEATURES: &[&str] = &["headers", "allowed_warnings", "allowed_warnings_regex"];
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Pass,
+    Fail(String),
+    /// Skipped by the file's own `skip` section (version gate or unsupported feature).
+    Gated(String),
+}
+
+pub struct Section {
+    pub name: String,
+    pub steps: Vec<Value>,
+}
+
+pub struct YamlFile {
+    pub setup: Vec<Value>,
+    pub teardown: Vec<Value>,
+    pub tests: Vec<Section>,
+}
+
+pub fn parse_file(text: &str) -> Result<YamlFile, String> {
+    let mut file = YamlFile {
+        setup: Vec::new(),
+        teardown: Vec::new(),
+        tests: Vec::new(),
+    };
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let v: serde_yaml::Value =
+            serde::Deserialize::deserialize(doc).map_err(|e| e.to_string())?;
+        let json: Value = serde_json::to_value(&v).map_err(|e| e.to_string())?;
+        let Value::Object(m) = json else { continue };
+        for (name, steps) in m {
+            let steps = steps.as_array().cloned().unwrap_or_default();
+            match name.as_str() {
+                "setup" => file.setup = steps,
+                "teardown" => file.teardown = steps,
+                _ => file.tests.push(Section { name, steps }),
+            }
+        }
+    }
+    Ok(file)
+}
+
+/// Versions as OpenSearch's runner orders them: legacy Elasticsearch numbers (majors 5–7)
+/// sort below every OpenSearch version (1.0 and up).
+fn parse_version(s: &str) -> Option<(u8, u64, u64, u64)> {
+    let mut it = s.trim().split('.').map(|p| p.parse::<u64>().ok());
+    let major = it.next()??;
+    let tier = u8::from(!(5..=7).contains(&major));
+    Some((
+        tier,
+        major,
+        it.next().flatten().unwrap_or(0),
+        it.next().flatten().unwrap_or(0),
+    ))
+}
+
+/// Why a `skip` section applies, if it does.
+fn skip_reason(skip: &Value) -> Option<String> {
+    let reason = skip
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    if let Some(range) = skip.get("version").and_then(Value::as_str) {
+        if range.trim() == "all" {
+            return Some(format!("version all: {reason}"));
+        }
+        for r in range.split(',') {
+            let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+            let lo = parse_version(lo).unwrap_or((0, 0, 0, 0));
+            let hi = parse_version(hi).unwrap_or((u8::MAX, 0, 0, 0));
+            let me = (1, RUNNER_VERSION.0, RUNNER_VERSION.1, RUNNER_VERSION.2);
+            if lo <= me && me <= hi {
+                return Some(format!("version {range}: {reason}"));
+            }
+        }
+    }
+    let features: Vec<String> = match skip.get("features") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|f| f.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    };
+    features
+        .iter()
+        .find(|f| !FEATURES.contains(&f.as_str()))
+        .map(|f| format!("runner feature [{f}] unsupported"))
+}
+
+/// Execution state of one test section.
+struct Ctx<'a> {
+    es: &'a Es,
+    stash: HashMap<String, Value>,
+    body: Value,
+    raw: String,
+}
+
+fn stash_subst(v: &Value, stash: &HashMap<String, Value>) -> Value {
+    match v {
+        Value::String(s) if s.starts_with('$') && stash.contains_key(&s[1..]) => {
+            stash[&s[1..]].clone()
+        }
+        Value::String(s) if s.contains("${") => {
+            let mut out = s.clone();
+            for (k, val) in stash {
+                let text = val
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| val.to_string());
+                out = out.replace(&format!("${{{k}}}"), &text);
+            }
+            Value::String(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(|x| stash_subst(x, stash)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| (k.clone(), stash_subst(x, stash)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn lookup<'v>(body: &'v Value, path: &str, stash: &HashMap<String, Value>) -> Option<&'v Value> {
+    if path.is_empty() || path == "$body" {
+        return Some(body);
+    }
+    let mut cur = body;
+    let mut parts = Vec::new();
+    let mut buf = String::new();
+    let mut chars = path.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&'.') => buf.push(chars.next().unwrap_or('.')),
+            '.' => parts.push(std::mem::take(&mut buf)),
+            other => buf.push(other),
+        }
+    }
+    parts.push(buf);
+    for p in parts {
+        let key = match stash.get(p.strip_prefix('$').unwrap_or("\u{0}")) {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => p,
+        };
+        cur = match cur {
+            Value::Object(o) => o.get(&key)?,
+            Value::Array(a) => a.get(key.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+/// `/regex/` → a regex. `match` compiles with Java's `Pattern.COMMENTS` (whitespace ignored),
+/// `catch` without it, as the reference runner does.
+fn regex_of(s: &str, comments: bool) -> Option<regex::Regex> {
+    let t = s.trim();
+    if t.len() >= 2 && t.starts_with('/') && t.ends_with('/') {
+        RegexBuilder::new(&t[1..t.len() - 1])
+            .ignore_whitespace(comments)
+            .build()
+            .ok()
+    } else {
+        None
+    }
+}
+
+fn values_match(actual: &Value, expected: &Value) -> bool {
+    match (actual, expected) {
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| values_match(x, y))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(k, x)| b.get(k).is_some_and(|y| values_match(x, y)))
+        }
+        (Value::String(a), Value::Number(b)) | (Value::Number(b), Value::String(a)) => {
+            a.parse::<f64>().ok() == b.as_f64() && !a.is_empty()
+        }
+        (a, b) => a == b,
+    }
+}
+
+fn truthy(v: Option<&Value>) -> bool {
+    !matches!(v, None | Some(Value::Null) | Some(Value::Bool(false)))
+        && v != Some(&Value::String(String::new()))
+        && v.and_then(Value::as_f64) != Some(0.0)
+}
+
+fn catch_ok(catch: &str, status: u16, raw: &str) -> bool {
+    match catch {
+        "bad_request" => status == 400,
+        "unauthorized" => status == 401,
+        "forbidden" => status == 403,
+        "missing" => status == 404,
+        "request_timeout" => status == 408,
+        "conflict" => status == 409,
+        "unavailable" => status == 503,
+        "request" => status >= 400,
+        other => regex_of(other, false).is_some_and(|r| status >= 400 && r.is_match(raw)),
+    }
+}
+
+fn run_do(ctx: &mut Ctx, spec: &Map<String, Value>) -> Result<(), String> {
+    let catch = spec.get("catch").and_then(Value::as_str);
+    let headers: Vec<(String, String)> = spec
+        .get("headers")
+        .and_then(Value::as_object)
+        .map(|h| {
+            h.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some((api, args)) = spec.iter().find(|(k, _)| {
+        !matches!(
+            k.as_str(),
+            "catch"
+                | "headers"
+                | "warnings"
+                | "allowed_warnings"
+                | "allowed_warnings_regex"
+                | "node_selector"
+        )
+    }) else {
+        return Err("do without an API".into());
+    };
+    let args = stash_subst(args, &ctx.stash);
+    let args = args.as_object().cloned().unwrap_or_default();
+    let body = args.get("body");
+    let call = resolve(api, &args, body.is_some())?;
+    let bytes = body.map(|b| match b {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| {
+                format!(
+                    "{}\n",
+                    i.as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| i.to_string())
+                )
+            })
+            .collect::<String>()
+            .into_bytes(),
+        Value::String(s) => s.clone().into_bytes(),
+        other => other.to_string().into_bytes(),
+    });
+    let ct = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| "application/json".into());
+    let r = ctx.es.raw(
+        &call.method,
+        &call.path_and_query,
+        bytes.as_ref().map(|_| ct.as_str()),
+        bytes.as_deref(),
+    );
+    ctx.raw = String::from_utf8_lossy(&r.body).into_owned();
+    ctx.body = if call.method == "HEAD" {
+        Value::Bool(r.status < 300)
+    } else {
+        serde_json::from_str(&ctx.raw).unwrap_or(Value::String(ctx.raw.clone()))
+    };
+    match catch {
+        Some(c) if catch_ok(c, r.status, &ctx.raw) => Ok(()),
+        Some(c) => Err(format!(
+            "expected catch [{c}] but got {} {} → {}",
+            r.status, call.path_and_query, ctx.raw
+        )),
+        None if r.status >= 400 && !call.ignore.contains(&r.status) && call.method != "HEAD" => {
+            Err(format!(
+                "{} {} failed: {} {}",
+                call.method, call.path_and_query, r.status, ctx.raw
+            ))
+        }
+        None => Ok(()),
+    }
+}
+
+fn run_step(ctx: &mut Ctx, step: &Value) -> Result<Option<String>, String> {
+    let Some((kind, arg)) = step.as_object().and_then(|o| o.iter().next()) else {
+        return Err(format!("bad step {step}"));
+    };
+    let pairs = |arg: &Value| arg.as_object().cloned().unwrap_or_default();
+    match kind.as_str() {
+        "skip" => return Ok(skip_reason(arg)),
+        "do" => run_do(ctx, &pairs(arg))?,
+        "set" => {
+            for (path, var) in pairs(arg) {
+                let v = lookup(&ctx.body, &path, &ctx.stash)
+                    .cloned()
+                    .ok_or_else(|| format!("set: no [{path}] in {}", ctx.body))?;
+                ctx.stash.insert(var.as_str().unwrap_or("").to_owned(), v);
+            }
+        }
+        "match" => {
+            for (path, expected) in pairs(arg) {
+                let expected = stash_subst(&expected, &ctx.stash);
+                let actual = lookup(&ctx.body, &path, &ctx.stash);
+                let ok = match (&expected, actual) {
+                    (Value::String(s), Some(a)) if regex_of(s, true).is_some() => {
+                        let text = if path == "$body" {
+                            ctx.raw.clone()
+                        } else {
+                            a.as_str()
+                                .map(str::to_owned)
+                                .unwrap_or_else(|| a.to_string())
+                        };
+                        regex_of(s, true).is_some_and(|r| r.is_match(&text))
+                    }
+                    (e, Some(a)) => values_match(a, e),
+                    (Value::Null, None) => true,
+                    _ => false,
+                };
+                if !ok {
+                    return Err(format!(
+                        "match [{path}]: expected {expected}, got {}",
+                        actual.map_or("nothing".into(), Value::to_string)
+                    ));
+                }
+            }
+        }
+        "length" => {
+            for (path, n) in pairs(arg) {
+                let len = match lookup(&ctx.body, &path, &ctx.stash) {
+                    Some(Value::Array(a)) => a.len(),
+                    Some(Value::Object(o)) => o.len(),
+                    Some(Value::String(s)) => s.chars().count(),
+                    other => return Err(format!("length [{path}]: not a collection: {other:?}")),
+                };
+                if Some(len as u64) != n.as_u64() {
+                    return Err(format!("length [{path}]: expected {n}, got {len}"));
+                }
+            }
+        }
+        "is_true" | "is_false" => {
+            let path = arg.as_str().unwrap_or("");
+            let t = truthy(lookup(&ctx.body, path, &ctx.stash));
+            if t != (kind == "is_true") {
+                return Err(format!("{kind} [{path}] failed on {}", ctx.body));
+            }
+        }
+        "gt" | "gte" | "lt" | "lte" => {
+            for (path, bound) in pairs(arg) {
+                let bound = stash_subst(&bound, &ctx.stash)
+                    .as_f64()
+                    .ok_or("non-numeric bound")?;
+                let a = lookup(&ctx.body, &path, &ctx.stash)
+                    .and_then(Value::as_f64)
+                    .ok_or_else(|| format!("{kind} [{path}]: not a number"))?;
+                let ok = match kind.as_str() {
+                    "gt" => a > bound,
+                    "gte" => a >= bound,
+                    "lt" => a < bound,
+                    _ => a <= bound,
+                };
+                if !ok {
+                    return Err(format!("{kind} [{path}]: {a} vs {bound}"));
+                }
+            }
+        }
+        other => return Err(format!("runner does not support step [{other}]")),
+    }
+    Ok(None)
+}
+
+fn run_steps(ctx: &mut Ctx, steps: &[Value]) -> Result<Option<String>, String> {
+    for s in steps {
+        if let Some(reason) = run_step(ctx, s)? {
+            return Ok(Some(reason));
+        }
+    }
+    Ok(None)
+}
+
+/// Runs one section with the file's setup and teardown; `reset` wipes the server after.
+pub fn run_section(es: &Es, file: &YamlFile, section: &Section, reset: &dyn Fn()) -> Outcome {
+    let mut ctx = Ctx {
+        es,
+        stash: HashMap::new(),
+        body: Value::Null,
+        raw: String::new(),
+    };
+    let outcome = (|| {
+        if let Some(reason) = run_steps(&mut ctx, &file.setup)? {
+            return Ok(Outcome::Gated(reason));
+        }
+        ctx.stash.clear();
+        if let Some(reason) = run_steps(&mut ctx, &section.steps)? {
+            return Ok(Outcome::Gated(reason));
+        }
+        run_steps(&mut ctx, &file.teardown)?;
+        Ok(Outcome::Pass)
+    })()
+    .unwrap_or_else(Outcome::Fail);
+    reset();
+    outcome
+}
