@@ -214,6 +214,9 @@ fn final_returns_without_waiting_for_publication() {
         .get(0);
     assert_eq!(pending, 1, "the outbox row waits for the publisher");
     // Nothing was written to the asset projection by the upload itself.
-    let log = s.emulator().requests(None, Some("*assets*"));
-    assert_eq!(log.count, 0);
+    let assets = s.es().refreshed_count(
+        &format!("{}-assets-*", s.prefix()),
+        serde_json::json!({"match_all": {}}),
+    );
+    assert_eq!(assets, 0);
 }
