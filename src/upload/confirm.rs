@@ -1,11 +1,13 @@
 //! Transaction B of the write path: confirm the receipt; for a final also, in the same
-//! transaction, the execution's counts and `succeeded`, the task aggregation, the analysis
-//! queue row and the asset publication outbox row (none for DNS-only executions).
+//! transaction, the execution's counts and `succeeded`, the task aggregation, DNS child
+//! tasks, target freshness, the analysis queue row and the asset publication outbox row
+//! (none for DNS-only executions).
 //! Holds one pooled connection for one short transaction; never touches Elasticsearch.
 
 use super::error::UploadError;
 use super::final_scope::Counts;
 use super::reserve::Execution;
+use super::{children, freshness};
 use crate::telemetry::span::UploadSpan;
 use postgres::Transaction;
 
@@ -27,16 +29,15 @@ const EXECUTION_SUCCEEDED: &str = "
      WHERE id = $1 AND status = 'running'
     RETURNING dns_record_count";
 
-// The task is succeeded when none of its executions is still queued, running or failed.
+// Counters only; whether the task is settled (succeeded) is decided by freshness::apply,
+// which also knows about generated child tasks.
 const TASK_AGGREGATION: &str = "
-    UPDATE tasks t
+    UPDATE tasks
        SET executions_succeeded = executions_succeeded + 1,
            endpoints_total = endpoints_total + $2,
            dns_records_total = dns_records_total + $3,
            last_succeeded_at = now(),
-           status = CASE WHEN EXISTS (SELECT 1 FROM executions e
-                                       WHERE e.task_id = t.id AND e.status <> 'succeeded')
-                         THEN 'running' ELSE 'succeeded' END
+           status = 'running'
      WHERE id = $1";
 
 const ANALYSIS_ROW: &str = "
@@ -47,13 +48,20 @@ const OUTBOX_ROW: &str = "
     INSERT INTO scan_projection_outbox (kind, execution_id, owner_id)
     VALUES ('execution', $1, $2) ON CONFLICT (execution_id) DO NOTHING";
 
-/// Confirms `receipt_id`; with `counts`, also commits the final's bookkeeping.
+/// What a final commits besides the receipt.
+pub struct FinalFacts {
+    pub counts: Counts,
+    /// A/AAAA answers of a DNS or mixed execution, for its child task.
+    pub dns_answers: Vec<String>,
+}
+
+/// Confirms `receipt_id`; with `final_facts`, also commits the final's bookkeeping.
 pub fn run(
     tx: &mut Transaction<'_>,
     span: &UploadSpan,
     execution: &Execution,
     receipt_id: i64,
-    counts: Option<Counts>,
+    final_facts: Option<&FinalFacts>,
 ) -> Result<(), UploadError> {
     span.stage("execution_lock", || {
         tx.execute(LOCK_EXECUTION, &[&execution.id])
@@ -61,7 +69,11 @@ pub fn run(
     span.stage("receipt_confirm", || {
         tx.execute(CONFIRM_RECEIPT, &[&receipt_id])
     })?;
-    let Some(counts) = counts else {
+    let Some(FinalFacts {
+        counts,
+        dns_answers,
+    }) = final_facts
+    else {
         return Ok(());
     };
     let transitioned = span.stage("execution_stats", || {
@@ -80,6 +92,14 @@ pub fn run(
             TASK_AGGREGATION,
             &[&execution.task_id, &counts.endpoints, &dns_records],
         )
+    })?;
+    if !dns_answers.is_empty() {
+        span.stage("dns_children", || {
+            children::generate(tx, execution.task_id, execution.id, dns_answers)
+        })?;
+    }
+    span.stage("target_freshness", || {
+        freshness::apply(tx, execution.owner_id, execution.task_id)
     })?;
     span.stage("queues", || enqueue(tx, execution))?;
     Ok(())

@@ -4,15 +4,18 @@
 //!
 //! ```text
 //!  auth ─▶ validate ─▶ tx A (reserve) ─▶ enrichment ─▶ facts bulk ─▶ endpoint bulk
-//!        ─▶ [final: refresh chunks ─▶ count chunks] ─▶ tx B (confirm, final bookkeeping)
+//!        ─▶ [final: refresh chunks ─▶ count chunks ─▶ DNS answers]
+//!        ─▶ tx B (confirm; final: counts, aggregation, DNS children, freshness, queues)
 //! ```
 
 pub mod batch;
+pub mod children;
 pub mod claim;
 pub mod confirm;
 pub mod error;
 pub mod facts;
 pub mod final_scope;
+pub mod freshness;
 pub mod reserve;
 
 use std::time::Duration;
@@ -144,10 +147,21 @@ fn write_batch(
     };
     span.stage("es_facts_bulk", || writer.write(&ops.facts))?;
     span.stage("es_endpoint_bulk", || writer.write(&ops.endpoints))?;
-    let counts = match &scope {
+    let final_facts = match &scope {
         Some(scope) => {
             let plan = final_scope::plan(prefix, scope)?;
-            Some(final_scope::run(&app.es, span, &plan, execution_id)?)
+            let counts = final_scope::run(&app.es, span, &plan, execution_id)?;
+            let dns_answers = if execution.task_kind == "port_scan" {
+                Vec::new()
+            } else {
+                span.stage("dns_answers", || {
+                    children::resolved_addresses(&app.es, &plan, execution_id)
+                })?
+            };
+            Some(confirm::FinalFacts {
+                counts,
+                dns_answers,
+            })
         }
         None => None,
     };
@@ -156,7 +170,7 @@ fn write_batch(
     {
         let mut conn = app.db.checkout(Stage::Confirm)?;
         let mut tx = conn.transaction()?;
-        confirm::run(&mut tx, span, &execution, receipt_id, counts)?;
+        confirm::run(&mut tx, span, &execution, receipt_id, final_facts.as_ref())?;
         span.stage("commit", || tx.commit())?;
     }
     Ok(saved(batch.observations.len()))

@@ -55,11 +55,25 @@ fn batches_and_final_commit_everything_in_both_stores() {
             &[&s.run.task_id],
         )
         .unwrap();
-    assert_eq!(t.get::<_, String>(0), "succeeded");
+    // The DNS answer generated a child port scan, which the mixed task now waits for.
+    assert_eq!(t.get::<_, String>(0), "running");
     assert_eq!(
         (t.get::<_, i64>(1), t.get::<_, i64>(2), t.get::<_, i64>(3)),
         (1, 6, 1)
     );
+    let child = c
+        .query_one(
+            "SELECT t.kind, t.status, array_agg(tt.value ORDER BY tt.value),
+                    (SELECT count(*) FROM executions e WHERE e.task_id = t.id AND e.status = 'queued')
+               FROM tasks t JOIN task_targets tt ON tt.task_id = t.id
+              WHERE t.parent_task_id = $1 AND t.source_execution_id = $2
+              GROUP BY t.id",
+            &[&s.run.task_id, &s.execution()],
+        )
+        .unwrap();
+    assert_eq!(child.get::<_, String>(0), "port_scan");
+    assert_eq!(child.get::<_, Vec<String>>(2), vec!["10.0.0.1".to_string()]);
+    assert_eq!(child.get::<_, i64>(3), 1);
     let queued: (i64, i64) = {
         let r = c
             .query_one(
