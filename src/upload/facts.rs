@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::batch::{Batch, Endpoint, Observation};
 use crate::es::bulk::BulkOp;
 use crate::es::index;
+use crate::tags::Tags;
 
 /// Who and what a batch belongs to: copied into every document.
 #[derive(Debug, Clone)]
@@ -46,7 +47,7 @@ pub fn storage_references(prefix: &str, batch: &Batch) -> Vec<String> {
     refs
 }
 
-pub fn build(prefix: &str, owning: &Owning, batch: &Batch) -> Ops {
+pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
     let stream = batch.stream.as_str();
     let mut facts = Vec::with_capacity(batch.observations.len());
     let mut newest: Vec<&Endpoint> = Vec::new();
@@ -60,16 +61,17 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch) -> Ops {
             "stream": stream,
             "batch_index": batch.batch_index,
             "observed_at": es_time(o.observed_at()),
-            "tags": [],
         });
         match o {
             Observation::Endpoint(e) => {
                 doc["type"] = json!("endpoint");
+                doc["tags"] = json!(tags.for_ip(&e.ip));
                 endpoint_fields(&mut doc, e);
                 keep_newest(&mut newest, e);
             }
             Observation::Dns(d) => {
                 doc["type"] = json!("dns");
+                doc["tags"] = json!(tags.for_name(&d.name));
                 doc["name"] = json!(d.name);
                 doc["record_type"] = json!(d.record_type);
                 doc["value"] = json!(d.value);
@@ -97,7 +99,7 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch) -> Ops {
                 "task_id": owning.task_id.to_string(),
                 "owner_id": owning.owner_id.to_string(),
                 "observed_at": es_time(&e.observed_at),
-                "tags": [],
+                "tags": tags.for_ip(&e.ip),
             });
             endpoint_fields(&mut doc, e);
             let id = index::execution_endpoint_id(owning.execution_id, &e.ip, &e.transport, e.port);

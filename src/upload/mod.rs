@@ -114,12 +114,16 @@ fn write_batch(
         span.stage("receipt_commit", || tx.commit())?;
         out
     };
-    let (receipt_id, scope) = match reservation {
+    let (receipt_id, scope, tags) = match reservation {
         Reservation::AlreadyConfirmed => {
             span.set("class", "confirmed_retry");
             return Ok(saved(0));
         }
-        Reservation::Write { receipt_id, scope } => (receipt_id, scope),
+        Reservation::Write {
+            receipt_id,
+            scope,
+            tags,
+        } => (receipt_id, scope, tags),
     };
 
     // Elasticsearch, with no connection held.
@@ -131,7 +135,7 @@ fn write_batch(
         scanner_id: scanner.id,
     };
     let ops = span.stage("enrichment", || {
-        Ok::<_, UploadError>(facts::build(prefix, &owning, &batch))
+        Ok::<_, UploadError>(facts::build(prefix, &owning, &batch, &tags))
     })?;
     let writer = Writer {
         es: &app.es,

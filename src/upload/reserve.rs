@@ -6,10 +6,11 @@
 use postgres::Transaction;
 use uuid::Uuid;
 
-use super::batch::Batch;
+use super::batch::{Batch, Observation};
 use super::error::{conflict, UploadError};
 use super::final_scope::Scope;
 use crate::auth::Scanner;
+use crate::tags::{self, Tags};
 use crate::telemetry::span::UploadSpan;
 use crate::telemetry::Line;
 
@@ -28,10 +29,11 @@ pub enum Reservation {
     /// The same batch was confirmed before: answer `saved: 0`, change nothing.
     AlreadyConfirmed,
     /// Write (a new batch, or a pending one retried) and confirm receipt `receipt_id`;
-    /// a final also carries its index scope.
+    /// a final also carries its index scope. `tags` are the owner's tags that apply.
     Write {
         receipt_id: i64,
         scope: Option<Scope>,
+        tags: Tags,
     },
 }
 
@@ -94,18 +96,8 @@ pub fn run(
         if state == "confirmed" {
             return Ok((execution, Reservation::AlreadyConfirmed));
         }
-        let scope = if batch.is_final {
-            Some(final_scope(tx, &execution, batch, refs)?)
-        } else {
-            None
-        };
-        return Ok((
-            execution,
-            Reservation::Write {
-                receipt_id: id,
-                scope,
-            },
-        ));
+        let write = write(tx, span, &execution, batch, refs, id)?;
+        return Ok((execution, write));
     }
 
     if status != "running" {
@@ -140,12 +132,46 @@ pub fn run(
         )
         .map(|r| r.get(0))
     })?;
-    let scope = if batch.is_final {
-        Some(final_scope(tx, &execution, batch, refs)?)
-    } else {
-        None
+    let write = write(tx, span, &execution, batch, refs, receipt_id)?;
+    Ok((execution, write))
+}
+
+/// The reservation of a batch to write: a final's scope and the tags that apply.
+fn write(
+    tx: &mut Transaction<'_>,
+    span: &UploadSpan,
+    execution: &Execution,
+    batch: &Batch,
+    refs: &[String],
+    receipt_id: i64,
+) -> Result<Reservation, UploadError> {
+    let scope = match batch.is_final {
+        true => Some(final_scope(tx, execution, batch, refs)?),
+        false => None,
     };
-    Ok((execution, Reservation::Write { receipt_id, scope }))
+    let tags = span.stage("tags", || batch_tags(tx, execution, batch))?;
+    Ok(Reservation::Write {
+        receipt_id,
+        scope,
+        tags,
+    })
+}
+
+/// The owner's tags for the batch's addresses and names.
+fn batch_tags(
+    tx: &mut Transaction<'_>,
+    execution: &Execution,
+    batch: &Batch,
+) -> Result<Tags, postgres::Error> {
+    let mut ips = Vec::new();
+    let mut names = Vec::new();
+    for o in &batch.observations {
+        match o {
+            Observation::Endpoint(e) => ips.push(e.ip.as_str()),
+            Observation::Dns(d) => names.push(d.name.as_str()),
+        }
+    }
+    tags::lookup(tx, execution.owner_id, &ips, &names)
 }
 
 /// The receipt of this batch identity, if it was received before with the same content

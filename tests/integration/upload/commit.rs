@@ -123,7 +123,10 @@ fn batches_and_final_commit_everything_in_both_stores() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn confirmed_retry_saves_nothing_and_changes_nothing() {
-    let s = Stack::new("port_scan");
+    // No publisher: the test fakes publication progress and must be the only writer.
+    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+        cfg.projection.workers = 0
+    });
     let up = Uuid::new_v4();
     let b0 = Batch::main(up, 0, endpoints(0, 5, T0));
     let fin = Batch::final_(up, 1, vec![]);

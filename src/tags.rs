@@ -1,0 +1,77 @@
+//! Asset tags: which of an owner's tags apply to given IP addresses (exact IP tags and
+//! containing CIDR tags) and DNS names (exact domain tags). Read by the upload's `tags`
+//! stage and by publication, so facts, execution documents and asset documents agree.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use postgres::GenericClient;
+use uuid::Uuid;
+
+// Exact IP tags through the primary key, containing CIDR tags through the partial GiST
+// index asset_tags_cidr_gist (`kind = 'cidr'` repeated so the planner can use it).
+const TAGS_BY_IP: &str = "
+    SELECT a, t.tag FROM unnest($2::inet[]) AS a
+      JOIN asset_tags t ON t.owner_id = $1 AND t.kind = 'ip' AND t.key = host(a)
+    UNION
+    SELECT a, t.tag FROM unnest($2::inet[]) AS a
+      JOIN asset_tags t ON t.owner_id = $1 AND t.kind = 'cidr' AND t.target_ip >>= a";
+
+const TAGS_BY_NAME: &str = "
+    SELECT key, tag FROM asset_tags WHERE owner_id = $1 AND kind = 'domain' AND key = ANY($2)";
+
+/// Sorted, de-duplicated tags per IP (canonical text) and per DNS name.
+#[derive(Debug, Default, Clone)]
+pub struct Tags {
+    by_ip: HashMap<String, BTreeSet<String>>,
+    by_name: HashMap<String, BTreeSet<String>>,
+}
+
+impl Tags {
+    pub fn for_ip(&self, ip: &str) -> Vec<String> {
+        self.by_ip
+            .get(ip)
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn for_name(&self, name: &str) -> Vec<String> {
+        self.by_name
+            .get(name)
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_ip.is_empty() && self.by_name.is_empty()
+    }
+}
+
+/// Looks up the tags of `owner_id` for `ips` and `names` (both may repeat).
+pub fn lookup(
+    db: &mut impl GenericClient,
+    owner_id: Uuid,
+    ips: &[&str],
+    names: &[&str],
+) -> Result<Tags, postgres::Error> {
+    let mut tags = Tags::default();
+    let mut addrs: Vec<IpAddr> = ips.iter().filter_map(|i| i.parse().ok()).collect();
+    addrs.sort();
+    addrs.dedup();
+    if !addrs.is_empty() {
+        for row in db.query(TAGS_BY_IP, &[&owner_id, &addrs])? {
+            let (ip, tag): (IpAddr, String) = (row.get(0), row.get(1));
+            tags.by_ip.entry(ip.to_string()).or_default().insert(tag);
+        }
+    }
+    let mut names: Vec<&str> = names.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    if !names.is_empty() {
+        for row in db.query(TAGS_BY_NAME, &[&owner_id, &names])? {
+            let (name, tag): (String, String) = (row.get(0), row.get(1));
+            tags.by_name.entry(name).or_default().insert(tag);
+        }
+    }
+    Ok(tags)
+}
