@@ -78,6 +78,17 @@ impl BulkOp {
         )
     }
 
+    /// A partial document update; ES reports `noop` when nothing changes.
+    pub fn partial_update(index: &str, id: &str, doc: &Value) -> BulkOp {
+        BulkOp::encode(
+            OpKind::Update,
+            index,
+            id,
+            Some(("retry_on_conflict", json!(3))),
+            &json!({ "doc": doc }),
+        )
+    }
+
     pub fn len(&self) -> usize {
         self.ndjson.len()
     }

@@ -69,12 +69,12 @@ fn beat(
         match outbox::renew(db, claim, lease) {
             Ok(()) => Line::new("ScanProjectionLeaseRenewed")
                 .field("outbox_id", claim.id)
-                .field("execution_id", claim.execution_id)
+                .field("work", &claim.work)
                 .info(),
             Err(ProjectionError::LeaseLost) => {
                 Line::new("ScanProjectionLeaseLost")
                     .field("outbox_id", claim.id)
-                    .field("execution_id", claim.execution_id)
+                    .field("work", &claim.work)
                     .warn();
                 drop(lost);
                 return;

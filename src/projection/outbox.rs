@@ -16,7 +16,8 @@ use crate::db::{Db, Stage};
 pub struct Claim {
     pub id: i64,
     pub token: Uuid,
-    pub execution_id: Uuid,
+    /// What to publish: an execution's endpoints, or an owner's re-tagged documents.
+    pub work: Work,
     pub owner_id: Uuid,
     pub cursor: Option<String>,
     pub refreshing: bool,
@@ -24,19 +25,43 @@ pub struct Claim {
     pub attempts: i32,
 }
 
-// Takes the oldest due row whose execution has succeeded and whose lease is free or
-// expired. SKIP LOCKED: concurrent claimers take different rows instead of queueing on one.
-// The partial index scan_projection_outbox_claim_idx serves the ORDER BY.
+/// The two kinds of outbox rows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    Execution(Uuid),
+    /// Re-publish the tags of the owner's documents within this scope
+    /// (`{"kind": "ip"|"cidr"|"domain", "key": …}`).
+    Tags(serde_json::Value),
+}
+
+impl std::fmt::Display for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Work::Execution(id) => write!(f, "execution:{id}"),
+            Work::Tags(scope) => write!(
+                f,
+                "tags:{}:{}",
+                scope["kind"].as_str().unwrap_or("?"),
+                scope["key"].as_str().unwrap_or("?")
+            ),
+        }
+    }
+}
+
+// Takes the oldest due row — a tags row, or an execution row whose execution has
+// succeeded — whose lease is free or expired. Both kinds share one order, so tag
+// re-publication and executions take turns. SKIP LOCKED: concurrent claimers take
+// different rows instead of queueing on one. The partial index
+// scan_projection_outbox_claim_idx serves the ORDER BY.
 const OUTBOX_CLAIM: &str = "
     WITH next AS (
         SELECT o.id
           FROM scan_projection_outbox o
-          JOIN executions e ON e.id = o.execution_id
+          LEFT JOIN executions e ON e.id = o.execution_id
          WHERE o.processed_at IS NULL
-           AND o.kind = 'execution'
            AND o.available_at <= now()
            AND (o.claim_token IS NULL OR o.lease_expires_at <= now())
-           AND e.status = 'succeeded'
+           AND (o.kind = 'tags' OR e.status = 'succeeded')
          ORDER BY o.available_at, o.id
          LIMIT 1
            FOR UPDATE OF o SKIP LOCKED)
@@ -45,7 +70,7 @@ const OUTBOX_CLAIM: &str = "
       FROM next
      WHERE o.id = next.id
     RETURNING o.id, o.execution_id, o.owner_id, o.cursor, o.phase = 'refreshing',
-              o.processed_endpoints, o.attempts";
+              o.processed_endpoints, o.attempts, o.tag_scope";
 
 const OUTBOX_RENEW_LEASE: &str = "
     UPDATE scan_projection_outbox SET lease_expires_at = now() + make_interval(secs => $3)
@@ -92,7 +117,10 @@ pub fn claim(db: &Db, lease: Duration) -> Result<Option<Claim>, ProjectionError>
     Ok(row.map(|r| Claim {
         id: r.get(0),
         token,
-        execution_id: r.get(1),
+        work: match r.get::<_, Option<Uuid>>(1) {
+            Some(e) => Work::Execution(e),
+            None => Work::Tags(r.get::<_, Option<serde_json::Value>>(7).unwrap_or_default()),
+        },
         owner_id: r.get(2),
         cursor: r.get(3),
         refreshing: r.get(4),

@@ -1,17 +1,20 @@
-//! One publication page: read up to `page_size` endpoints of an execution from the
-//! execution projection in a stable order, resuming after a cursor, and turn each into
-//! two idempotent merge updates (the global and the owner's asset document).
+//! One publication page: read up to `page_size` documents in a stable order, resuming
+//! after a cursor, and turn them into idempotent updates. For an execution, each endpoint
+//! of its execution projection becomes two merge updates (the global and the owner's asset
+//! document) plus, where the owner has tags for the address, the owner document's tags.
+//! For a tags row, each of the owner's asset documents in scope gets its current tags.
 
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::es::bulk::BulkOp;
 use crate::es::{index, painless, setup, EsClient, EsError};
+use crate::tags::Tags;
 
-/// Endpoints of one page and the cursor after its last one.
+/// Documents of one page and the cursor after the last one.
 pub struct Page {
-    pub endpoints: Vec<Value>,
-    /// `search_after` values of the last endpoint, as JSON text (the outbox `cursor`).
+    pub docs: Vec<(String, Value)>,
+    /// `search_after` values of the last document, as JSON text (the outbox `cursor`).
     pub cursor: Option<String>,
 }
 
@@ -28,18 +31,19 @@ const FIELDS: [&str; 9] = [
     "execution_id",
 ];
 
-/// Reads the page after `cursor`. The sort (ip, port, transport) is unique per endpoint
-/// of one execution, so pages neither overlap nor skip.
+/// Reads the page of `index` matching `filter` after `cursor`. The sort (ip, port,
+/// transport) is unique per endpoint of one execution and per asset of one owner, so
+/// pages neither overlap nor skip.
 pub fn read(
     es: &EsClient,
-    prefix: &str,
-    execution_id: Uuid,
+    index_name: &str,
+    filter: Value,
     cursor: Option<&str>,
     size: usize,
 ) -> Result<Page, EsError> {
     let mut query = json!({
         "size": size,
-        "query": { "term": { "execution_id": execution_id.to_string() } },
+        "query": { "bool": { "filter": filter } },
         "sort": [ {"ip": "asc"}, {"port": "asc"}, {"transport": "asc"} ],
         "track_total_hits": false,
         "_source": FIELDS,
@@ -49,10 +53,7 @@ pub fn read(
             .map_err(|e| EsError::Refused(format!("unreadable cursor {c:?}: {e}")))?;
         query["search_after"] = after;
     }
-    let path = format!(
-        "/{}/_search",
-        index::encode_path(&index::execution_endpoints(prefix))
-    );
+    let path = format!("/{}/_search", index::encode_path(index_name));
     let r = es.json("POST", &path, &query)?.ok()?;
     if r.body["timed_out"].as_bool() == Some(true)
         || r.body["_shards"]["failed"].as_u64().unwrap_or(0) > 0
@@ -66,23 +67,71 @@ pub fn read(
         .cloned()
         .unwrap_or_default();
     let cursor = hits.last().map(|h| h["sort"].to_string());
-    let endpoints = hits.into_iter().map(|mut h| h["_source"].take()).collect();
-    Ok(Page { endpoints, cursor })
+    let docs = hits
+        .into_iter()
+        .map(|mut h| {
+            (
+                h["_id"].as_str().unwrap_or_default().to_string(),
+                h["_source"].take(),
+            )
+        })
+        .collect();
+    Ok(Page { docs, cursor })
 }
 
-/// Two merge updates per endpoint, with deterministic ids, into the current physical
-/// asset indices (written directly so that every item's `_index` can be verified).
-pub fn operations(prefix: &str, owner_id: Uuid, endpoints: &[Value]) -> Vec<BulkOp> {
-    let global = index::versioned(&index::assets_global_alias(prefix), setup::ASSETS_VERSION);
-    let user = index::versioned(&index::assets_user_alias(prefix), setup::ASSETS_VERSION);
-    let mut ops = Vec::with_capacity(endpoints.len() * 2);
-    for e in endpoints {
-        let ip = e["ip"].as_str().unwrap_or_default();
-        let transport = e["transport"].as_str().unwrap_or_default();
-        let port = e["port"]
+/// The execution's endpoints in its projection.
+pub fn execution_filter(execution_id: Uuid) -> Value {
+    json!([ { "term": { "execution_id": execution_id.to_string() } } ])
+}
+
+/// The owner's asset documents within a tag scope (`ip` or `cidr`; a domain tag touches
+/// no asset document, so it has no filter).
+pub fn tag_scope_filter(owner_id: Uuid, scope: &Value) -> Option<Value> {
+    match scope["kind"].as_str() {
+        Some("ip") | Some("cidr") => Some(json!([
+            { "term": { "owner_id": owner_id.to_string() } },
+            { "term": { "ip": scope["key"].as_str().unwrap_or_default() } }
+        ])),
+        _ => None,
+    }
+}
+
+pub fn global_index(prefix: &str) -> String {
+    index::versioned(&index::assets_global_alias(prefix), setup::ASSETS_VERSION)
+}
+
+pub fn user_index(prefix: &str) -> String {
+    index::versioned(&index::assets_user_alias(prefix), setup::ASSETS_VERSION)
+}
+
+fn endpoint_key(doc: &Value) -> (&str, &str, u16) {
+    (
+        doc["ip"].as_str().unwrap_or_default(),
+        doc["transport"].as_str().unwrap_or_default(),
+        doc["port"]
             .as_u64()
             .and_then(|p| u16::try_from(p).ok())
-            .unwrap_or(0);
+            .unwrap_or(0),
+    )
+}
+
+/// The addresses of a page, for the tag lookup.
+pub fn addresses(docs: &[(String, Value)]) -> Vec<&str> {
+    docs.iter().map(|(_, d)| endpoint_key(d).0).collect()
+}
+
+/// Merge updates into the current physical asset indices (written directly so that every
+/// item's `_index` can be verified), with deterministic ids.
+pub fn execution_operations(
+    prefix: &str,
+    owner_id: Uuid,
+    docs: &[(String, Value)],
+    tags: &Tags,
+) -> Vec<BulkOp> {
+    let (global, user) = (global_index(prefix), user_index(prefix));
+    let mut ops = Vec::with_capacity(docs.len() * 2);
+    for (_, e) in docs {
+        let (ip, transport, port) = endpoint_key(e);
         let mut obs = json!({});
         for f in FIELDS {
             if !e[f].is_null() {
@@ -96,14 +145,39 @@ pub fn operations(prefix: &str, owner_id: Uuid, endpoints: &[Value]) -> Vec<Bulk
             json!({ "obs": obs.clone() }),
         ));
         obs["owner_id"] = json!(owner_id.to_string());
+        let user_id = index::user_asset_id(owner_id, ip, transport, port);
         ops.push(BulkOp::scripted_upsert(
             &user,
-            &index::user_asset_id(owner_id, ip, transport, port),
+            &user_id,
             painless::ASSET_MERGE_ID,
             json!({ "obs": obs }),
         ));
+        let tags = tags.for_ip(ip);
+        if !tags.is_empty() {
+            // Applied after the merge in the same request; the tags row of a later change
+            // corrects it, so only current tags are ever written.
+            ops.push(BulkOp::partial_update(
+                &user,
+                &user_id,
+                &json!({ "tags": tags }),
+            ));
+        }
     }
     ops
+}
+
+/// The current tags of each owner document of the page (an empty list clears them).
+pub fn retag_operations(prefix: &str, docs: &[(String, Value)], tags: &Tags) -> Vec<BulkOp> {
+    let user = user_index(prefix);
+    docs.iter()
+        .map(|(id, d)| {
+            BulkOp::partial_update(
+                &user,
+                id,
+                &json!({ "tags": tags.for_ip(endpoint_key(d).0) }),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -111,11 +185,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn two_updates_per_endpoint_with_deterministic_ids() {
+    fn two_updates_per_untagged_endpoint_with_deterministic_ids() {
         let owner = Uuid::from_u128(7);
         let e = json!({"ip": "203.0.113.7", "port": 443, "transport": "tcp", "service": "https",
                        "observed_at": "2026-11-29T10:00:00.000Z", "execution_id": "x"});
-        let ops = operations("s", owner, &[e]);
+        let ops = execution_operations("s", owner, &[("d".into(), e)], &Tags::default());
         assert_eq!(ops.len(), 2);
         assert_eq!(
             (ops[0].index.as_str(), ops[0].id.as_str()),
@@ -123,13 +197,17 @@ mod tests {
         );
         assert_eq!(ops[1].index, "s-assets-user-v1");
         assert_eq!(ops[1].id, format!("{}-203.0.113.7-tcp-443", owner.simple()));
-        let text = String::from_utf8(ops[1].ndjson.clone()).unwrap();
-        assert!(
-            text.contains("\"owner_id\":\"00000000000000000000000000000007\"")
-                || text.contains(&owner.to_string())
-        );
+        let user = String::from_utf8(ops[1].ndjson.clone()).unwrap();
+        assert!(user.contains(&owner.to_string()));
         assert!(!String::from_utf8(ops[0].ndjson.clone())
             .unwrap()
             .contains("owner_id"));
+    }
+
+    #[test]
+    fn tag_scopes() {
+        let o = Uuid::nil();
+        assert!(tag_scope_filter(o, &json!({"kind": "cidr", "key": "10.0.0.0/8"})).is_some());
+        assert!(tag_scope_filter(o, &json!({"kind": "domain", "key": "a.example"})).is_none());
     }
 }

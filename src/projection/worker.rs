@@ -1,6 +1,6 @@
-//! A publication worker: `tick()` claims one outbox row, publishes up to
-//! `projection_pages_per_tick` pages (each verified, then checkpointed), and either yields
-//! the row, or refreshes the asset indices once and completes it. The loop around it
+//! A publication worker: `tick()` claims one outbox row (an execution, or a tag change),
+//! publishes up to `projection_pages_per_tick` pages (each verified, then checkpointed),
+//! and either yields the row, or refreshes the asset indices once and completes it. The loop around it
 //! survives panics (recorded as errors) and idles between empty claims.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -9,15 +9,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::app::App;
+use crate::db::Stage;
 use crate::es::error::ErrorClass;
+use crate::es::index;
 use crate::es::retry::Backoff;
 use crate::es::writer::{WritePolicy, Writer};
-use crate::es::{index, setup};
+use crate::tags;
 use crate::telemetry::events::ms;
 use crate::telemetry::Line;
 
 use super::heartbeat::Heartbeat;
-use super::outbox::{self, Claim};
+use super::outbox::{self, Claim, Work};
 use super::{page, ProjectionError};
 
 /// Wait between claims when nothing is due.
@@ -61,7 +63,7 @@ impl Worker {
         };
         Line::new("ScanProjectionClaimed")
             .field("outbox_id", claim.id)
-            .field("execution_id", claim.execution_id)
+            .field("work", &claim.work)
             .field(
                 "phase",
                 if claim.refreshing {
@@ -110,8 +112,18 @@ impl Worker {
             cancel: Some(heartbeat.cancel()),
             trace_id: &trace_id,
         };
+        let (source, filter) = match &claim.work {
+            Work::Execution(id) => (
+                index::execution_endpoints(prefix),
+                Some(page::execution_filter(*id)),
+            ),
+            Work::Tags(scope) => (
+                page::user_index(prefix),
+                page::tag_scope_filter(claim.owner_id, scope),
+            ),
+        };
         let mut pages = 0;
-        if !claim.refreshing {
+        if let (false, Some(filter)) = (claim.refreshing, filter) {
             let mut cursor = claim.cursor.clone();
             let mut processed = claim.processed_endpoints;
             loop {
@@ -125,49 +137,62 @@ impl Worker {
                 let started = Instant::now();
                 let page = page::read(
                     &app.es,
-                    prefix,
-                    claim.execution_id,
+                    &source,
+                    filter.clone(),
                     cursor.as_deref(),
                     cfg.projection_page_size,
                 )?;
                 let Some(next) = page.cursor.clone() else {
                     break;
                 };
-                let ops = page::operations(prefix, claim.owner_id, &page.endpoints);
+                let tags = {
+                    let mut conn = app.db.checkout(Stage::Context)?;
+                    tags::lookup(
+                        &mut *conn,
+                        claim.owner_id,
+                        &page::addresses(&page.docs),
+                        &[],
+                    )?
+                };
+                let ops = match &claim.work {
+                    Work::Execution(_) => {
+                        page::execution_operations(prefix, claim.owner_id, &page.docs, &tags)
+                    }
+                    Work::Tags(_) => page::retag_operations(prefix, &page.docs, &tags),
+                };
                 writer.write(&ops)?;
                 if heartbeat.is_lost() {
                     return Err(ProjectionError::LeaseLost);
                 }
-                let n = page.endpoints.len() as i64;
+                let n = page.docs.len() as i64;
                 outbox::checkpoint(&app.db, claim, &next, n)?;
                 processed += n;
                 pages += 1;
                 cursor = Some(next);
                 Line::new("ScanProjectionPageCompleted")
                     .field("outbox_id", claim.id)
-                    .field("execution_id", claim.execution_id)
+                    .field("work", &claim.work)
                     .field("endpoints", n)
                     .field("processed_endpoints", processed)
                     .field("duration_ms", ms(started.elapsed()))
                     .info();
-                if page.endpoints.len() < cfg.projection_page_size {
+                if page.docs.len() < cfg.projection_page_size {
                     break;
                 }
             }
+        }
+        if !claim.refreshing {
             outbox::enter_refreshing(&app.db, claim)?;
         }
         // Every page is written: make them visible once, then finish. A failure here is
         // retried later in phase `refreshing`, which re-sends no page.
-        let indices = [
-            index::versioned(&index::assets_global_alias(prefix), setup::ASSETS_VERSION),
-            index::versioned(&index::assets_user_alias(prefix), setup::ASSETS_VERSION),
-        ];
+        let indices = [page::global_index(prefix), page::user_index(prefix)];
         let path = format!("/{}/_refresh", index::encode_path(&indices.join(",")));
         app.es.request("POST", &path, None)?.ok()?;
         outbox::complete(&app.db, claim)?;
         Line::new("ScanProjectionCompleted")
             .field("outbox_id", claim.id)
-            .field("execution_id", claim.execution_id)
+            .field("work", &claim.work)
             .field("pages", pages)
             .info();
         Ok(TickOutcome::Completed { pages })
@@ -188,7 +213,7 @@ impl Worker {
             Ok(attempts) => {
                 Line::new("ScanProjectionOutboxError")
                     .field("outbox_id", claim.id)
-                    .field("execution_id", claim.execution_id)
+                    .field("work", &claim.work)
                     .field("class", class.as_str())
                     .field("attempts", attempts)
                     .field("backoff_ms", ms(backoff))

@@ -82,7 +82,10 @@ fn a_crashed_worker_is_resumed_from_the_saved_cursor() {
     let dead = scanstore::projection::outbox::claim(&app.db, Duration::from_secs(60))
         .unwrap()
         .unwrap();
-    assert_eq!(dead.execution_id, s.execution());
+    assert_eq!(
+        dead.work,
+        scanstore::projection::outbox::Work::Execution(s.execution())
+    );
     assert_eq!(
         w.tick().unwrap(),
         TickOutcome::Idle,
