@@ -264,3 +264,54 @@ fn disabled_scanner_is_refused() {
     .fails_with("is disabled");
     assert_eq!(count(&t, "tasks"), 0);
 }
+
+/// End to end: the scanner token printed by `scanner create` authenticates against a real
+/// scanstore server, and the claim hands out the execution `task create` queued, with the
+/// canonical targets and the tags.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn server_hands_the_queued_execution_to_the_admin_created_scanner() {
+    use crate::support::{scan, server};
+
+    let t = db::fresh();
+    let o = owner(&t, "alice");
+    let sc = admin(&t, &["scanner", "create", "edge-1", "--owner", &o]).ok();
+    let r = admin(
+        &t,
+        &[
+            "task",
+            "create",
+            "--owner",
+            &o,
+            "--kind",
+            "port_scan",
+            "--target",
+            "198.51.100.77/24",
+            "--scanner",
+            sc.get("scanner_id"),
+            "--tag",
+            "edge",
+        ],
+    )
+    .ok();
+    // No Elasticsearch is needed to claim: nothing listens on port 9.
+    let srv = server::TestServer::start(server::config(&t.url, "http://127.0.0.1:9"));
+    let got = scan::claim(&srv.base, sc.get("token"));
+    assert_eq!(got.status, 200, "{}", got.body);
+    assert_eq!(got.body["execution_id"], r.get("execution_id"));
+    assert_eq!(got.body["task_id"], r.get("task_id"));
+    assert_eq!(got.body["kind"], "port_scan");
+    assert_eq!(got.body["tags"], serde_json::json!(["edge"]));
+    assert_eq!(
+        got.body["targets"],
+        serde_json::json!([{"kind": "cidr", "value": "198.51.100.0/24"}])
+    );
+    assert_eq!(scan::claim(&srv.base, sc.get("token")).status, 204);
+    // The owner token printed by `owner create` is not a scanner token.
+    let owner_token = admin(&t, &["owner", "create", "bob"])
+        .ok()
+        .get("token")
+        .to_string();
+    assert_eq!(scan::claim(&srv.base, &owner_token).status, 401);
+    srv.shutdown();
+}
