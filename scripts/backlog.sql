@@ -11,6 +11,7 @@
 -- row is next due; in the future while it backs off) and last_error_class ('permanent' rows
 -- wait at the longest backoff until an operator fixes the cause and retries them).
 
+\set QUIET on
 \pset null ''
 
 SELECT id,

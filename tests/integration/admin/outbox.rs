@@ -180,7 +180,7 @@ fn backlog_of_an_empty_queue() {
 fn backlog_sql_runs_standalone() {
     let t = db::fresh();
     let out = std::process::Command::new("psql")
-        .args(["-X", "-v", "ON_ERROR_STOP=1", "-q", "-d", &t.url, "-f"])
+        .args(["-X", "-v", "ON_ERROR_STOP=1", "-d", &t.url, "-f"])
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/backlog.sql"))
         .output()
         .unwrap();
@@ -191,6 +191,10 @@ fn backlog_sql_runs_standalone() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("execution_id") && stdout.contains("backlog_rows=0"));
+    // Even without -q, no psql chatter ("Output format is unaligned.") between the parts.
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 9, "{stdout}");
+    assert_eq!(lines[2], "(0 rows)", "{stdout}");
 }
 
 #[test]
