@@ -183,3 +183,44 @@ fn injection_attempts_are_data_everywhere() {
         .get(0);
     assert_eq!(stored, evil_tag);
 }
+
+/// `--option=value` is `--option value`; after `--` everything is data, even `--owner=x`.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn option_equals_form_and_double_dash() {
+    let t = db::fresh();
+    let o = super::owner(&t, "alice");
+    let r = admin(
+        &t,
+        &[
+            "task",
+            "create",
+            &format!("--owner={o}"),
+            "--kind=dns",
+            "--target=example.com",
+            "--tag=a=b",
+        ],
+    )
+    .ok();
+    let tags: Vec<String> = t
+        .connect()
+        .query_one(
+            "SELECT tags FROM tasks WHERE id = $1",
+            &[&r.uuid("task_id")],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(tags, ["a=b"]);
+    let r = admin(&t, &["owner", "create", "--", "--owner=x"]).ok();
+    let name: String = t
+        .connect()
+        .query_one(
+            "SELECT name FROM owners WHERE id = $1",
+            &[&r.uuid("owner_id")],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(name, "--owner=x");
+    let cfg = TempFile::new(".toml", &format!("[database]\nurl = \"{}\"\n", t.url));
+    admin_without_url(&[&format!("--config={}", cfg.path()), "backlog"]).ok();
+}
