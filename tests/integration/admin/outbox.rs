@@ -387,3 +387,65 @@ fn backlog_through_a_config_file() {
     let r = super::admin_without_url(&["--config", cfg.path(), "backlog"]).ok();
     assert_eq!(r.get("backlog_rows"), "0");
 }
+
+/// A worker's claim that is still in flight (row locked, lease not yet committed) makes
+/// `outbox retry` wait for it and then refuse: the script reads the row under the lock,
+/// so it cannot clear a lease that commits a moment later.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn retry_waits_for_an_in_flight_claim_and_then_refuses() {
+    let t = db::fresh();
+    let (_, _, e) = queued_execution(&t, "mixed");
+    let mut c = t.connect();
+    succeed(&mut c, &e);
+    let id = outbox_row(&mut c, &e, "attempts = 1");
+
+    let mut worker = t.connect();
+    let mut claim = worker.transaction().unwrap();
+    claim
+        .execute(
+            "UPDATE scan_projection_outbox
+                SET claim_token = gen_random_uuid(), lease_expires_at = now() + interval '2 minutes'
+              WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+
+    let child = super::command()
+        .args(["outbox", "retry", &id.to_string()])
+        .env("SCANSTORE_DATABASE_URL", &t.url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the script's session is blocked on the row lock.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let waiting: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the script never waited for the claim's row lock"
+        );
+        std::thread::yield_now();
+    }
+    claim.commit().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r = super::Run {
+        args: vec!["outbox".into(), "retry".into(), id.to_string()],
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    r.fails_with("refusing to steal a live lease");
+    assert!(read(&mut c, id).claim_token.is_some());
+}
