@@ -2,6 +2,7 @@
 //! `SCANSTORE_DATABASE_URL` pointing at a throwaway database, its key=value output parsed,
 //! and the rows it wrote (or refused to write) checked in PostgreSQL.
 
+mod backlog;
 mod cli;
 mod executions;
 mod outbox;
