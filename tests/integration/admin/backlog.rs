@@ -12,7 +12,7 @@ fn backlog_prints_unprocessed_rows_and_a_summary() {
     let (o, _, e) = queued_execution(&t, "mixed");
     let mut c = t.connect();
     succeed(&mut c, &e);
-    let id = outbox_row(&mut c, &e, FAILED_MID_WAY);
+    outbox_row(&mut c, &e, FAILED_MID_WAY);
     admin(&t, &["tag", "add", "--owner", &o, "192.0.2.1", "x"]).ok();
     // A row published 10 minutes ago (counted) and one two hours ago (not counted).
     let (_, _, e2) = {
@@ -86,7 +86,6 @@ fn backlog_prints_unprocessed_rows_and_a_summary() {
     let pos_tags = r.stdout.find("| tags").unwrap();
     let pos_exec = r.stdout.find(&e).unwrap();
     assert!(pos_tags < pos_exec, "{r}");
-    let _ = id;
 }
 
 #[test]
