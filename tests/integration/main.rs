@@ -4,6 +4,7 @@
 
 mod support;
 
+mod admin;
 mod emulator;
 mod foundation;
 mod projection;

@@ -1,0 +1,46 @@
+-- The asset publication backlog (SPEC §4, §10; the seed's query): every outbox row not yet
+-- published, oldest due first, as an aligned table, then a summary as key=value lines.
+--
+-- Standalone:  psql -X -v ON_ERROR_STOP=1 -q -d "$SCANSTORE_DATABASE_URL" -f scripts/backlog.sql
+-- Dispatcher:  scripts/scanstore-admin backlog   (runs this file)
+--
+-- Read-only; takes no row locks, so it is safe to run while workers publish.
+--
+-- Columns beyond the seed's: id (for `scanstore-admin outbox retry ID`), kind
+-- ('execution' rows have an execution_id, 'tags' rows a tag_scope), available_at (when the
+-- row is next due; in the future while it backs off) and last_error_class ('permanent' rows
+-- wait at the longest backoff until an operator fixes the cause and retries them).
+
+\set QUIET on
+\pset null ''
+
+SELECT id,
+       kind,
+       execution_id,
+       tag_scope,
+       phase,
+       processed_endpoints,
+       attempts,
+       claim_token,
+       lease_expires_at,
+       available_at,
+       last_error_class,
+       last_error,
+       NOW() - created_at AS age
+  FROM scan_projection_outbox
+ WHERE processed_at IS NULL
+ ORDER BY available_at, execution_id, id;
+
+-- Summary. published_last_hour counts rows whose publication finished in the last hour.
+\pset tuples_only on
+\pset format unaligned
+SELECT format('backlog_rows=%s', count(*) FILTER (WHERE processed_at IS NULL))
+       || E'\n' || format('oldest_age_seconds=%s',
+              coalesce(floor(extract(epoch FROM NOW() - min(created_at) FILTER (WHERE processed_at IS NULL)))::bigint, 0))
+       || E'\n' || format('leased_rows=%s',
+              count(*) FILTER (WHERE processed_at IS NULL AND lease_expires_at > NOW()))
+       || E'\n' || format('permanent_error_rows=%s',
+              count(*) FILTER (WHERE processed_at IS NULL AND last_error_class = 'permanent'))
+       || E'\n' || format('published_last_hour=%s',
+              count(*) FILTER (WHERE processed_at >= NOW() - interval '1 hour'))
+  FROM scan_projection_outbox;
