@@ -7,5 +7,6 @@ mod support;
 mod admin;
 mod emulator;
 mod foundation;
-mod projection;
+pub mod projection;
+mod targets;
 mod upload;
