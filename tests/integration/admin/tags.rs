@@ -67,8 +67,8 @@ fn target_add_failures() {
     admin(&t, &["target", "add", "--owner", "x", "10.0.0.0/8"]).fails_with("invalid owner id 'x'");
     admin(&t, &["target", "add", "10.0.0.0/8"]).fails_with("missing --owner");
     admin(&t, &["target", "add", "--owner", &o]).fails_with("missing TARGET");
-    admin(&t, &["target", "remove", "--owner", &o, "10.0.0.0/8"])
-        .fails_with("unknown subcommand 'target remove'");
+    admin(&t, &["target", "drop", "--owner", &o, "10.0.0.0/8"])
+        .fails_with("unknown subcommand 'target drop'");
     assert_eq!(count(&t, "search_targets"), 0);
 }
 

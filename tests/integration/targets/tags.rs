@@ -218,3 +218,34 @@ fn tag_rows_and_execution_rows_take_turns() {
     assert!(ticks_until_tags.is_some(), "the tag row never ran");
     assert!(outbox_row(&s, big.execution_id)["processed_at"].is_string());
 }
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn targets_are_added_and_removed_by_the_admin_command() {
+    let s = manual();
+    let owner = s.owner.id.to_string();
+    let out = admin(&s, &["target", "add", "--owner", &owner, "10.9.0.5/16"]);
+    assert!(
+        out.contains("target added") && out.contains("key=10.9.0.0/16"),
+        "{out}"
+    );
+    let out = admin(&s, &["target", "remove", "--owner", &owner, "10.9.0.0/16"]);
+    assert!(out.contains("target removed"), "{out}");
+    let n: i64 = s
+        .sql()
+        .query_one("SELECT count(*) FROM search_targets", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    let again = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/scanstore-admin"
+        ))
+        .args(["target", "remove", "--owner", &owner, "10.9.0.0/16"])
+        .env("SCANSTORE_DATABASE_URL", &s.db.url)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is not a target"));
+}
