@@ -76,13 +76,55 @@ done
 echo "== scanstore serving on $base"
 curl -sS "$base/readyz"
 echo
+
+# The demo: an owner, a scanner and a task made with the admin command, a small scan
+# uploaded through the scanner API, and its publication awaited.
+admin() { SCANSTORE_DATABASE_URL=$SCANSTORE_DATABASE_URL scripts/scanstore-admin "$@"; }
+kv() { sed -n "s/^$1=//p"; }
+stamp=$(date -u +%Y%m%dT%H%M%S)
+owner=$(admin owner create "demo-$stamp")
+owner_id=$(kv owner_id <<<"$owner")
+owner_token=$(kv token <<<"$owner")
+scanner=$(admin scanner create "demo-scanner-$stamp" --owner "$owner_id")
+scanner_token=$(kv token <<<"$scanner")
+admin target add --owner "$owner_id" 192.0.2.0/24 >/dev/null
+task=$(admin task create --owner "$owner_id" --kind port_scan --target 192.0.2.0/24 \
+  --scanner "$(kv scanner_id <<<"$scanner")" --tag demo)
+claimed=$(curl -fsS -X POST -H "Authorization: Bearer $scanner_token" "$base/api/v1/scanner/executions/claim")
+execution=$(sed -n 's/.*"execution_id":"\([0-9a-f-]*\)".*/\1/p' <<<"$claimed")
+[ "$execution" = "$(kv execution_id <<<"$task")" ] || { echo "claim returned $claimed" >&2; exit 1; }
+
+upload_id=$(cat /proc/sys/kernel/random/uuid)
+now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+batch() { # INDEX IS_FINAL OBSERVATIONS_JSON
+  local sum
+  sum=$(printf '%s' "$3" | sha256sum | cut -d' ' -f1)
+  curl -fsS -X POST -H "Authorization: Bearer $scanner_token" -H 'Content-Type: application/json' \
+    --data-binary "{\"protocol_version\":2,\"upload_id\":\"$upload_id\",\"stream\":\"main\",\"batch_index\":$1,\"is_final\":$2,\"checksum\":\"sha256:$sum\",\"observations\":$3}" \
+    "$base/api/v1/scanner/executions/$execution/batches"
+  echo
+}
+batch 0 false "[{\"type\":\"endpoint\",\"ip\":\"192.0.2.10\",\"port\":443,\"transport\":\"tcp\",\"service\":\"https\",\"product\":\"nginx\",\"version\":\"1.27\",\"banner\":\"HTTP/1.1 200 OK\",\"observed_at\":\"$now\"},{\"type\":\"endpoint\",\"ip\":\"192.0.2.10\",\"port\":22,\"transport\":\"tcp\",\"service\":\"ssh\",\"product\":\"OpenSSH\",\"version\":\"9.6\",\"banner\":\"SSH-2.0-OpenSSH_9.6\",\"observed_at\":\"$now\"},{\"type\":\"endpoint\",\"ip\":\"192.0.2.20\",\"port\":53,\"transport\":\"udp\",\"service\":\"dns\",\"observed_at\":\"$now\"}]"
+batch 1 true "[]"
+echo "== demo execution $execution uploaded; waiting for its assets to be published"
+published=""
+for _ in $(seq 100); do
+  published=$(psql "$SCANSTORE_DATABASE_URL" -X -tAc \
+    "SELECT processed_endpoints FROM scan_projection_outbox WHERE execution_id = '$execution' AND processed_at IS NOT NULL")
+  [ -n "$published" ] && break
+  sleep 0.2
+done
+[ -n "$published" ] || { echo "the demo execution was not published; see $dev/scanstore.log" >&2; exit 1; }
+echo "== published $published endpoints into the current asset view"
 echo
+echo "Console:    $base/"
 echo "API:        $base/api/v1/"
 echo "Health:     $base/healthz  $base/readyz"
+echo "Owner:      $owner_id"
+echo "Token:      $owner_token   (sign in to the console with it)"
 echo "Logs:       $dev/scanstore.log"
 
 if [ -n "${DEV_EXIT:-}" ]; then
-  curl -fsS "$base/readyz" >/dev/null
   exit 0
 fi
 echo "Ctrl-C stops scanstore, the emulator and the throwaway PostgreSQL."

@@ -32,5 +32,8 @@ if [ $# -eq 0 ]; then
   db_host=$(python3 -c 'import sys, urllib.parse as u; print(u.urlparse(sys.argv[1]).hostname or "127.0.0.1")' "$STORAGE_TEST_DATABASE_URL")
   db_user=$(python3 -c 'import sys, urllib.parse as u; print(u.urlparse(sys.argv[1]).username or "postgres")' "$STORAGE_TEST_DATABASE_URL")
   PGHOST=$db_host PGPORT=$db_port PGUSER=$db_user bash tests/sql/run.sh
+  # The README's run command, end to end: start everything, upload the demo, see it published.
+  DEV_EXIT=1 bash scripts/dev.sh >target/dev-smoke.log 2>&1 || { cat target/dev-smoke.log; exit 1; }
+  echo "scripts/dev.sh: demo uploaded and published"
 fi
 cargo test -- --include-ignored "$@"
