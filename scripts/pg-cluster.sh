@@ -35,7 +35,8 @@ free_port() {
 }
 
 # pg_start DATADIR PORT: creates the cluster if needed and starts it on 127.0.0.1:PORT.
-# Durability is switched off: these clusters hold nothing worth keeping.
+# Durability is switched off: these clusters hold nothing worth keeping. PG_PRELOAD sets
+# shared_preload_libraries (default pg_stat_statements; empty for none).
 pg_start() {
   local data=$1 port=$2 bin
   bin=$(pg_bin_dir) || return 1
@@ -53,7 +54,7 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 max_connections = 400
-shared_preload_libraries = 'pg_stat_statements'
+shared_preload_libraries = '${PG_PRELOAD-pg_stat_statements}'
 CONF
   fi
   pg_as_owner "$bin/pg_ctl" -D "$data" -o "-p $port" -l "$data/server.log" -w -t 60 start >/dev/null || {

@@ -17,6 +17,11 @@ if [ -z "${STORAGE_TEST_DATABASE_URL:-}" ]; then
   pg_start "$work/pg" "$port"
   export STORAGE_TEST_DATABASE_URL="postgresql://postgres@127.0.0.1:$port/postgres"
   echo "test PostgreSQL on 127.0.0.1:$port"
+  # A second cluster without pg_stat_statements preloaded, for the slow-SQL "not loaded" case.
+  bare_port=$(free_port)
+  trap 'pg_stop "$work/pg"; pg_stop "$work/bare"; rm -rf "$work"' EXIT
+  PG_PRELOAD="" pg_start "$work/bare" "$bare_port"
+  export STORAGE_TEST_NO_PRELOAD_URL="postgresql://postgres@127.0.0.1:$bare_port/postgres"
 fi
 
 # The peer client of the emulator's conformance check.

@@ -12,7 +12,11 @@ use crate::es::{setup, EsClient, EsError};
 use crate::http::router;
 use crate::http::server::{self, Handler, HttpServer};
 use crate::projection::Workers;
+use crate::telemetry::sampler::Sampler;
 use crate::telemetry::Line;
+
+/// How often the backlog and slow SQL are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(30);
 
 /// Timeout of the readiness probe's Elasticsearch ping.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -75,6 +79,7 @@ pub struct Running {
     pub app: Arc<App>,
     http: HttpServer,
     workers: Workers,
+    sampler: Sampler,
 }
 
 impl Running {
@@ -88,6 +93,7 @@ impl Running {
         let grace = self.app.config.server.shutdown_grace;
         let http = self.http.shutdown(grace);
         self.workers.stop();
+        self.sampler.stop();
         http
     }
 }
@@ -112,5 +118,11 @@ pub fn start_with(config: Config, handler: Handler) -> Result<Running, StartErro
     }
     let http = server::start(app.clone(), handler)?;
     let workers = Workers::start(&app)?;
-    Ok(Running { app, http, workers })
+    let sampler = Sampler::start(app.db.clone(), SAMPLE_EVERY);
+    Ok(Running {
+        app,
+        http,
+        workers,
+        sampler,
+    })
 }

@@ -46,6 +46,8 @@ pub enum Stage {
     Read,
     /// Readiness probe.
     Health,
+    /// The periodic sampler (backlog, slow SQL) and `/metrics`.
+    Sample,
     /// Schema migration at start-up.
     Migrate,
 }
@@ -64,6 +66,7 @@ impl Stage {
             Stage::OutboxError => "outbox_error",
             Stage::Read => "read",
             Stage::Health => "health",
+            Stage::Sample => "sample",
             Stage::Migrate => "migrate",
         }
     }

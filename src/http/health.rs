@@ -1,11 +1,13 @@
 //! Probes: `/healthz` says the process serves requests; `/readyz` says it can do its job
-//! (PostgreSQL reachable with the current schema, Elasticsearch reachable).
+//! (PostgreSQL reachable with the current schema, Elasticsearch reachable); `/metrics`
+//! exposes the Prometheus metrics, with the backlog sampled fresh for the scrape.
 
 use serde_json::json;
 
 use super::request::Reply;
 use crate::app::App;
 use crate::db::{migrate, Stage};
+use crate::telemetry;
 
 pub fn healthz() -> Reply {
     Reply::ok(json!({ "status": "ok" }))
@@ -31,4 +33,25 @@ pub fn readyz(app: &App) -> Reply {
         },
     });
     Reply::json(if ready { 200 } else { 503 }, &body)
+}
+
+/// `GET /metrics`: the Prometheus text format. The outbox backlog is sampled for the
+/// scrape (one bounded query); slow SQL comes from the periodic sampler.
+pub fn metrics(app: &App) -> Reply {
+    let m = telemetry::metrics::get();
+    match telemetry::sampler::backlog_now(&app.db) {
+        Ok((rows, age)) => {
+            m.outbox_backlog.set(rows);
+            m.outbox_oldest_age_seconds.set(age);
+        }
+        Err(_) => {
+            m.sampling_failures.inc();
+        }
+    }
+    Reply {
+        status: 200,
+        content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        headers: Vec::new(),
+        body: m.render().into_bytes(),
+    }
 }

@@ -16,6 +16,7 @@ use crate::es::retry::Backoff;
 use crate::es::writer::{WritePolicy, Writer};
 use crate::tags;
 use crate::telemetry::events::ms;
+use crate::telemetry::metrics;
 use crate::telemetry::Line;
 
 use super::heartbeat::Heartbeat;
@@ -85,7 +86,10 @@ impl Worker {
         heartbeat.stop();
         match result {
             Ok(outcome) => Ok(outcome),
-            Err(ProjectionError::LeaseLost) => Ok(TickOutcome::LeaseLost),
+            Err(ProjectionError::LeaseLost) => {
+                metrics::get().projection_lease_losses.inc();
+                Ok(TickOutcome::LeaseLost)
+            }
             Err(e) => self.record(&claim, &e),
         }
     }
@@ -168,6 +172,9 @@ impl Worker {
                 outbox::checkpoint(&app.db, claim, &next, n)?;
                 processed += n;
                 pages += 1;
+                metrics::get()
+                    .projection_endpoints_published
+                    .inc_by(n as u64);
                 cursor = Some(next);
                 Line::new("ScanProjectionPageCompleted")
                     .field("outbox_id", claim.id)

@@ -5,6 +5,8 @@
 use std::fmt::{self, Write as _};
 use std::time::Duration;
 
+use super::metrics;
+
 /// One log line under construction. Values containing spaces, quotes or `=` are quoted
 /// so that the line stays machine-splittable.
 pub struct Line {
@@ -64,6 +66,12 @@ impl ConnectionAcquired<'_> {
     }
 
     pub fn emit(&self) {
+        metrics::observe(
+            &metrics::get()
+                .pool_wait_seconds
+                .get_or_create(&metrics::stage(self.stage)),
+            self.wait,
+        );
         self.line().info()
     }
 }
@@ -84,6 +92,12 @@ impl ConnectionReleased<'_> {
     }
 
     pub fn emit(&self) {
+        metrics::observe(
+            &metrics::get()
+                .pool_hold_seconds
+                .get_or_create(&metrics::stage(self.stage)),
+            self.hold,
+        );
         self.line().info()
     }
 }
@@ -102,6 +116,10 @@ impl ConnectionTimedOut<'_> {
     }
 
     pub fn emit(&self) {
+        metrics::get()
+            .pool_timeouts
+            .get_or_create(&metrics::stage(self.stage))
+            .inc();
         self.line().warn()
     }
 }
@@ -137,6 +155,13 @@ impl BulkCompleted<'_> {
     }
 
     pub fn emit(&self) {
+        let m = metrics::get();
+        let outcome = metrics::OutcomeLabels {
+            success: self.success.to_string(),
+        };
+        metrics::observe(&m.bulk_seconds.get_or_create(&outcome), self.duration);
+        m.bulk_bytes.observe(self.request_bytes as f64);
+        m.bulk_operations.observe(self.operations as f64);
         if self.success {
             self.line().info()
         } else {

@@ -1,6 +1,9 @@
-//! Telemetry: structured key=value log events (SPEC §10) and secret-safe value types.
+//! Telemetry: structured key=value log events (SPEC §10), the Prometheus metrics they feed,
+//! the periodic sampler (outbox backlog, slow SQL), and secret-safe value types.
 
 pub mod events;
+pub mod metrics;
+pub mod sampler;
 pub mod secret;
 pub mod span;
 

@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::time::Instant;
 
 use super::events::Line;
+use super::metrics;
 
 pub struct UploadSpan {
     started: Instant,
@@ -55,8 +56,26 @@ impl UploadSpan {
         out
     }
 
+    fn get(&self, key: &str) -> Option<String> {
+        self.fields
+            .borrow()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    }
+
     /// The closing span line: identity, class, HTTP status and total duration.
     pub fn finish(&self, status: u16) {
+        let labels = metrics::UploadLabels {
+            class: self.get("class").unwrap_or_else(|| "unknown".into()),
+            status: status.to_string(),
+        };
+        let m = metrics::get();
+        m.upload_requests.get_or_create(&labels).inc();
+        metrics::observe(
+            &m.upload_seconds.get_or_create(&labels),
+            self.started.elapsed(),
+        );
         let line = self
             .line("ScanResultUpload")
             .field("status", status)
@@ -78,6 +97,12 @@ struct StageGuard<'a> {
 
 impl Drop for StageGuard<'_> {
     fn drop(&mut self) {
+        metrics::observe(
+            &metrics::get()
+                .stage_seconds
+                .get_or_create(&metrics::stage(self.stage)),
+            self.started.elapsed(),
+        );
         self.span
             .line("ScanWriteStageCompleted")
             .field("stage", self.stage)

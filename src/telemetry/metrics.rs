@@ -1,0 +1,228 @@
+//! Prometheus metrics: one process-wide registry, fed by the telemetry events (so every
+//! logged measurement is also a metric, from one place) and by the sampler (backlog, slow
+//! SQL). Rendered in the Prometheus text format by `GET /metrics`.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UploadLabels {
+    pub class: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    pub stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub success: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueryLabels {
+    pub queryid: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+pub struct Metrics {
+    registry: Registry,
+    pub upload_requests: Family<UploadLabels, Counter>,
+    pub upload_seconds: Family<UploadLabels, Histogram>,
+    pub stage_seconds: Family<StageLabels, Histogram>,
+    pub pool_wait_seconds: Family<StageLabels, Histogram>,
+    pub pool_hold_seconds: Family<StageLabels, Histogram>,
+    pub pool_timeouts: Family<StageLabels, Counter>,
+    pub bulk_seconds: Family<OutcomeLabels, Histogram>,
+    pub bulk_bytes: Histogram,
+    pub bulk_operations: Histogram,
+    pub outbox_backlog: Gauge,
+    pub outbox_oldest_age_seconds: FloatGauge,
+    pub projection_endpoints_published: Counter,
+    pub projection_lease_losses: Counter,
+    pub sql_mean_ms: Family<QueryLabels, FloatGauge>,
+    pub sql_calls: Family<QueryLabels, Gauge>,
+    pub slow_sql_available: Gauge,
+    pub sampling_failures: Counter,
+}
+
+fn seconds() -> Histogram {
+    // 50 µs … ~100 s.
+    Histogram::new(exponential_buckets(0.00005, 2.0, 22))
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("scanstore");
+        let m = Metrics {
+            upload_requests: Family::default(),
+            upload_seconds: Family::new_with_constructor(seconds),
+            stage_seconds: Family::new_with_constructor(seconds),
+            pool_wait_seconds: Family::new_with_constructor(seconds),
+            pool_hold_seconds: Family::new_with_constructor(seconds),
+            pool_timeouts: Family::default(),
+            bulk_seconds: Family::new_with_constructor(seconds),
+            bulk_bytes: Histogram::new(exponential_buckets(256.0, 2.0, 18)),
+            bulk_operations: Histogram::new(exponential_buckets(1.0, 2.0, 15)),
+            outbox_backlog: Gauge::default(),
+            outbox_oldest_age_seconds: FloatGauge::default(),
+            projection_endpoints_published: Counter::default(),
+            projection_lease_losses: Counter::default(),
+            sql_mean_ms: Family::default(),
+            sql_calls: Family::default(),
+            slow_sql_available: Gauge::default(),
+            sampling_failures: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "upload_requests",
+            "Batch uploads by class and HTTP status",
+            m.upload_requests.clone(),
+        );
+        registry.register(
+            "upload_seconds",
+            "Batch upload latency by class and status",
+            m.upload_seconds.clone(),
+        );
+        registry.register(
+            "write_stage_seconds",
+            "Write-path stage durations",
+            m.stage_seconds.clone(),
+        );
+        registry.register(
+            "pool_wait_seconds",
+            "Time waiting for a pooled connection, by stage",
+            m.pool_wait_seconds.clone(),
+        );
+        registry.register(
+            "pool_hold_seconds",
+            "Time a pooled connection was held, by stage",
+            m.pool_hold_seconds.clone(),
+        );
+        registry.register(
+            "pool_timeouts",
+            "Checkouts that gave up after the pool timeout",
+            m.pool_timeouts.clone(),
+        );
+        registry.register(
+            "es_bulk_seconds",
+            "Elasticsearch _bulk request latency",
+            m.bulk_seconds.clone(),
+        );
+        registry.register(
+            "es_bulk_request_bytes",
+            "Elasticsearch _bulk request sizes",
+            m.bulk_bytes.clone(),
+        );
+        registry.register(
+            "es_bulk_operations",
+            "Operations per Elasticsearch _bulk request",
+            m.bulk_operations.clone(),
+        );
+        registry.register(
+            "outbox_backlog",
+            "Unprocessed asset publication rows (sampled)",
+            m.outbox_backlog.clone(),
+        );
+        registry.register(
+            "outbox_oldest_age_seconds",
+            "Age of the oldest unprocessed publication row (sampled)",
+            m.outbox_oldest_age_seconds.clone(),
+        );
+        registry.register(
+            "projection_endpoints_published",
+            "Endpoints published into the current asset view",
+            m.projection_endpoints_published.clone(),
+        );
+        registry.register(
+            "projection_lease_losses",
+            "Publication leases lost",
+            m.projection_lease_losses.clone(),
+        );
+        registry.register(
+            "sql_mean_ms",
+            "Mean execution time of the slowest statements (pg_stat_statements)",
+            m.sql_mean_ms.clone(),
+        );
+        registry.register(
+            "sql_calls",
+            "Calls of the slowest statements (pg_stat_statements)",
+            m.sql_calls.clone(),
+        );
+        registry.register(
+            "slow_sql_available",
+            "1 when pg_stat_statements can be sampled, 0 when it is unavailable",
+            m.slow_sql_available.clone(),
+        );
+        registry.register(
+            "sampling_failures",
+            "Samplings that failed (pool or query failure)",
+            m.sampling_failures.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The process-wide metrics.
+pub fn get() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(Metrics::new)
+}
+
+pub fn stage(stage: &str) -> StageLabels {
+    StageLabels {
+        stage: stage.to_string(),
+    }
+}
+
+pub fn observe(h: &Histogram, d: Duration) {
+    h.observe(d.as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_registered_families() {
+        let m = get();
+        m.upload_requests
+            .get_or_create(&UploadLabels {
+                class: "final".into(),
+                status: "200".into(),
+            })
+            .inc();
+        observe(
+            &m.pool_hold_seconds.get_or_create(&stage("reserve")),
+            Duration::from_millis(3),
+        );
+        let text = m.render();
+        assert!(
+            text.contains("scanstore_upload_requests_total{class=\"final\",status=\"200\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("scanstore_pool_hold_seconds_bucket{le="),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
