@@ -12,7 +12,7 @@
 //!
 //! Modules, one responsibility each: [`config`] (start-up TOML), [`db`] (pool, checkout
 //! guard, migrations), [`es`] (Elasticsearch client), [`http`] (threads, routing, error
-//! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`auth`] (tokens to principals), [`app`]
+//! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`read`] (owner-side read APIs), [`auth`] (tokens to principals), [`app`]
 //! (start-up and shutdown), [`telemetry`] (events).
 
 pub mod app;
@@ -22,5 +22,6 @@ pub mod db;
 pub mod es;
 pub mod http;
 pub mod projection;
+pub mod read;
 pub mod telemetry;
 pub mod upload;

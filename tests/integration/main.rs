@@ -7,4 +7,5 @@ mod support;
 mod emulator;
 mod foundation;
 mod projection;
+mod read;
 mod upload;

@@ -1,0 +1,1 @@
+//! The console in headless Chromium.

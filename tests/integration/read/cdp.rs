@@ -1,0 +1,1 @@
+//! A minimal Chrome DevTools Protocol client.

@@ -1,0 +1,1 @@
+//! The OpenAPI description against the running server.
