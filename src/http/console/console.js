@@ -267,7 +267,7 @@
       try {
         const body = await api(base + (next ? "&after=" + encodeURIComponent(next) : ""));
         if (gen !== generation) return;
-        if (body.total) summary.textContent = num(body.total.value) + (body.total.relation === "gte" ? "+" : "") + " assets";
+        if (body.total) summary.textContent = num(body.total.value) + (body.total.relation === "gte" ? "+" : "") + (body.total.value === 1 ? " asset" : " assets");
         for (const a of body.assets) {
           tbody.appendChild(h("tr", { "data-asset": a.ip + ":" + a.port + "/" + a.transport },
             h("td", { class: "mono ipcell" }, a.ip),
