@@ -11,8 +11,9 @@
 //! past [`MAX_PAGE_ENDPOINTS`] endpoints, so a page is bounded however many ports an IP has.
 //!
 //! By default the results are those of the task's succeeded executions, which are complete
-//! as soon as each execution succeeded (no wait for asset publication); `execution_id`
-//! selects one execution of the task, whatever its status (`complete` tells).
+//! as soon as each execution succeeded (no wait for asset publication); `complete` says no
+//! execution of the task is still queued or running. `execution_id` selects one execution
+//! of the task, whatever its status (`complete` then says whether it succeeded).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -64,8 +65,9 @@ struct Scope {
 const SUCCEEDED: &str = "
     SELECT id FROM executions WHERE task_id = $1 AND status = 'succeeded'
      ORDER BY created_at, id LIMIT $2";
+// Failed executions are final and simply not covered; queued or running ones may add more.
 const UNFINISHED: &str = "
-    SELECT count(*) FROM executions WHERE task_id = $1 AND status <> 'succeeded'";
+    SELECT count(*) FROM executions WHERE task_id = $1 AND status IN ('queued', 'running')";
 const ONE: &str = "SELECT status FROM executions WHERE id = $1 AND task_id = $2";
 
 /// `GET /api/v1/tasks/{id}/results?size=&after=&execution_id=`
