@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit and integration tests against a throwaway
-# PostgreSQL cluster and the ES emulator. Installs what is missing (PostgreSQL from Debian,
-# the Python elasticsearch client from PyPI), and always stops what it started.
+# PostgreSQL cluster and the ES emulator. Installs what is missing (PostgreSQL and Chromium
+# from Debian, the Python elasticsearch client from PyPI), and always stops what it started.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh projection::    # extra arguments go to `cargo test` as a filter
@@ -27,6 +27,17 @@ fi
 # The peer client of the emulator's conformance check.
 if ! python3 -c 'import elasticsearch' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check 'elasticsearch>=8,<9'
+fi
+
+# Headless Chromium for the console's browser test (read::browser), from Debian.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "Installing Chromium from Debian's packages..." >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "chromium not installed (Debian package 'chromium'); the browser test will be skipped." >&2
+  fi
 fi
 
 cargo fmt --check

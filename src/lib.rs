@@ -12,8 +12,9 @@
 //!
 //! Modules, one responsibility each: [`config`] (start-up TOML), [`db`] (pool, checkout
 //! guard, migrations), [`es`] (Elasticsearch client), [`http`] (threads, routing, error
-//! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`auth`] (tokens to principals), [`tags`] (asset tags), [`app`]
-//! (start-up and shutdown), [`telemetry`] (events).
+//! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`read`]
+//! (owner-side read APIs), [`auth`] (tokens to principals), [`tags`] (asset tags), [`app`]
+//! (start-up and shutdown), [`telemetry`] (events, metrics, sampler).
 
 pub mod app;
 pub mod auth;
@@ -22,6 +23,7 @@ pub mod db;
 pub mod es;
 pub mod http;
 pub mod projection;
+pub mod read;
 pub mod tags;
 pub mod telemetry;
 pub mod upload;

@@ -6,6 +6,7 @@ use serde_json::json;
 use super::request::Reply;
 use crate::db::DbError;
 use crate::es::EsError;
+use crate::read::{Partial, ReadError};
 use crate::upload::UploadError;
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +33,8 @@ pub enum ApiError {
     Es(#[from] EsError),
     #[error(transparent)]
     Upload(#[from] UploadError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -88,6 +91,21 @@ fn upload(e: &UploadError) -> Mapping {
     }
 }
 
+fn read(e: &ReadError) -> Mapping {
+    match e {
+        ReadError::Invalid { code, .. } => m(400, code),
+        ReadError::Unauthorized => m(401, "unauthorized"),
+        ReadError::Forbidden(_) => m(403, "forbidden"),
+        // Another owner's id is not found, never forbidden: existence is not disclosed.
+        ReadError::NotFound => m(404, "not_found"),
+        // ES stopped before every shard answered: the same search may complete later.
+        ReadError::Partial(Partial::TimedOut) => m(503, "search_timed_out"),
+        ReadError::Partial(Partial::ShardsFailed { .. }) => m(502, "search_shards_failed"),
+        ReadError::Db(e) => db(e),
+        ReadError::Es(e) => es(e),
+    }
+}
+
 /// The HTTP status an upload error is answered with (for the upload span's log line).
 pub fn upload_status(e: &UploadError) -> u16 {
     upload(e).status
@@ -107,6 +125,7 @@ impl ApiError {
             ApiError::Db(e) => db(e),
             ApiError::Es(e) => es(e),
             ApiError::Upload(e) => upload(e),
+            ApiError::Read(e) => read(e),
             ApiError::Internal(_) => m(500, "internal_error"),
         }
     }
@@ -147,6 +166,8 @@ fn public_message(code: &str) -> &'static str {
         "database_contention" => "database contention, retry",
         "search_backend_unavailable" => "search backend unavailable, retry",
         "search_backend_error" => "search backend rejected the request",
+        "search_timed_out" => "search timed out; the page would be incomplete, retry",
+        "search_shards_failed" => "some search shards failed; the page would be incomplete",
         "index_name_too_long" => "index name exceeds the request-line budget; check index_prefix",
         _ => "internal error",
     }
@@ -180,6 +201,30 @@ mod tests {
         assert_eq!(r.status, 400);
         assert_eq!(r.json_body()["error"]["message"], "port out of range");
         assert!(r.headers.is_empty());
+    }
+
+    #[test]
+    fn read_errors() {
+        let r = ApiError::from(ReadError::NotFound).reply("rid");
+        assert_eq!(r.status, 404);
+        let r = ApiError::from(ReadError::invalid("bad_cursor", "nope")).reply("rid");
+        assert_eq!(
+            (r.status, r.json_body()["error"]["code"].clone()),
+            (400, "bad_cursor".into())
+        );
+        let r = ApiError::from(ReadError::Partial(Partial::TimedOut)).reply("rid");
+        assert_eq!(r.status, 503);
+        assert!(r.json_body()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"));
+        let r = ApiError::from(ReadError::Partial(Partial::ShardsFailed {
+            failed: 1,
+            total: 2,
+        }))
+        .reply("rid");
+        assert_eq!(r.status, 502);
+        assert_eq!(r.json_body()["error"]["code"], "search_shards_failed");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! HTTP: a fixed pool of blocking worker threads over tiny_http ([`server`]), a socket-free
 //! request/reply model ([`request`]), routing ([`router`]), the one error-to-status map
-//! ([`error`]) and the probes ([`health`]).
+//! ([`error`]) and the probes ([`health`]), the embedded web console and OpenAPI description ([`console`]).
 
+pub mod console;
 pub mod error;
 pub mod health;
 pub mod request;

@@ -2,10 +2,27 @@
 //! every route is testable without a socket.
 
 use super::error::ApiError;
-use super::health;
 use super::request::{Reply, Req};
+use super::{console, health};
 use crate::app::App;
-use crate::upload;
+use crate::{read, upload};
+
+/// Every route: method and path template (`{name}` is one path segment). The OpenAPI
+/// description (`openapi.json`) documents exactly these; a test holds the two together.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+    ("POST", "/api/v1/scanner/executions/claim"),
+    ("POST", "/api/v1/scanner/executions/{execution_id}/batches"),
+    ("GET", "/api/v1/tasks"),
+    ("GET", "/api/v1/tasks/{task_id}"),
+    ("GET", "/api/v1/tasks/{task_id}/executions"),
+    ("GET", "/api/v1/tasks/{task_id}/results"),
+    ("GET", "/api/v1/assets"),
+    ("GET", "/api/v1/search"),
+    ("GET", "/api/v1/openapi.json"),
+];
 
 /// The product's handler, given to the HTTP server.
 pub fn route(app: &App, req: &Req) -> Result<Reply, ApiError> {
@@ -20,6 +37,20 @@ pub fn route(app: &App, req: &Req) -> Result<Reply, ApiError> {
         }
         (_, ["api", "v1", "scanner", "executions", ..]) => Err(ApiError::MethodNotAllowed),
         (_, ["healthz"]) | (_, ["readyz"]) | (_, ["metrics"]) => Err(ApiError::MethodNotAllowed),
+        ("GET", ["api", "v1", "tasks"]) => Ok(read::tasks::list(app, req)?),
+        ("GET", ["api", "v1", "tasks", id]) => Ok(read::tasks::get(app, req, id)?),
+        ("GET", ["api", "v1", "tasks", id, "executions"]) => {
+            Ok(read::executions::list(app, req, id)?)
+        }
+        ("GET", ["api", "v1", "tasks", id, "results"]) => Ok(read::results::list(app, req, id)?),
+        ("GET", ["api", "v1", "assets"]) => Ok(read::assets::assets(app, req)?),
+        ("GET", ["api", "v1", "search"]) => Ok(read::assets::search_assets(app, req)?),
+        ("GET", ["api", "v1", "openapi.json"]) => Ok(console::openapi()),
+        (_, ["api", "v1", "tasks", ..])
+        | (_, ["api", "v1", "assets"])
+        | (_, ["api", "v1", "search"])
+        | (_, ["api", "v1", "openapi.json"]) => Err(ApiError::MethodNotAllowed),
+        ("GET", []) | ("GET", ["console", ..]) => console::page(req).ok_or(ApiError::NotFound),
         _ => Err(ApiError::NotFound),
     }
 }

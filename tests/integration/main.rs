@@ -9,5 +9,6 @@ mod emulator;
 mod foundation;
 mod observability;
 pub mod projection;
+mod read;
 mod targets;
 mod upload;

@@ -1,0 +1,142 @@
+//! `GET /api/v1/tasks/{id}/executions`: a task's executions, oldest first, each with its
+//! status, counts, timestamps and asset publication progress: `projection_status` (from
+//! [`status::derive`]), `processed_endpoints`, `attempts`, phase, next attempt and the last
+//! error's *class* (`transient`/`permanent`), never its text. PostgreSQL only.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use postgres::Row;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::error::ReadError;
+use super::{params, tasks, with_owner};
+use crate::app::App;
+use crate::http::request::{Reply, Req};
+use crate::projection::status::{self, OutboxState};
+
+pub const DEFAULT_SIZE: usize = 50;
+pub const MAX_SIZE: usize = 200;
+
+// Index executions_task_idx (task_id, created_at); the outbox by its unique execution_id.
+fn page_sql(after: bool) -> String {
+    let keyset = if after {
+        "AND (e.created_at, e.id) > ($3, $4)"
+    } else {
+        ""
+    };
+    format!(
+        "SELECT e.id, e.scanner_id, e.status, e.observation_count, e.endpoint_count,
+                e.dns_record_count, e.created_at, e.started_at, e.finished_at, e.updated_at,
+                o.id IS NOT NULL AS has_row, o.processed_at, o.lease_expires_at,
+                o.last_error IS NOT NULL AS has_error, o.last_error_class, o.attempts,
+                o.processed_endpoints, o.phase, o.available_at, now() AS now
+           FROM executions e
+           LEFT JOIN scan_projection_outbox o ON o.execution_id = e.id
+          WHERE e.task_id = $1 {keyset}
+          ORDER BY e.created_at, e.id LIMIT $2"
+    )
+}
+
+fn time(t: Option<DateTime<Utc>>) -> Value {
+    t.map_or(Value::Null, |t| {
+        json!(t.to_rfc3339_opts(SecondsFormat::Micros, true))
+    })
+}
+
+fn execution_json(r: &Row, task_kind: &str) -> Value {
+    let has_row: bool = r.get("has_row");
+    let state = OutboxState {
+        processed_at: r.get("processed_at"),
+        lease_expires_at: r.get("lease_expires_at"),
+        last_error: r
+            .get::<_, Option<bool>>("has_error")
+            .unwrap_or(false)
+            .then(String::new),
+    };
+    let s = status::derive(
+        r.get("status"),
+        task_kind,
+        has_row.then_some(&state),
+        r.get("now"),
+    );
+    let projection = if has_row {
+        json!({
+            "processed_endpoints": r.get::<_, Option<i64>>("processed_endpoints"),
+            "attempts": r.get::<_, Option<i32>>("attempts"),
+            "phase": r.get::<_, Option<String>>("phase"),
+            "last_error_class": r.get::<_, Option<String>>("last_error_class")
+                .or_else(|| state.last_error.as_ref().map(|_| "unknown".to_string())),
+            "next_attempt_at": if state.processed_at.is_none() { time(r.get("available_at")) } else { Value::Null },
+            "processed_at": time(state.processed_at),
+        })
+    } else {
+        json!({
+            "processed_endpoints": 0, "attempts": 0, "phase": null, "last_error_class": null,
+            "next_attempt_at": null, "processed_at": null,
+        })
+    };
+    json!({
+        "id": r.get::<_, Uuid>("id"),
+        "scanner_id": r.get::<_, Uuid>("scanner_id"),
+        "status": r.get::<_, String>("status"),
+        "counts": {
+            "observations": r.get::<_, i64>("observation_count"),
+            "endpoints": r.get::<_, i64>("endpoint_count"),
+            "dns_records": r.get::<_, i64>("dns_record_count"),
+        },
+        "created_at": time(Some(r.get("created_at"))),
+        "started_at": time(r.get("started_at")),
+        "finished_at": time(r.get("finished_at")),
+        "updated_at": time(Some(r.get("updated_at"))),
+        "projection_status": s.as_str(),
+        "projection": projection,
+    })
+}
+
+/// `GET /api/v1/tasks/{id}/executions?size=&after=`
+pub fn list(app: &App, req: &Req, task: &str) -> Result<Reply, ReadError> {
+    let task = params::path_id(task);
+    let size = params::size(req, DEFAULT_SIZE, MAX_SIZE)?;
+    let after = match params::cursor(req, "executions", 2)? {
+        None => None,
+        Some(v) => {
+            let bad = || ReadError::invalid("bad_cursor", "after is not a cursor of this listing");
+            let at = v[0]
+                .as_str()
+                .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+                .ok_or_else(bad)?;
+            let id = v[1]
+                .as_str()
+                .and_then(|s| Uuid::parse_str(s).ok())
+                .ok_or_else(bad)?;
+            Some((at.with_timezone(&Utc), id))
+        }
+    };
+    let (executions, next) = with_owner(app, req, |tx, owner| {
+        let task = task?;
+        let kind = tasks::owned_kind(tx, task, owner.id)?;
+        let limit = size as i64 + 1;
+        let mut rows = match after {
+            None => tx.query(&page_sql(false), &[&task, &limit])?,
+            Some((at, id)) => tx.query(&page_sql(true), &[&task, &limit, &at, &id])?,
+        };
+        let more = rows.len() > size;
+        rows.truncate(size);
+        let next = match (more, rows.last()) {
+            (true, Some(last)) => {
+                let at: DateTime<Utc> = last.get("created_at");
+                Some(params::encode_cursor(
+                    "executions",
+                    &[
+                        json!(at.to_rfc3339_opts(SecondsFormat::Micros, true)),
+                        json!(last.get::<_, Uuid>("id")),
+                    ],
+                ))
+            }
+            _ => None,
+        };
+        let list: Vec<Value> = rows.iter().map(|r| execution_json(r, &kind)).collect();
+        Ok((list, next))
+    })?;
+    Ok(Reply::ok(json!({ "executions": executions, "next": next })))
+}

@@ -1,0 +1,106 @@
+//! Owner-side reads: tasks, executions, task results, assets and search.
+//!
+//! Every handler authenticates the owner and reads what it needs from PostgreSQL in one
+//! short read-only transaction ([`with_owner`]); the connection is back in the pool before
+//! any Elasticsearch request. An owner sees only its own rows and documents: another
+//! owner's id answers 404 exactly like an unknown one. Every query is bounded (page sizes,
+//! chunked endpoint fetches, a cap on counting passes), and every search answer is checked
+//! for `timed_out` and failed shards ([`search`]) so a partial page is never served.
+//!
+//! Files: [`tasks`] (list, detail, the task-level projection status), [`executions`],
+//! [`results`] (execution projection grouped by IP), [`assets`] (assets and search over the
+//! current projection), [`params`] (query parameters and cursors), [`error`].
+
+pub mod assets;
+pub mod error;
+pub mod executions;
+pub mod params;
+pub mod results;
+pub mod tasks;
+
+use postgres::Transaction;
+use serde_json::Value;
+
+use crate::app::App;
+use crate::auth::{self, Owner};
+use crate::db::{DbError, Stage};
+use crate::es::index::encode_path;
+use crate::http::request::Req;
+
+pub use error::{Partial, ReadError};
+
+/// Authenticates the bearer token as an owner and runs `f` in one short read-only
+/// transaction on a connection that is returned before this function returns.
+pub fn with_owner<T>(
+    app: &App,
+    req: &Req,
+    f: impl FnOnce(&mut Transaction<'_>, Owner) -> Result<T, ReadError>,
+) -> Result<T, ReadError> {
+    let token = req.bearer_token().ok_or(ReadError::Unauthorized)?;
+    let mut conn = app.db.checkout(Stage::Read)?;
+    let mut tx = conn
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .map_err(DbError::from)?;
+    let owner = auth::owner(&mut tx, &token)?.ok_or(ReadError::Unauthorized)?;
+    let out = f(&mut tx, owner)?;
+    tx.commit().map_err(DbError::from)?;
+    Ok(out)
+}
+
+/// Upper bound on how long Elasticsearch may work on one read request before it must
+/// answer (and say `timed_out`).
+pub const SEARCH_TIMEOUT: &str = "20s";
+
+/// `POST /<index>/_search` with `body`; an error status is an `EsError`, an incomplete
+/// answer (`timed_out`, failed shards) is [`ReadError::Partial`].
+pub fn search(app: &App, index: &str, body: &Value) -> Result<Value, ReadError> {
+    app.ensure_indices()?;
+    let path = format!("/{}/_search", encode_path(index));
+    let response = app.es.json("POST", &path, body)?.ok()?;
+    check_complete(&response.body)?;
+    Ok(response.body)
+}
+
+/// Refuses an answer that does not cover every shard within the timeout.
+pub fn check_complete(body: &Value) -> Result<(), ReadError> {
+    if body["timed_out"].as_bool() == Some(true) {
+        return Err(ReadError::Partial(Partial::TimedOut));
+    }
+    let failed = body["_shards"]["failed"].as_u64().unwrap_or(0);
+    if failed > 0 {
+        let total = body["_shards"]["total"].as_u64().unwrap_or(failed);
+        return Err(ReadError::Partial(Partial::ShardsFailed { failed, total }));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn complete_answers_pass() {
+        let ok = json!({"timed_out": false, "_shards": {"total": 2, "successful": 2, "failed": 0}});
+        assert!(check_complete(&ok).is_ok());
+    }
+
+    #[test]
+    fn timed_out_or_failed_shards_are_refused() {
+        let t = json!({"timed_out": true, "_shards": {"total": 1, "failed": 0}});
+        assert!(matches!(
+            check_complete(&t),
+            Err(ReadError::Partial(Partial::TimedOut))
+        ));
+        let f = json!({"timed_out": false, "_shards": {"total": 3, "failed": 1}});
+        assert!(matches!(
+            check_complete(&f),
+            Err(ReadError::Partial(Partial::ShardsFailed {
+                failed: 1,
+                total: 3
+            }))
+        ));
+    }
+}
