@@ -234,7 +234,7 @@ pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
                 .cloned()
             {
                 let mut flat = Map::new();
-                crate::store::flatten_settings(&s, "", &mut flat);
+                crate::settings::flatten_settings(&s, "", &mut flat);
                 let mut index = Map::new();
                 for (k, v) in flat {
                     index.insert(k.trim_start_matches("index.").to_owned(), v);

@@ -12,11 +12,13 @@ use crate::app::{lock, App};
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
 use crate::mapping::{Mapping, Ty};
-use crate::query::{self, compile, Query};
+use crate::query::{self, Query};
+use crate::query_exec::{compile, score};
 use crate::resolve::{resolve_read, IndicesOptions};
+use crate::sort::{after_value, cmp_sort, parse_sort, sort_key, sort_value_json};
 use crate::source_filter::SourceFilter;
 use crate::store::{DocVersion, Store};
-use crate::values::{cmp_keys, parse_date, parse_ip, Key};
+use crate::values::Key;
 
 const SEARCH_KEYS: [&str; 17] = [
     "query",
@@ -38,117 +40,13 @@ const SEARCH_KEYS: [&str; 17] = [
     "profile",
 ];
 
-struct Hit<'a> {
-    index: &'a str,
-    mapping: &'a Mapping,
-    id: &'a str,
-    doc: Arc<DocVersion>,
-    score: f32,
-    sort: Vec<Option<Key>>,
-}
-
-struct SortSpec {
-    field: String,
-    desc: bool,
-    missing_first: bool,
-}
-
-fn parse_sort(v: Option<&Value>) -> Result<Vec<SortSpec>, EsError> {
-    let items: Vec<Value> = match v {
-        None => return Ok(Vec::new()),
-        Some(Value::Array(a)) => a.clone(),
-        Some(other) => vec![other.clone()],
-    };
-    items
-        .iter()
-        .map(|item| {
-            let (field, opts) = match item {
-                Value::String(s) => (s.clone(), Value::Null),
-                Value::Object(o) => match o.iter().next() {
-                    Some((f, v)) => (f.clone(), v.clone()),
-                    None => return Err(EsError::parsing("empty sort object")),
-                },
-                _ => return Err(EsError::parsing("malformed sort")),
-            };
-            let order = match &opts {
-                Value::String(s) => Some(s.clone()),
-                Value::Object(o) => o.get("order").and_then(Value::as_str).map(str::to_owned),
-                _ => None,
-            };
-            let desc = order.as_deref().map_or(field == "_score", |o| o == "desc");
-            let missing_first = opts.get("missing").and_then(Value::as_str) == Some("_first");
-            Ok(SortSpec {
-                field,
-                desc,
-                missing_first,
-            })
-        })
-        .collect()
-}
-
-fn sort_key(s: &SortSpec, h: &Hit) -> Option<Key> {
-    match s.field.as_str() {
-        "_id" => Some(Key::Str(h.id.to_owned())),
-        "_index" => Some(Key::Str(h.index.to_owned())),
-        "_score" => Some(Key::Double(f64::from(h.score))),
-        "_doc" => Some(Key::Long(h.doc.seq_no)),
-        f => {
-            let (_, keys) = h.mapping.keys(&h.doc.source, f);
-            if s.desc {
-                keys.into_iter().max_by(cmp_keys)
-            } else {
-                keys.into_iter().min_by(cmp_keys)
-            }
-        }
-    }
-}
-
-fn cmp_sort(specs: &[SortSpec], a: &[Option<Key>], b: &[Option<Key>]) -> Ordering {
-    for (s, (x, y)) in specs.iter().zip(a.iter().zip(b.iter())) {
-        let o = match (x, y) {
-            (None, None) => Ordering::Equal,
-            (None, Some(_)) => {
-                if s.missing_first {
-                    Ordering::Less
-                } else {
-                    Ordering::Greater
-                }
-            }
-            (Some(_), None) => {
-                if s.missing_first {
-                    Ordering::Greater
-                } else {
-                    Ordering::Less
-                }
-            }
-            (Some(x), Some(y)) => {
-                if s.desc {
-                    cmp_keys(y, x)
-                } else {
-                    cmp_keys(x, y)
-                }
-            }
-        };
-        if o != Ordering::Equal {
-            return o;
-        }
-    }
-    Ordering::Equal
-}
-
-fn after_value(v: &Value, ty: Option<Ty>) -> Option<Key> {
-    match (v, ty) {
-        (Value::Null, _) => None,
-        (_, Some(Ty::Date)) => parse_date(v).map(Key::Date),
-        (Value::String(s), Some(Ty::Ip)) => parse_ip(s).map(Key::Ip),
-        (Value::String(s), _) => Some(Key::Str(s.clone())),
-        (Value::Number(n), _) => n
-            .as_i64()
-            .map(Key::Long)
-            .or_else(|| n.as_f64().map(Key::Double)),
-        (Value::Bool(b), _) => Some(Key::Bool(*b)),
-        _ => None,
-    }
+pub struct Hit<'a> {
+    pub index: &'a str,
+    pub mapping: &'a Mapping,
+    pub id: &'a str,
+    pub doc: Arc<DocVersion>,
+    pub score: f32,
+    pub sort: Vec<Option<Key>>,
 }
 
 fn shards_header(store: &Store, names: &[String]) -> Value {
@@ -170,7 +68,7 @@ fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<
         let c = compile(q, &idx.mapping)?;
         for (id, slot) in &idx.docs {
             let Some(doc) = &slot.visible else { continue };
-            if let Some(score) = query::score(&c, &idx.mapping, id, doc) {
+            if let Some(score) = score(&c, &idx.mapping, id, doc) {
                 hits.push(Hit {
                     index: &idx.name,
                     mapping: &idx.mapping,
@@ -397,14 +295,6 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         out["aggregations"] = a;
     }
     Ok(Reply::ok(&out))
-}
-
-fn sort_value_json(s: &SortSpec, k: Option<&Key>) -> Value {
-    match k {
-        Some(k) => k.to_json(),
-        None if s.desc => json!(i64::MIN),
-        None => json!(i64::MAX),
-    }
 }
 
 pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
