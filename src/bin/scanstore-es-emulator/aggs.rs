@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use crate::error::EsError;
-use crate::mapping::{Mapping, Ty};
+use crate::mapping::{FieldRef, Mapping, Ty};
 use crate::values::{cmp_keys, fmt_date, Key};
 
 /// `search.max_buckets` default.
@@ -30,12 +30,36 @@ pub(crate) fn field_of(body: &Value, kind: &str) -> Result<String, EsError> {
         .ok_or_else(|| agg_error(format!("Required [field] for [{kind}] in the emulator")))
 }
 
-pub(crate) fn keys_of(d: &DocRef, field: &str) -> (Option<Ty>, Vec<Key>) {
-    let (ty, mut keys) = d.mapping.keys(d.source, field);
-    if ty == Some(Ty::Text) {
-        keys.clear();
+/// Reads one field's keys from documents of possibly several indices, resolving the field
+/// once per mapping instead of once per document. `text` fields have no doc values.
+pub(crate) struct FieldKeys<'f> {
+    field: &'f str,
+    cache: Vec<(*const Mapping, Option<FieldRef>)>,
+}
+
+impl<'f> FieldKeys<'f> {
+    pub(crate) fn new(field: &'f str) -> FieldKeys<'f> {
+        FieldKeys {
+            field,
+            cache: Vec::new(),
+        }
     }
-    (ty, keys)
+
+    pub(crate) fn keys(&mut self, d: &DocRef) -> (Option<Ty>, Vec<Key>) {
+        let ptr: *const Mapping = d.mapping;
+        let pos = match self.cache.iter().position(|(m, _)| std::ptr::eq(*m, ptr)) {
+            Some(p) => p,
+            None => {
+                self.cache.push((ptr, d.mapping.field_ref(self.field)));
+                self.cache.len() - 1
+            }
+        };
+        match &self.cache[pos].1 {
+            Some(f) if f.ty != Ty::Text => (Some(f.ty), f.keys(d.source)),
+            Some(f) => (Some(f.ty), Vec::new()),
+            None => (None, Vec::new()),
+        }
+    }
 }
 
 /// Runs every aggregation of an `aggs` object over `docs`.
@@ -71,11 +95,14 @@ pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Resul
                 }
                 let field = field_of(body, kind)?;
                 let mut seen = HashSet::new();
+                let mut fk = FieldKeys::new(&field);
                 for d in docs {
-                    for k in keys_of(d, &field).1 {
+                    let keys = fk.keys(d).1;
+                    let empty = keys.is_empty();
+                    for k in keys {
                         seen.insert(serde_json::to_string(&k.to_json()).unwrap_or_default());
                     }
-                    if let (true, Some(m)) = (keys_of(d, &field).1.is_empty(), body.get("missing")) {
+                    if let (true, Some(m)) = (empty, body.get("missing")) {
                         seen.insert(m.to_string());
                     }
                 }
@@ -83,7 +110,10 @@ pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Resul
             }
             "value_count" => {
                 let field = field_of(body, kind)?;
-                json!({"value": docs.iter().map(|d| keys_of(d, &field).1.len()).sum::<usize>()})
+                {
+                    let mut fk = FieldKeys::new(&field);
+                    json!({"value": docs.iter().map(|d| fk.keys(d).1.len()).sum::<usize>()})
+                }
             }
             "min" | "max" | "sum" | "avg" => metric(kind, body, docs)?,
             other => return Err(EsError::new(400, "named_object_not_found_exception", format!("[1:1] unknown field [{other}]: the emulator does not support this aggregation"))),
@@ -100,8 +130,9 @@ fn metric(kind: &str, body: &Value, docs: &[DocRef]) -> Result<Value, EsError> {
     let field = field_of(body, kind)?;
     let mut vals = Vec::new();
     let mut is_date = false;
+    let mut fk = FieldKeys::new(&field);
     for d in docs {
-        let (ty, keys) = keys_of(d, &field);
+        let (ty, keys) = fk.keys(d);
         is_date |= ty == Some(Ty::Date);
         vals.extend(keys.iter().filter_map(Key::numeric));
     }
@@ -138,8 +169,9 @@ fn terms(
         .and_then(Value::as_u64)
         .unwrap_or(1) as usize;
     let mut groups: Vec<(Key, Option<Ty>, Vec<DocRef>)> = Vec::new();
+    let mut fk = FieldKeys::new(&field);
     for d in docs {
-        let (ty, mut keys) = keys_of(d, &field);
+        let (ty, mut keys) = fk.keys(d);
         keys.sort_by(cmp_keys);
         keys.dedup_by(|a, b| cmp_keys(a, b).is_eq());
         for k in keys {

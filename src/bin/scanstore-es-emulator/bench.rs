@@ -111,6 +111,61 @@ fn ingest(
     Ok(())
 }
 
+fn timed(
+    agent: &ureq::Agent,
+    base: &str,
+    name: &str,
+    path: &str,
+    body: &Value,
+) -> Result<Value, String> {
+    let started = Instant::now();
+    let (status, v) = call(
+        agent,
+        "POST",
+        &format!("{base}{path}"),
+        body.to_string().as_bytes(),
+        "application/json",
+    )?;
+    if status != 200 {
+        return Err(format!("{name}: {status} {v}"));
+    }
+    println!(
+        "{name:<44} {:>8.1} ms",
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(v)
+}
+
+/// Read paths scanstore uses, over the documents loaded by the index scenario.
+fn queries(agent: &ureq::Agent, base: &str, docs: usize) -> Result<(), String> {
+    timed(
+        agent,
+        base,
+        "refresh bench-facts",
+        "/bench-facts/_refresh",
+        &json!({}),
+    )?;
+    let v = timed(
+        agent,
+        base,
+        &format!("_count term execution_id ({docs} docs)"),
+        "/bench-facts/_count",
+        &json!({"query": {"term": {"execution_id": "e3"}}}),
+    )?;
+    if v["count"].as_u64().unwrap_or(0) == 0 {
+        return Err(format!("count returned {v}"));
+    }
+    timed(
+        agent,
+        base,
+        "_search composite by ip, page of 1000",
+        "/bench-facts/_search",
+        &json!({"size": 0, "track_total_hits": false, "query": {"term": {"execution_id": "e3"}},
+            "aggs": {"ips": {"composite": {"size": 1000, "sources": [{"ip": {"terms": {"field": "ip"}}}]}}}}),
+    )?;
+    Ok(())
+}
+
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     let running = crate::start(SocketAddr::from(([127, 0, 0, 1], 0)), 2, Limits::default())?;
     let base = format!("http://{}", running.addr);
@@ -169,5 +224,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         args.batch_bytes,
     );
     ingest(&agent, &base, "update (asset merge script)", &merges)?;
+    drop(merges);
+    queries(&agent, &base, args.docs)?;
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::aggs::{add_subs, agg_error, field_of, keys_of, DocRef, MAX_BUCKETS};
+use crate::aggs::{add_subs, agg_error, field_of, DocRef, FieldKeys, MAX_BUCKETS};
 use crate::error::EsError;
 use crate::mapping::Ty;
 use crate::values::{cmp_keys, parse_date, parse_ip, Key};
@@ -19,39 +19,51 @@ struct Source {
     missing_first: bool,
 }
 
-type CompositeKey = Vec<Option<Key>>;
+/// One position of a composite key, ordered by its source's `order` and `missing_order`,
+/// so a whole key (`Vec<Part>`) orders lexicographically as ES orders buckets.
+#[derive(Debug, Clone)]
+struct Part {
+    key: Option<Key>,
+    desc: bool,
+    missing_first: bool,
+}
 
-fn cmp_composite(sources: &[Source], a: &CompositeKey, b: &CompositeKey) -> Ordering {
-    for (s, (x, y)) in sources.iter().zip(a.iter().zip(b.iter())) {
-        let o = match (x, y) {
+impl Ord for Part {
+    fn cmp(&self, other: &Part) -> Ordering {
+        match (&self.key, &other.key) {
             (None, None) => Ordering::Equal,
-            (None, Some(_)) => {
-                if s.missing_first {
-                    Ordering::Less
-                } else {
-                    Ordering::Greater
-                }
-            }
-            (Some(_), None) => {
-                if s.missing_first {
-                    Ordering::Greater
-                } else {
-                    Ordering::Less
-                }
-            }
-            (Some(x), Some(y)) => {
-                if s.desc {
-                    cmp_keys(y, x)
-                } else {
-                    cmp_keys(x, y)
-                }
-            }
-        };
-        if o != Ordering::Equal {
-            return o;
+            (None, Some(_)) if self.missing_first => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(_), None) if self.missing_first => Ordering::Greater,
+            (Some(_), None) => Ordering::Less,
+            (Some(x), Some(y)) if self.desc => cmp_keys(y, x),
+            (Some(x), Some(y)) => cmp_keys(x, y),
         }
     }
-    Ordering::Equal
+}
+
+impl PartialOrd for Part {
+    fn partial_cmp(&self, other: &Part) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Part {
+    fn eq(&self, other: &Part) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Part {}
+
+type CompositeKey = Vec<Part>;
+
+fn part(s: &Source, key: Option<Key>) -> Part {
+    Part {
+        key,
+        desc: s.desc,
+        missing_first: s.missing_first,
+    }
 }
 
 fn parse_sources(body: &Value) -> Result<Vec<Source>, EsError> {
@@ -136,15 +148,41 @@ pub fn composite(
         )).with("max_buckets", MAX_BUCKETS));
     }
     let mut types: Vec<Option<Ty>> = vec![None; sources.len()];
-    let mut groups: BTreeMap<usize, (CompositeKey, Vec<DocRef>)> = BTreeMap::new();
-    let mut index: Vec<(CompositeKey, usize)> = Vec::new();
+    let mut readers: Vec<FieldKeys> = sources.iter().map(|s| FieldKeys::new(&s.field)).collect();
+    // `after` is typed by the first mapping that knows each field.
+    for d in docs {
+        if types.iter().all(Option::is_some) {
+            break;
+        }
+        for (i, s) in sources.iter().enumerate() {
+            if types[i].is_none() {
+                types[i] = d.mapping.field_ref(&s.field).map(|f| f.ty);
+            }
+        }
+    }
+    let after: Option<CompositeKey> = match body.get("after") {
+        None => None,
+        Some(Value::Object(a)) => Some(
+            sources
+                .iter()
+                .zip(types.iter())
+                .map(|(s, ty)| match a.get(&s.name) {
+                    None => Err(agg_error(format!(
+                        "[after] has 0 value(s) but [sources] has {}",
+                        sources.len()
+                    ))),
+                    Some(v) => Ok(part(s, after_key(v, *ty))),
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        Some(_) => return Err(EsError::parsing("[after] must be an object")),
+    };
+    // Top-`size` buckets after `after`, as ES's priority queue keeps them.
+    let mut groups: BTreeMap<CompositeKey, Vec<DocRef>> = BTreeMap::new();
     for d in docs {
         let mut combos: Vec<CompositeKey> = vec![Vec::new()];
         for (i, s) in sources.iter().enumerate() {
-            let (ty, mut keys) = keys_of(d, &s.field);
-            if ty.is_some() {
-                types[i] = ty;
-            }
+            let (_, mut keys) = readers[i].keys(d);
             keys.sort_by(cmp_keys);
             keys.dedup_by(|a, b| cmp_keys(a, b).is_eq());
             let options: Vec<Option<Key>> = if keys.is_empty() {
@@ -161,63 +199,41 @@ pub fn composite(
                 .flat_map(|c| {
                     options.iter().map(move |o| {
                         let mut c = c.clone();
-                        c.push(o.clone());
+                        c.push(part(s, o.clone()));
                         c
                     })
                 })
                 .collect();
         }
         for c in combos {
-            match index.binary_search_by(|(k, _)| cmp_composite(&sources, k, &c)) {
-                Ok(pos) => {
-                    if let Some(g) = groups.get_mut(&index[pos].1) {
-                        g.1.push(*d);
-                    }
-                }
-                Err(pos) => {
-                    let id = groups.len();
-                    index.insert(pos, (c.clone(), id));
-                    groups.insert(id, (c, vec![*d]));
-                }
+            if after.as_ref().is_some_and(|a| c <= *a) {
+                continue;
+            }
+            if let Some(group) = groups.get_mut(&c) {
+                group.push(*d);
+                continue;
+            }
+            if groups.len() == size && groups.last_key_value().is_some_and(|(last, _)| c > *last) {
+                continue;
+            }
+            groups.insert(c, vec![*d]);
+            if groups.len() > size {
+                groups.pop_last();
             }
         }
     }
-    let after: Option<CompositeKey> = match body.get("after") {
-        None => None,
-        Some(Value::Object(a)) => Some(
-            sources
-                .iter()
-                .zip(types.iter())
-                .map(|(s, ty)| match a.get(&s.name) {
-                    None => Err(agg_error(format!(
-                        "[after] has 0 value(s) but [sources] has {}",
-                        sources.len()
-                    ))),
-                    Some(v) => Ok(after_key(v, *ty)),
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        Some(_) => return Err(EsError::parsing("[after] must be an object")),
-    };
     let mut buckets = Vec::new();
     let mut last: Option<Value> = None;
-    for (key, id) in &index {
-        if after
-            .as_ref()
-            .is_some_and(|a| cmp_composite(&sources, key, a) != Ordering::Greater)
-        {
-            continue;
-        }
-        if buckets.len() == size {
-            break;
-        }
-        let Some((_, ds)) = groups.get(id) else {
-            continue;
-        };
+    for (key, ds) in &groups {
         let key_json: Map<String, Value> = sources
             .iter()
             .zip(key.iter())
-            .map(|(s, k)| (s.name.clone(), k.as_ref().map_or(Value::Null, Key::to_json)))
+            .map(|(s, k)| {
+                (
+                    s.name.clone(),
+                    k.key.as_ref().map_or(Value::Null, Key::to_json),
+                )
+            })
             .collect();
         let mut b = json!({"key": key_json, "doc_count": ds.len()});
         add_subs(&mut b, subs, ds)?;

@@ -90,6 +90,39 @@ pub fn source_values<'a>(src: &'a Value, path: &str, out: &mut Vec<&'a Value>) {
     }
 }
 
+/// Calls `f` on each non-null value at a dotted path until it returns true.
+pub fn any_value(src: &Value, path: &str, f: &mut dyn FnMut(&Value) -> bool) -> bool {
+    match src {
+        Value::Array(items) => items.iter().any(|i| any_value(i, path, f)),
+        Value::Object(map) => {
+            if map.get(path).is_some_and(|v| any_flat(v, f)) {
+                return true;
+            }
+            let mut idx = 0;
+            while let Some(pos) = path[idx..].find('.') {
+                let split = idx + pos;
+                if map
+                    .get(&path[..split])
+                    .is_some_and(|inner| any_value(inner, &path[split + 1..], f))
+                {
+                    return true;
+                }
+                idx = split + 1;
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
+fn any_flat(v: &Value, f: &mut dyn FnMut(&Value) -> bool) -> bool {
+    match v {
+        Value::Array(items) => items.iter().any(|i| any_flat(i, f)),
+        Value::Null => false,
+        other => f(other),
+    }
+}
+
 fn flatten<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
     match v {
         Value::Array(items) => items.iter().for_each(|i| flatten(i, out)),

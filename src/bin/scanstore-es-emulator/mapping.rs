@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use crate::doc_check::{check_object, needs_new_fields};
 use crate::error::EsError;
-use crate::extract::{source_values, to_key};
+use crate::extract::{any_value, source_values, to_key};
 use crate::values::Key;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,6 +211,38 @@ fn props_json(p: &BTreeMap<String, Field>) -> Value {
     Value::Object(p.iter().map(|(k, f)| (k.clone(), field_json(f))).collect())
 }
 
+/// A field resolved once per index and request: its `_source` path and how to read it.
+#[derive(Debug, Clone)]
+pub struct FieldRef {
+    pub path: String,
+    pub ty: Ty,
+    pub ignore_above: Option<usize>,
+}
+
+impl FieldRef {
+    fn admits(&self, v: &Value) -> bool {
+        match (self.ignore_above, v.as_str()) {
+            (Some(limit), Some(s)) => s.chars().count() <= limit,
+            _ => true,
+        }
+    }
+
+    /// Indexed keys of this field in a document.
+    pub fn keys(&self, src: &Value) -> Vec<Key> {
+        let mut vals = Vec::new();
+        source_values(src, &self.path, &mut vals);
+        vals.into_iter()
+            .filter(|v| self.admits(v))
+            .filter_map(|v| to_key(self.ty, v).ok().flatten())
+            .collect()
+    }
+
+    /// Whether any indexed raw value satisfies `f` (no allocation per value).
+    pub fn any(&self, src: &Value, f: &mut dyn FnMut(&Value) -> bool) -> bool {
+        any_value(src, &self.path, &mut |v| self.admits(v) && f(v))
+    }
+}
+
 /// A resolved field: where its values live in `_source`, and its type.
 pub struct Resolved<'a> {
     pub source_path: String,
@@ -305,25 +337,20 @@ impl Mapping {
         None
     }
 
+    pub fn field_ref(&self, field: &str) -> Option<FieldRef> {
+        self.resolve(field).map(|r| FieldRef {
+            path: r.source_path,
+            ty: r.field.ty,
+            ignore_above: r.field.ignore_above,
+        })
+    }
+
     /// Indexed keys of `field` in a document (empty for unmapped or object fields).
     pub fn keys(&self, src: &Value, field: &str) -> (Option<Ty>, Vec<Key>) {
-        let Some(r) = self.resolve(field) else {
-            return (None, Vec::new());
-        };
-        let mut vals = Vec::new();
-        source_values(src, &r.source_path, &mut vals);
-        let mut out = Vec::with_capacity(vals.len());
-        for v in vals {
-            if let (Some(limit), Some(s)) = (r.field.ignore_above, v.as_str()) {
-                if s.chars().count() > limit {
-                    continue;
-                }
-            }
-            if let Ok(Some(k)) = to_key(r.field.ty, v) {
-                out.push(k);
-            }
+        match self.field_ref(field) {
+            Some(f) => (Some(f.ty), f.keys(src)),
+            None => (None, Vec::new()),
         }
-        (Some(r.field.ty), out)
     }
 
     /// Checks a document against the mapping and adds dynamic fields. Nothing is changed

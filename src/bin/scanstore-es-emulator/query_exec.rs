@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::error::EsError;
 use crate::extract::{source_values, to_key, tokens};
-use crate::mapping::{Mapping, Ty};
+use crate::mapping::{FieldRef, Mapping, Ty};
 use crate::query::Query;
 use crate::store::DocVersion;
 use crate::values::{cmp_keys, parse_cidr, parse_date, parse_ip, Key};
@@ -16,23 +16,23 @@ pub enum Compiled {
     Nothing,
     Ids(Vec<String>),
     Keys {
-        field: String,
+        field: FieldRef,
         keys: Vec<Key>,
         cidrs: Vec<(u128, u128)>,
     },
     Range {
-        field: String,
+        field: FieldRef,
         lo: Option<(Key, bool)>,
         hi: Option<(Key, bool)>,
     },
     Exists(String),
     Tokens {
-        field: String,
+        field: FieldRef,
         tokens: Vec<String>,
         and: bool,
     },
     Prefix {
-        field: String,
+        field: FieldRef,
         prefix: String,
     },
     Bool {
@@ -83,9 +83,11 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                 })
                 .collect(),
         ),
-        Query::Term { field, values } => match m.resolve(field).map(|r| r.field.ty) {
-            None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
-            Some(ty) => {
+        Query::Term { field, values } => match m.field_ref(field) {
+            None => Compiled::Nothing,
+            Some(f) if matches!(f.ty, Ty::Object | Ty::Opaque) => Compiled::Nothing,
+            Some(f) => {
+                let ty = f.ty;
                 let (mut keys, mut cidrs) = (Vec::new(), Vec::new());
                 for v in values {
                     match (ty, v.as_str().and_then(parse_cidr)) {
@@ -94,7 +96,7 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                     }
                 }
                 Compiled::Keys {
-                    field: field.clone(),
+                    field: f,
                     keys,
                     cidrs,
                 }
@@ -106,17 +108,18 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
             gte,
             lt,
             lte,
-        } => match m.resolve(field).map(|r| r.field.ty) {
-            None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
-            Some(ty) => {
-                let ty = if ty == Ty::Text { Ty::Keyword } else { ty };
+        } => match m.field_ref(field) {
+            None => Compiled::Nothing,
+            Some(f) if matches!(f.ty, Ty::Object | Ty::Opaque) => Compiled::Nothing,
+            Some(f) => {
+                let ty = if f.ty == Ty::Text { Ty::Keyword } else { f.ty };
                 let bound = |v: &Option<Value>, inclusive: bool| {
                     v.as_ref()
                         .map(|v| typed(ty, v).map(|k| (k, inclusive)))
                         .transpose()
                 };
                 Compiled::Range {
-                    field: field.clone(),
+                    field: f,
                     lo: bound(gt, false)?.or(bound(gte, true)?),
                     hi: bound(lt, false)?.or(bound(lte, true)?),
                 }
@@ -131,19 +134,20 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
             .with("index", "_na_"))
         }
         Query::Exists { field } => Compiled::Exists(field.clone()),
-        Query::Match { field, text, and } => match m.resolve(field).map(|r| r.field.ty) {
-            Some(Ty::Text) => {
+        Query::Match { field, text, and } => match m.field_ref(field) {
+            Some(f) if f.ty == Ty::Text => {
                 let s = text
                     .as_str()
                     .map(str::to_owned)
                     .unwrap_or_else(|| text.to_string());
                 Compiled::Tokens {
-                    field: field.clone(),
+                    field: f,
                     tokens: tokens(&s).collect(),
                     and: *and,
                 }
             }
-            None | Some(Ty::Object) | Some(Ty::Opaque) => Compiled::Nothing,
+            None => Compiled::Nothing,
+            Some(f) if matches!(f.ty, Ty::Object | Ty::Opaque) => Compiled::Nothing,
             Some(_) => compile(
                 &Query::Term {
                     field: field.clone(),
@@ -152,9 +156,12 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                 m,
             )?,
         },
-        Query::Prefix { field, prefix } => Compiled::Prefix {
-            field: field.clone(),
-            prefix: prefix.clone(),
+        Query::Prefix { field, prefix } => match m.field_ref(field) {
+            Some(f) => Compiled::Prefix {
+                field: f,
+                prefix: prefix.clone(),
+            },
+            None => Compiled::Nothing,
         },
         Query::Bool {
             must,
@@ -199,21 +206,18 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
         Compiled::All => Some(1.0),
         Compiled::Nothing => None,
         Compiled::Ids(ids) => ids.iter().any(|i| i == id).then_some(1.0),
-        Compiled::Keys { field, keys, cidrs } => {
-            let (ty, have) = m.keys(src, field);
-            let hit = have.iter().any(|h| {
-                keys.iter().any(|k| match (ty, h) {
-                    (Some(Ty::Text), Key::Str(s)) => tokens(s).any(|t| Key::Str(t) == *k),
-                    _ => cmp_keys(h, k).is_eq() && h.rank_eq(k),
-                }) || matches!(h, Key::Ip(ip) if cidrs.iter().any(|(lo, hi)| lo <= ip && ip <= hi))
-            });
-            hit.then_some(1.0)
-        }
-        Compiled::Range { field, lo, hi } => m
-            .keys(src, field)
-            .1
-            .iter()
-            .any(|k| in_range(k, lo, hi))
+        Compiled::Keys { field, keys, cidrs } => field
+            .any(src, &mut |v| value_in(field.ty, v, keys, cidrs))
+            .then_some(1.0),
+        Compiled::Range { field, lo, hi } => field
+            .any(src, &mut |v| {
+                let ty = if field.ty == Ty::Text {
+                    Ty::Keyword
+                } else {
+                    field.ty
+                };
+                matches!(to_key(ty, v), Ok(Some(k)) if in_range(&k, lo, hi))
+            })
             .then_some(1.0),
         Compiled::Exists(field) if field.starts_with('_') && !field.contains('.') => {
             match field.as_str() {
@@ -236,13 +240,13 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
             tokens: want,
             and,
         } => {
-            let have: Vec<String> = m
-                .keys(src, field)
-                .1
-                .iter()
-                .filter_map(|k| if let Key::Str(s) = k { Some(s) } else { None })
-                .flat_map(|s| tokens(s).collect::<Vec<_>>())
-                .collect();
+            let mut have: Vec<String> = Vec::new();
+            field.any(src, &mut |v| {
+                if let Some(s) = v.as_str() {
+                    have.extend(tokens(s));
+                }
+                false
+            });
             let found = want.iter().filter(|t| have.contains(t)).count();
             let ok = if *and {
                 found == want.len() && !want.is_empty()
@@ -251,11 +255,10 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
             };
             ok.then_some(found as f32)
         }
-        Compiled::Prefix { field, prefix } => m
-            .keys(src, field)
-            .1
-            .iter()
-            .any(|k| matches!(k, Key::Str(s) if s.starts_with(prefix.as_str())))
+        Compiled::Prefix { field, prefix } => field
+            .any(src, &mut |v| {
+                v.as_str().is_some_and(|s| s.starts_with(prefix.as_str()))
+            })
             .then_some(1.0),
         Compiled::Bool {
             must,
@@ -283,6 +286,24 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
             }
             (matched >= *msm).then_some(total)
         }
+    }
+}
+
+/// Whether one raw `_source` value equals one of the term keys (or lies in a CIDR), without
+/// allocating for keyword strings.
+fn value_in(ty: Ty, v: &Value, keys: &[Key], cidrs: &[(u128, u128)]) -> bool {
+    match (ty, v) {
+        (Ty::Keyword, Value::String(s)) => keys.iter().any(|k| matches!(k, Key::Str(x) if x == s)),
+        (Ty::Text, Value::String(s)) => {
+            tokens(s).any(|t| keys.iter().any(|k| matches!(k, Key::Str(x) if *x == t)))
+        }
+        _ => match to_key(ty, v) {
+            Ok(Some(h)) => {
+                keys.iter().any(|k| cmp_keys(&h, k).is_eq() && h.rank_eq(k))
+                    || matches!(h, Key::Ip(ip) if cidrs.iter().any(|(lo, hi)| *lo <= ip && ip <= *hi))
+            }
+            _ => false,
+        },
     }
 }
 
