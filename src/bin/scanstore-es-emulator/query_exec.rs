@@ -16,6 +16,8 @@ pub enum Compiled {
     Nothing,
     Ids(Vec<String>),
     Keys {
+        /// The field as queried (postings are keyed by it).
+        name: String,
         field: FieldRef,
         keys: Vec<Key>,
         cidrs: Vec<(u128, u128)>,
@@ -96,6 +98,7 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                     }
                 }
                 Compiled::Keys {
+                    name: field.clone(),
                     field: f,
                     keys,
                     cidrs,
@@ -206,7 +209,9 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
         Compiled::All => Some(1.0),
         Compiled::Nothing => None,
         Compiled::Ids(ids) => ids.iter().any(|i| i == id).then_some(1.0),
-        Compiled::Keys { field, keys, cidrs } => field
+        Compiled::Keys {
+            field, keys, cidrs, ..
+        } => field
             .any(src, &mut |v| value_in(field.ty, v, keys, cidrs))
             .then_some(1.0),
         Compiled::Range { field, lo, hi } => field

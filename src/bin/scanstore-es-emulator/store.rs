@@ -55,6 +55,8 @@ pub struct Index {
     pub last_refresh: Instant,
     /// Incremented by every refresh that published something (wait_for listeners watch it).
     pub refresh_gen: u64,
+    /// Keyword postings of the searchable documents (see `postings`).
+    pub postings: crate::postings::Postings,
 }
 
 #[derive(Debug, Clone)]
@@ -196,6 +198,7 @@ impl Store {
             next_seq_no: 0,
             last_refresh: Instant::now(),
             refresh_gen: 0,
+            postings: HashMap::new(),
         };
         Ok(self.indices.entry(name.to_owned()).or_insert(index))
     }
@@ -225,9 +228,18 @@ impl Index {
         if self.dirty.is_empty() {
             return false;
         }
+        let fields = crate::postings::keyword_fields(&self.mapping);
         for id in std::mem::take(&mut self.dirty) {
             let remove = match self.docs.get_mut(&id) {
                 Some(slot) => {
+                    let old = slot.visible.take();
+                    crate::postings::update(
+                        &mut self.postings,
+                        &fields,
+                        &id,
+                        old.as_deref(),
+                        slot.latest.as_deref(),
+                    );
                     slot.visible = slot.latest.clone();
                     slot.dirty = false;
                     slot.latest.is_none() && slot.version == 0

@@ -156,3 +156,69 @@ fn refresh_and_count_over_lists_and_wildcards() {
     let (status, r) = es.post(&format!("/{p}-none-*/_refresh"), &json!({}));
     assert_eq!((status, r["_shards"]["total"].clone()), (200, json!(0)));
 }
+
+#[test]
+fn term_queries_follow_overwrites_updates_and_deletes() {
+    let t = target();
+    let es = t.es();
+    let idx = unique("terms");
+    es.put(
+        &format!("/{idx}"),
+        &json!({"settings": {"refresh_interval": "-1"},
+        "mappings": {"properties": {"k": {"type": "keyword"}, "tags": {"type": "keyword"}}}}),
+    );
+    let term = |field: &str, v: &str| {
+        let (_, c) = es.post(
+            &format!("/{idx}/_count"),
+            &json!({"query": {"bool": {"filter": [{"term": {field: v}}]}}}),
+        );
+        c["count"].as_u64().unwrap_or(u64::MAX)
+    };
+    es.bulk(
+        &format!("/{idx}/_bulk?refresh=true"),
+        &[
+            json!({"index": {"_id": "1"}}),
+            json!({"k": "a", "tags": ["x", "y"]}),
+            json!({"index": {"_id": "2"}}),
+            json!({"k": "a", "tags": "y"}),
+        ],
+    );
+    assert_eq!(
+        (term("k", "a"), term("tags", "y"), term("tags", "x")),
+        (2, 2, 1)
+    );
+    es.bulk(
+        &format!("/{idx}/_bulk"),
+        &[
+            json!({"index": {"_id": "1"}}),
+            json!({"k": "b", "tags": ["x"]}),
+            json!({"update": {"_id": "2"}}),
+            json!({"doc": {"k": "c"}}),
+        ],
+    );
+    assert_eq!(
+        term("k", "a"),
+        2,
+        "unrefreshed changes are invisible to term queries too"
+    );
+    es.post(&format!("/{idx}/_refresh"), &json!({}));
+    assert_eq!(
+        (
+            term("k", "a"),
+            term("k", "b"),
+            term("k", "c"),
+            term("tags", "y")
+        ),
+        (0, 1, 1, 1)
+    );
+    es.bulk(
+        &format!("/{idx}/_bulk?refresh=true"),
+        &[json!({"delete": {"_id": "1"}})],
+    );
+    assert_eq!((term("k", "b"), term("tags", "x")), (0, 0));
+    let (_, c) = es.post(
+        &format!("/{idx}/_count"),
+        &json!({"query": {"terms": {"k": ["b", "c", "zz"]}}}),
+    );
+    assert_eq!(c["count"], 1);
+}

@@ -1,0 +1,152 @@
+//! Postings: an inverted index of `keyword` values over the *searchable* documents of an
+//! index, maintained at refresh, so `term`/`terms` filters (and `bool` clauses that must
+//! hold) find their candidate documents without scanning the whole index.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::extract::to_key;
+use crate::index_view::IndexView;
+use crate::mapping::{Field, FieldRef, Mapping, Ty};
+use crate::query_exec::Compiled;
+use crate::store::DocVersion;
+use crate::values::Key;
+
+/// field name (as queried, e.g. `name.keyword`) → value → ids.
+pub type Postings = HashMap<String, HashMap<String, HashSet<String>>>;
+
+fn walk(props: &BTreeMap<String, Field>, prefix: &str, out: &mut Vec<(String, FieldRef)>) {
+    for (name, f) in props {
+        let full = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        if f.ty == Ty::Keyword {
+            out.push((
+                full.clone(),
+                FieldRef {
+                    path: full.clone(),
+                    ty: Ty::Keyword,
+                    ignore_above: f.ignore_above,
+                },
+            ));
+        }
+        for (sub, sf) in &f.fields {
+            if sf.ty == Ty::Keyword {
+                out.push((
+                    format!("{full}.{sub}"),
+                    FieldRef {
+                        path: full.clone(),
+                        ty: Ty::Keyword,
+                        ignore_above: sf.ignore_above,
+                    },
+                ));
+            }
+        }
+        walk(&f.props, &full, out);
+    }
+}
+
+/// Every keyword field of a mapping, multi-fields included.
+pub fn keyword_fields(m: &Mapping) -> Vec<(String, FieldRef)> {
+    let mut out = Vec::new();
+    walk(&m.props, "", &mut out);
+    out
+}
+
+fn values(f: &FieldRef, src: &Value) -> Vec<String> {
+    let mut out: Vec<String> = f
+        .keys(src)
+        .into_iter()
+        .filter_map(|k| match k {
+            Key::Str(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Moves `id` from the terms of `old` to the terms of `new`.
+pub fn update(
+    p: &mut Postings,
+    fields: &[(String, FieldRef)],
+    id: &str,
+    old: Option<&DocVersion>,
+    new: Option<&DocVersion>,
+) {
+    for (name, f) in fields {
+        let before = old.map(|d| values(f, &d.source)).unwrap_or_default();
+        let after = new.map(|d| values(f, &d.source)).unwrap_or_default();
+        if before == after {
+            continue;
+        }
+        let terms = p.entry(name.clone()).or_default();
+        for v in before.iter().filter(|v| !after.contains(v)) {
+            if let Some(ids) = terms.get_mut(v) {
+                ids.remove(id);
+                if ids.is_empty() {
+                    terms.remove(v);
+                }
+            }
+        }
+        for v in after.iter().filter(|v| !before.contains(v)) {
+            terms.entry(v.clone()).or_default().insert(id.to_owned());
+        }
+    }
+}
+
+/// Ids that can match `c` (a superset of the matches), or `None` when every document must
+/// be checked.
+pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a str>> {
+    match c {
+        Compiled::Nothing => Some(HashSet::new()),
+        Compiled::Ids(ids) => Some(
+            ids.iter()
+                .filter_map(|i| idx.docs.get_key_value(i).map(|(k, _)| k.as_str()))
+                .collect(),
+        ),
+        Compiled::Keys {
+            name,
+            field,
+            keys,
+            cidrs,
+        } if field.ty == Ty::Keyword && cidrs.is_empty() => {
+            let terms = idx.postings.get(name);
+            let mut out = HashSet::new();
+            for k in keys {
+                let key =
+                    match k {
+                        Key::Str(s) => s.clone(),
+                        other => to_key(Ty::Keyword, &other.to_json())
+                            .ok()
+                            .flatten()
+                            .map(|k| match k {
+                                Key::Str(s) => s,
+                                _ => String::new(),
+                            })?,
+                    };
+                if let Some(ids) = terms.and_then(|t| t.get(&key)) {
+                    out.extend(ids.iter().map(String::as_str));
+                }
+            }
+            Some(out)
+        }
+        Compiled::Bool { must, filter, .. } => {
+            let mut acc: Option<HashSet<&'a str>> = None;
+            for clause in must.iter().chain(filter.iter()) {
+                if let Some(set) = candidates(clause, idx) {
+                    acc = Some(match acc {
+                        None => set,
+                        Some(prev) => prev.intersection(&set).copied().collect(),
+                    });
+                }
+            }
+            acc
+        }
+        _ => None,
+    }
+}
