@@ -131,6 +131,15 @@ fn refresh_and_count_over_lists_and_wildcards() {
     );
     assert_eq!(c["count"], 2);
     assert_eq!(c["_shards"]["total"], 4);
+    // GET with a body, as ES clients send it.
+    let body = br#"{"query":{"term":{"k.keyword":"y"}}}"#;
+    let r = es.raw(
+        "GET",
+        &format!("/{p}-*/_count"),
+        Some("application/json"),
+        Some(body),
+    );
+    assert_eq!((r.status, r.json()["count"].clone()), (200, json!(2)));
     let (status, c) = es.post(&format!("/{a},{missing}/_count"), &json!({}));
     assert_eq!(
         (status, c["error"]["type"].clone()),
