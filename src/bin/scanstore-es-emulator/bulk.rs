@@ -102,7 +102,7 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                         touched.push(ok.index.clone());
                     }
                     let get = fetches.last().cloned().flatten().and_then(|f| {
-                        let doc = store.indices.get(&ok.index)?.docs.get(&ok.id)?.latest.clone()?;
+                        let doc = store.indices.get(&ok.index)?.docs.get(ok.id.as_str())?.latest.clone()?;
                         Some(json!({"_seq_no": doc.seq_no, "_primary_term": 1, "found": true, "_source": f.apply(&doc.source)?}))
                     });
                     ok.write_item(&mut item, forced && ok.result != "noop", get.as_ref());

@@ -1,12 +1,13 @@
 //! A borrowed view of the parts of an index that candidate lookup needs.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::postings::Postings;
 use crate::store::{Index, Slot};
 
 pub struct IndexView<'a> {
-    pub docs: &'a HashMap<String, Slot>,
+    pub docs: &'a HashMap<Arc<str>, Slot>,
     pub postings: &'a Postings,
 }
 

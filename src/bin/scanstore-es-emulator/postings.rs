@@ -3,6 +3,7 @@
 //! hold) find their candidate documents without scanning the whole index.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -14,7 +15,7 @@ use crate::store::DocVersion;
 use crate::values::Key;
 
 /// field name (as queried, e.g. `name.keyword`) → value → ids.
-pub type Postings = HashMap<String, HashMap<String, HashSet<String>>>;
+pub type Postings = HashMap<String, HashMap<String, HashSet<Arc<str>>>>;
 
 fn walk(props: &BTreeMap<String, Field>, prefix: &str, out: &mut Vec<(String, FieldRef)>) {
     for (name, f) in props {
@@ -74,7 +75,7 @@ fn values(f: &FieldRef, src: &Value) -> Vec<String> {
 pub fn update(
     p: &mut Postings,
     fields: &[(String, FieldRef)],
-    id: &str,
+    id: &Arc<str>,
     old: Option<&DocVersion>,
     new: Option<&DocVersion>,
 ) {
@@ -94,7 +95,7 @@ pub fn update(
             }
         }
         for v in after.iter().filter(|v| !before.contains(v)) {
-            terms.entry(v.clone()).or_default().insert(id.to_owned());
+            terms.entry(v.clone()).or_default().insert(id.clone());
         }
     }
 }
@@ -106,7 +107,7 @@ pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a s
         Compiled::Nothing => Some(HashSet::new()),
         Compiled::Ids(ids) => Some(
             ids.iter()
-                .filter_map(|i| idx.docs.get_key_value(i).map(|(k, _)| k.as_str()))
+                .filter_map(|i| idx.docs.get_key_value(i.as_str()).map(|(k, _)| k.as_ref()))
                 .collect(),
         ),
         Compiled::Keys {
@@ -130,7 +131,7 @@ pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a s
                             })?,
                     };
                 if let Some(ids) = terms.and_then(|t| t.get(&key)) {
-                    out.extend(ids.iter().map(String::as_str));
+                    out.extend(ids.iter().map(|i| i.as_ref()));
                 }
             }
             Some(out)

@@ -67,10 +67,11 @@ fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<
         };
         let c = compile(q, &idx.mapping)?;
         let candidates = crate::postings::candidates(&c, &crate::index_view::IndexView::of(idx));
-        let slots: Box<dyn Iterator<Item = (&String, &crate::store::Slot)>> = match &candidates {
-            Some(ids) => Box::new(ids.iter().filter_map(|id| idx.docs.get_key_value(*id))),
-            None => Box::new(idx.docs.iter()),
-        };
+        let slots: Box<dyn Iterator<Item = (&std::sync::Arc<str>, &crate::store::Slot)>> =
+            match &candidates {
+                Some(ids) => Box::new(ids.iter().filter_map(|id| idx.docs.get_key_value(*id))),
+                None => Box::new(idx.docs.iter()),
+            };
         for (id, slot) in slots {
             let Some(doc) = &slot.visible else { continue };
             if let Some(score) = score(&c, &idx.mapping, id, doc) {

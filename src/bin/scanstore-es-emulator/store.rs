@@ -49,8 +49,9 @@ pub struct Index {
     pub settings: Map<String, Value>,
     pub mapping: Mapping,
     pub aliases: BTreeMap<String, AliasMeta>,
-    pub docs: HashMap<String, Slot>,
-    pub dirty: Vec<String>,
+    /// Ids are shared (`Arc<str>`) between this map, the dirty list and the postings.
+    pub docs: HashMap<Arc<str>, Slot>,
+    pub dirty: Vec<Arc<str>>,
     pub next_seq_no: i64,
     pub last_refresh: Instant,
     /// Incremented by every refresh that published something (wait_for listeners watch it).
@@ -258,7 +259,11 @@ impl Index {
     pub fn put(&mut self, id: &str, source: Option<Value>, version: i64) -> (i64, i64) {
         let seq_no = self.next_seq_no;
         self.next_seq_no += 1;
-        let slot = self.docs.entry(id.to_owned()).or_default();
+        let key: Arc<str> = match self.docs.get_key_value(id) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(id),
+        };
+        let slot = self.docs.entry(key.clone()).or_default();
         slot.version = version;
         slot.latest = source.map(|source| {
             Arc::new(DocVersion {
@@ -270,7 +275,7 @@ impl Index {
         });
         if !slot.dirty {
             slot.dirty = true;
-            self.dirty.push(id.to_owned());
+            self.dirty.push(key);
         }
         (version, seq_no)
     }
