@@ -167,7 +167,12 @@ fn queries(agent: &ureq::Agent, base: &str, docs: usize) -> Result<(), String> {
 }
 
 pub fn run(args: &BenchArgs) -> Result<(), String> {
-    let running = crate::start(SocketAddr::from(([127, 0, 0, 1], 0)), 2, Limits::default())?;
+    let running = crate::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        2,
+        Limits::default(),
+        false,
+    )?;
     let base = format!("http://{}", running.addr);
     let agent = agent();
     let strict = json!({"settings": {"number_of_replicas": 0, "refresh_interval": "1s"}, "mappings": {"dynamic": "strict", "properties": {

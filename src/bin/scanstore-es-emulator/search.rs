@@ -167,6 +167,17 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     );
     let store = lock(&app.store);
     let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
+    if sort.iter().any(|s| s.field == "_id") {
+        let enabled = match store.cluster.get(crate::cluster::ID_FIELD_DATA) {
+            Some(v) => v.as_bool().unwrap_or_else(|| v.as_str() == Some("true")),
+            None => app.id_field_data_default,
+        };
+        if !enabled {
+            return Err(id_fielddata_error(
+                names.first().map_or("_na_", String::as_str),
+            ));
+        }
+    }
     let mut hits = matching(&store, &names, &q)?;
     let total = hits.len() as i64;
     let aggregations = match obj.get("aggs").or_else(|| obj.get("aggregations")) {
@@ -301,6 +312,23 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         out["aggregations"] = a;
     }
     Ok(Reply::ok(&out))
+}
+
+/// ES 8 refuses `_id` fielddata by default; the shard failure surfaces as
+/// `search_phase_execution_exception` (400) with an `illegal_argument_exception` root cause.
+fn id_fielddata_error(index: &str) -> EsError {
+    let cause = EsError::bad_request(format!(
+        "Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: {}",
+        crate::cluster::ID_FIELD_DATA
+    ));
+    EsError::new(400, "search_phase_execution_exception", "all shards failed")
+        .with("phase", "query")
+        .with("grouped", true)
+        .with(
+            "failed_shards",
+            json!([{"shard": 0, "index": index, "node": "emulator", "reason": cause.to_json()}]),
+        )
+        .caused_by(cause)
 }
 
 pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {

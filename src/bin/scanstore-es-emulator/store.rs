@@ -80,6 +80,7 @@ pub struct Store {
     pub indices: BTreeMap<String, Index>,
     pub templates: BTreeMap<String, Template>,
     pub scripts: BTreeMap<String, StoredScript>,
+    pub cluster: crate::cluster::ClusterSettings,
     uuid_counter: u64,
 }
 
