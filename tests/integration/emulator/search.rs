@@ -351,3 +351,25 @@ fn sorting_on_id_needs_id_field_data_as_in_es8() {
         ["d1", "d2", "d3", "d4", "d5"]
     );
 }
+
+#[test]
+fn sorting_or_aggregating_on_text_fails_as_in_es() {
+    let t = target();
+    let es = t.es();
+    let idx = seed(&es);
+    for body in [
+        json!({"sort": ["banner"]}),
+        json!({"size": 0, "aggs": {"b": {"terms": {"field": "banner"}}}}),
+    ] {
+        let (status, v) = es.post(&format!("/{idx}/_search"), &body);
+        assert_eq!(status, 400, "{body} → {v}");
+        assert_eq!(
+            v["error"]["root_cause"][0]["type"],
+            "illegal_argument_exception"
+        );
+        assert!(v["error"]["root_cause"][0]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Fielddata is disabled on [banner]"));
+    }
+}
