@@ -262,12 +262,7 @@ fn write_doc(
     }
     let version = next_version(index, op, id)?;
     index.mapping.index_doc(id, &source)?;
-    let (version, seq_no) = index.put(id, Some(source), version);
-    if let (Some(r), Some(slot)) = (&op.routing, index.docs.get_mut(id)) {
-        if let Some(latest) = slot.latest.as_mut().and_then(std::sync::Arc::get_mut) {
-            latest.routing = Some(r.clone());
-        }
-    }
+    let (version, seq_no) = index.put(id, Some(source), version, op.routing.clone());
     Ok(ok(
         index,
         id,
@@ -309,7 +304,7 @@ pub(crate) fn delete_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<Wr
     check_cas(index, op, id)?;
     let exists = index.docs.get(id).is_some_and(|s| s.latest.is_some());
     let version = next_version(index, op, id)?;
-    let (version, seq_no) = index.put(id, None, version);
+    let (version, seq_no) = index.put(id, None, version, None);
     Ok(ok(
         index,
         id,

@@ -257,7 +257,13 @@ impl Index {
     }
 
     /// Stores a new latest version and marks the id for the next refresh.
-    pub fn put(&mut self, id: &str, source: Option<Value>, version: i64) -> (i64, i64) {
+    pub fn put(
+        &mut self,
+        id: &str,
+        source: Option<Value>,
+        version: i64,
+        routing: Option<String>,
+    ) -> (i64, i64) {
         let seq_no = self.next_seq_no;
         self.next_seq_no += 1;
         let key: Arc<str> = match self.docs.get_key_value(id) {
@@ -271,7 +277,7 @@ impl Index {
                 source,
                 version,
                 seq_no,
-                routing: None,
+                routing,
             })
         });
         if !slot.dirty {
