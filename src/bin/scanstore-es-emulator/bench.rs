@@ -118,22 +118,27 @@ fn timed(
     path: &str,
     body: &Value,
 ) -> Result<Value, String> {
-    let started = Instant::now();
-    let (status, v) = call(
-        agent,
-        "POST",
-        &format!("{base}{path}"),
-        body.to_string().as_bytes(),
-        "application/json",
-    )?;
-    if status != 200 {
-        return Err(format!("{name}: {status} {v}"));
+    // Best of three: the build machine is shared.
+    let mut best = f64::MAX;
+    let mut last = Value::Null;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let url = format!("{base}{path}");
+        let (status, v) = call(
+            agent,
+            "POST",
+            &url,
+            body.to_string().as_bytes(),
+            "application/json",
+        )?;
+        if status != 200 {
+            return Err(format!("{name}: {status} {v}"));
+        }
+        best = best.min(started.elapsed().as_secs_f64() * 1e3);
+        last = v;
     }
-    println!(
-        "{name:<44} {:>8.1} ms",
-        started.elapsed().as_secs_f64() * 1e3
-    );
-    Ok(v)
+    println!("{name:<44} {best:>8.1} ms (best of 3)");
+    Ok(last)
 }
 
 /// Read paths scanstore uses, over the documents loaded by the index scenario.
