@@ -151,3 +151,81 @@ pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a s
         _ => None,
     }
 }
+
+/// The score of every candidate when the candidates are exactly the matches (keyword
+/// terms, and `bool`s made only of such clauses in `must`/`filter`); `None` otherwise.
+pub fn exact_score(c: &Compiled) -> Option<f32> {
+    match c {
+        Compiled::Nothing => Some(0.0),
+        Compiled::Keys { field, cidrs, .. } if field.ty == Ty::Keyword && cidrs.is_empty() => {
+            Some(1.0)
+        }
+        Compiled::Bool {
+            must,
+            filter,
+            should,
+            must_not,
+            ..
+        } if should.is_empty()
+            && must_not.is_empty()
+            && !(must.is_empty() && filter.is_empty()) =>
+        {
+            let mut total = 0.0;
+            for m in must {
+                total += exact_score(m)?;
+            }
+            for f in filter {
+                exact_score(f)?;
+            }
+            Some(total)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::parse;
+    use crate::query_exec::compile;
+    use crate::store::Store;
+    use serde_json::json;
+
+    #[test]
+    fn term_candidates_come_from_postings() {
+        let mut store = Store::default();
+        let body =
+            json!({"mappings": {"properties": {"e": {"type": "keyword"}, "t": {"type": "text"}}}});
+        let Ok(idx) = store.create_index("p", Some(&body)) else {
+            panic!("index")
+        };
+        for i in 0..10 {
+            let src = json!({"e": format!("e{}", i % 3), "t": "x"});
+            assert!(idx.mapping.index_doc("1", &src).is_ok());
+            idx.put(&i.to_string(), Some(src), 1, None);
+        }
+        idx.refresh();
+        let view = IndexView::of(idx);
+        let c = compile(
+            &parse(&json!({"term": {"e": "e1"}})).unwrap_or(crate::query::Query::MatchNone),
+            &idx.mapping,
+        );
+        let c = c.unwrap_or(Compiled::Nothing);
+        let mut got: Vec<&str> = candidates(&c, &view)
+            .map(|s| s.into_iter().collect())
+            .unwrap_or_default();
+        got.sort();
+        assert_eq!(got, vec!["1", "4", "7"]);
+        let b = parse(
+            &json!({"bool": {"filter": [{"term": {"e": "e1"}}], "should": [{"match": {"t": "x"}}]}}),
+        );
+        let c = compile(&b.unwrap_or(crate::query::Query::MatchNone), &idx.mapping)
+            .unwrap_or(Compiled::Nothing);
+        assert_eq!(candidates(&c, &view).map(|s| s.len()), Some(3));
+        let c = compile(
+            &parse(&json!({"match": {"t": "x"}})).unwrap_or(crate::query::Query::MatchNone),
+            &idx.mapping,
+        );
+        assert!(candidates(&c.unwrap_or(Compiled::Nothing), &view).is_none());
+    }
+}

@@ -67,6 +67,8 @@ fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<
         };
         let c = compile(q, &idx.mapping)?;
         let candidates = crate::postings::candidates(&c, &crate::index_view::IndexView::of(idx));
+        // Postings are exact for keyword terms: no need to re-check each candidate's source.
+        let exact = candidates.as_ref().and(crate::postings::exact_score(&c));
         let slots: Box<dyn Iterator<Item = (&std::sync::Arc<str>, &crate::store::Slot)>> =
             match &candidates {
                 Some(ids) => Box::new(ids.iter().filter_map(|id| idx.docs.get_key_value(*id))),
@@ -74,7 +76,7 @@ fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<
             };
         for (id, slot) in slots {
             let Some(doc) = &slot.visible else { continue };
-            if let Some(score) = score(&c, &idx.mapping, id, doc) {
+            if let Some(score) = exact.or_else(|| score(&c, &idx.mapping, id, doc)) {
                 hits.push(Hit {
                     index: &idx.name,
                     mapping: &idx.mapping,
@@ -403,7 +405,22 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
     };
     let store = lock(&app.store);
     let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
-    let n = matching(&store, &names, &q)?.len();
+    let mut n = 0;
+    for name in &names {
+        let Some(idx) = store.indices.get(name) else {
+            continue;
+        };
+        let c = compile(&q, &idx.mapping)?;
+        let view = crate::index_view::IndexView::of(idx);
+        n += match (
+            crate::postings::candidates(&c, &view),
+            crate::postings::exact_score(&c),
+        ) {
+            // Postings index only searchable documents: the candidate count is the count.
+            (Some(ids), Some(_)) => ids.len(),
+            _ => matching(&store, std::slice::from_ref(name), &q)?.len(),
+        };
+    }
     Ok(Reply::ok(
         &json!({"count": n, "_shards": shards_header(&store, &names)}),
     ))
