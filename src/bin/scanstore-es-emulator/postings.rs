@@ -2,12 +2,13 @@
 //! index, maintained at refresh, so `term`/`terms` filters (and `bool` clauses that must
 //! hold) find their candidate documents without scanning the whole index.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::extract::to_key;
+use crate::extract::{source_values, to_key};
 use crate::index_view::IndexView;
 use crate::mapping::{Field, FieldRef, Mapping, Ty};
 use crate::query_exec::Compiled;
@@ -57,13 +58,21 @@ pub fn keyword_fields(m: &Mapping) -> Vec<(String, FieldRef)> {
     out
 }
 
-fn values(f: &FieldRef, src: &Value) -> Vec<String> {
-    let mut out: Vec<String> = f
-        .keys(src)
+/// The keyword terms of a document for one field, borrowed from `_source` where possible.
+fn values<'v>(f: &FieldRef, src: &'v Value) -> Vec<Cow<'v, str>> {
+    let mut raw = Vec::new();
+    source_values(src, &f.path, &mut raw);
+    let mut out: Vec<Cow<'v, str>> = raw
         .into_iter()
-        .filter_map(|k| match k {
-            Key::Str(s) => Some(s),
+        .filter_map(|v| match v {
+            Value::String(s) => Some(Cow::Borrowed(s.as_str())),
+            Value::Number(n) => Some(Cow::Owned(n.to_string())),
+            Value::Bool(b) => Some(Cow::Owned(b.to_string())),
             _ => None,
+        })
+        .filter(|s| {
+            f.ignore_above
+                .map_or(true, |limit| s.chars().count() <= limit)
         })
         .collect();
     out.sort();
@@ -85,17 +94,29 @@ pub fn update(
         if before == after {
             continue;
         }
-        let terms = p.entry(name.clone()).or_default();
+        if !p.contains_key(name) {
+            p.insert(name.clone(), HashMap::new());
+        }
+        let Some(terms) = p.get_mut(name) else {
+            continue;
+        };
         for v in before.iter().filter(|v| !after.contains(v)) {
-            if let Some(ids) = terms.get_mut(v) {
+            if let Some(ids) = terms.get_mut(v.as_ref()) {
                 ids.remove(id);
                 if ids.is_empty() {
-                    terms.remove(v);
+                    terms.remove(v.as_ref());
                 }
             }
         }
         for v in after.iter().filter(|v| !before.contains(v)) {
-            terms.entry(v.clone()).or_default().insert(id.clone());
+            match terms.get_mut(v.as_ref()) {
+                Some(ids) => {
+                    ids.insert(id.clone());
+                }
+                None => {
+                    terms.insert(v.to_string(), HashSet::from([id.clone()]));
+                }
+            }
         }
     }
 }
