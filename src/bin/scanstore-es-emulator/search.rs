@@ -210,10 +210,12 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         Some(_) => return Err(EsError::parsing("[aggs] must be an object")),
         None => None,
     };
-    for h in hits.iter_mut() {
+    // With `size: 0` (aggregation-only searches) there is no page to order.
+    let paging = size > 0;
+    for h in hits.iter_mut().filter(|_| paging) {
         h.sort = sort.iter().map(|s| sort_key(s, h)).collect();
     }
-    if sort.is_empty() {
+    if paging && sort.is_empty() {
         hits.sort_by(|a, b| {
             b.score
                 .partial_cmp(&a.score)
@@ -221,7 +223,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
                 .then(a.index.cmp(b.index))
                 .then(a.doc.seq_no.cmp(&b.doc.seq_no))
         });
-    } else {
+    } else if paging {
         hits.sort_by(|a, b| {
             cmp_sort(&sort, &a.sort, &b.sort)
                 .then(a.index.cmp(b.index))
@@ -251,7 +253,9 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             .zip(types)
             .map(|(v, t)| after_value(v, t))
             .collect();
-        hits.retain(|h| cmp_sort(&sort, &h.sort, &after) == Ordering::Greater);
+        if paging {
+            hits.retain(|h| cmp_sort(&sort, &h.sort, &after) == Ordering::Greater);
+        }
     }
     let scored = sort.is_empty()
         || obj
