@@ -1,17 +1,16 @@
-//! Aggregations: `composite` (terms sources, `size`, `after`, `after_key`, `missing_bucket`),
-//! `terms`, `cardinality`, `value_count`, `min`, `max`, `sum`, `avg`, with sub-aggregations.
+//! Aggregations: dispatch of an `aggs` object, `terms`, `cardinality`, `value_count`, `min`,
+//! `max`, `sum`, `avg`, and sub-aggregations per bucket (`composite` lives in `composite`).
 
-use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use serde_json::{json, Map, Value};
 
 use crate::error::EsError;
-use crate::mapping::{Mapping, Ty};
-use crate::values::{cmp_keys, fmt_date, parse_date, parse_ip, Key};
+use crate::mapping::{FieldRef, Mapping, Ty};
+use crate::values::{cmp_keys, fmt_date, Key};
 
 /// `search.max_buckets` default.
-const MAX_BUCKETS: usize = 65_535;
+pub(crate) const MAX_BUCKETS: usize = 65_535;
 
 /// A matched document as aggregations see it.
 #[derive(Clone, Copy)]
@@ -20,23 +19,47 @@ pub struct DocRef<'a> {
     pub source: &'a Value,
 }
 
-fn agg_error(reason: impl Into<String>) -> EsError {
+pub(crate) fn agg_error(reason: impl Into<String>) -> EsError {
     EsError::bad_request(reason)
 }
 
-fn field_of(body: &Value, kind: &str) -> Result<String, EsError> {
+pub(crate) fn field_of(body: &Value, kind: &str) -> Result<String, EsError> {
     body.get("field")
         .and_then(Value::as_str)
         .map(str::to_owned)
         .ok_or_else(|| agg_error(format!("Required [field] for [{kind}] in the emulator")))
 }
 
-fn keys_of(d: &DocRef, field: &str) -> (Option<Ty>, Vec<Key>) {
-    let (ty, mut keys) = d.mapping.keys(d.source, field);
-    if ty == Some(Ty::Text) {
-        keys.clear();
+/// Reads one field's keys from documents of possibly several indices, resolving the field
+/// once per mapping instead of once per document. `text` fields have no doc values.
+pub(crate) struct FieldKeys<'f> {
+    field: &'f str,
+    cache: Vec<(*const Mapping, Option<FieldRef>)>,
+}
+
+impl<'f> FieldKeys<'f> {
+    pub(crate) fn new(field: &'f str) -> FieldKeys<'f> {
+        FieldKeys {
+            field,
+            cache: Vec::new(),
+        }
     }
-    (ty, keys)
+
+    pub(crate) fn keys(&mut self, d: &DocRef) -> (Option<Ty>, Vec<Key>) {
+        let ptr: *const Mapping = d.mapping;
+        let pos = match self.cache.iter().position(|(m, _)| std::ptr::eq(*m, ptr)) {
+            Some(p) => p,
+            None => {
+                self.cache.push((ptr, d.mapping.field_ref(self.field)));
+                self.cache.len() - 1
+            }
+        };
+        match &self.cache[pos].1 {
+            Some(f) if f.ty != Ty::Text => (Some(f.ty), f.keys(d.source)),
+            Some(f) => (Some(f.ty), Vec::new()),
+            None => (None, Vec::new()),
+        }
+    }
 }
 
 /// Runs every aggregation of an `aggs` object over `docs`.
@@ -62,7 +85,7 @@ pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Resul
         };
         let mut result = match kind.as_str() {
             "composite" if !top_level => return Err(agg_error(format!("[composite] aggregation cannot be used with a parent aggregation of type: [{name}]"))),
-            "composite" => composite(name, body, subs, docs)?,
+            "composite" => crate::composite::composite(name, body, subs, docs)?,
             "terms" => terms(body, subs, docs)?,
             "cardinality" => {
                 if let Some(p) = body.get("precision_threshold").and_then(Value::as_i64) {
@@ -72,11 +95,14 @@ pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Resul
                 }
                 let field = field_of(body, kind)?;
                 let mut seen = HashSet::new();
+                let mut fk = FieldKeys::new(&field);
                 for d in docs {
-                    for k in keys_of(d, &field).1 {
+                    let keys = fk.keys(d).1;
+                    let empty = keys.is_empty();
+                    for k in keys {
                         seen.insert(serde_json::to_string(&k.to_json()).unwrap_or_default());
                     }
-                    if let (true, Some(m)) = (keys_of(d, &field).1.is_empty(), body.get("missing")) {
+                    if let (true, Some(m)) = (empty, body.get("missing")) {
                         seen.insert(m.to_string());
                     }
                 }
@@ -84,7 +110,10 @@ pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Resul
             }
             "value_count" => {
                 let field = field_of(body, kind)?;
-                json!({"value": docs.iter().map(|d| keys_of(d, &field).1.len()).sum::<usize>()})
+                {
+                    let mut fk = FieldKeys::new(&field);
+                    json!({"value": docs.iter().map(|d| fk.keys(d).1.len()).sum::<usize>()})
+                }
             }
             "min" | "max" | "sum" | "avg" => metric(kind, body, docs)?,
             other => return Err(EsError::new(400, "named_object_not_found_exception", format!("[1:1] unknown field [{other}]: the emulator does not support this aggregation"))),
@@ -101,8 +130,9 @@ fn metric(kind: &str, body: &Value, docs: &[DocRef]) -> Result<Value, EsError> {
     let field = field_of(body, kind)?;
     let mut vals = Vec::new();
     let mut is_date = false;
+    let mut fk = FieldKeys::new(&field);
     for d in docs {
-        let (ty, keys) = keys_of(d, &field);
+        let (ty, keys) = fk.keys(d);
         is_date |= ty == Some(Ty::Date);
         vals.extend(keys.iter().filter_map(Key::numeric));
     }
@@ -139,8 +169,9 @@ fn terms(
         .and_then(Value::as_u64)
         .unwrap_or(1) as usize;
     let mut groups: Vec<(Key, Option<Ty>, Vec<DocRef>)> = Vec::new();
+    let mut fk = FieldKeys::new(&field);
     for d in docs {
-        let (ty, mut keys) = keys_of(d, &field);
+        let (ty, mut keys) = fk.keys(d);
         keys.sort_by(cmp_keys);
         keys.dedup_by(|a, b| cmp_keys(a, b).is_eq());
         for k in keys {
@@ -183,7 +214,7 @@ fn terms(
     Ok(json!({"doc_count_error_upper_bound": 0, "sum_other_doc_count": other, "buckets": buckets}))
 }
 
-fn add_subs(
+pub(crate) fn add_subs(
     bucket: &mut Value,
     subs: Option<&Map<String, Value>>,
     docs: &[DocRef],
@@ -194,224 +225,4 @@ fn add_subs(
         }
     }
     Ok(())
-}
-
-struct Source {
-    name: String,
-    field: String,
-    desc: bool,
-    missing_bucket: bool,
-    missing_first: bool,
-}
-
-type CompositeKey = Vec<Option<Key>>;
-
-fn cmp_composite(sources: &[Source], a: &CompositeKey, b: &CompositeKey) -> Ordering {
-    for (s, (x, y)) in sources.iter().zip(a.iter().zip(b.iter())) {
-        let o = match (x, y) {
-            (None, None) => Ordering::Equal,
-            (None, Some(_)) => {
-                if s.missing_first {
-                    Ordering::Less
-                } else {
-                    Ordering::Greater
-                }
-            }
-            (Some(_), None) => {
-                if s.missing_first {
-                    Ordering::Greater
-                } else {
-                    Ordering::Less
-                }
-            }
-            (Some(x), Some(y)) => {
-                if s.desc {
-                    cmp_keys(y, x)
-                } else {
-                    cmp_keys(x, y)
-                }
-            }
-        };
-        if o != Ordering::Equal {
-            return o;
-        }
-    }
-    Ordering::Equal
-}
-
-fn parse_sources(body: &Value) -> Result<Vec<Source>, EsError> {
-    let Some(sources) = body.get("sources") else {
-        return Err(EsError::new(
-            400,
-            "x_content_parse_exception",
-            "[composite] Required [sources]",
-        ));
-    };
-    let list = sources
-        .as_array()
-        .filter(|l| !l.is_empty())
-        .ok_or_else(|| agg_error("Composite [sources] cannot be null or empty"))?;
-    let mut out: Vec<Source> = Vec::new();
-    for s in list {
-        let Some((name, def)) = s.as_object().and_then(|o| o.iter().next()) else {
-            return Err(EsError::parsing("composite source must be an object"));
-        };
-        if out.iter().any(|o| &o.name == name) {
-            return Err(agg_error(format!(
-                "Composite source names must be unique, found duplicates: [{name}]"
-            )));
-        }
-        let Some(terms) = def.get("terms") else {
-            return Err(agg_error(format!(
-                "the emulator supports only [terms] composite sources, source [{name}] is not one"
-            )));
-        };
-        let desc = terms.get("order").and_then(Value::as_str) == Some("desc");
-        let missing_bucket = terms
-            .get("missing_bucket")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let missing_first = match terms.get("missing_order").and_then(Value::as_str) {
-            Some("first") => true,
-            Some("last") => false,
-            _ => !desc,
-        };
-        out.push(Source {
-            name: name.clone(),
-            field: field_of(terms, "terms")?,
-            desc,
-            missing_bucket,
-            missing_first,
-        });
-    }
-    Ok(out)
-}
-
-fn after_key(v: &Value, ty: Option<Ty>) -> Option<Key> {
-    match (v, ty) {
-        (Value::Null, _) => None,
-        (_, Some(Ty::Date)) => parse_date(v).map(Key::Date),
-        (Value::String(s), Some(Ty::Ip)) => parse_ip(s).map(Key::Ip),
-        (Value::String(s), _) => Some(Key::Str(s.clone())),
-        (Value::Number(n), Some(t))
-            if t.is_numeric() && !matches!(t, Ty::Double | Ty::Float | Ty::HalfFloat) =>
-        {
-            n.as_i64().map(Key::Long)
-        }
-        (Value::Number(n), _) => n
-            .as_i64()
-            .map(Key::Long)
-            .or_else(|| n.as_f64().map(Key::Double)),
-        (Value::Bool(b), _) => Some(Key::Bool(*b)),
-        _ => None,
-    }
-}
-
-fn composite(
-    _name: &str,
-    body: &Value,
-    subs: Option<&Map<String, Value>>,
-    docs: &[DocRef],
-) -> Result<Value, EsError> {
-    let sources = parse_sources(body)?;
-    let size = body.get("size").and_then(Value::as_u64).unwrap_or(10) as usize;
-    if size > MAX_BUCKETS {
-        return Err(EsError::new(400, "too_many_buckets_exception", format!(
-            "Trying to create too many buckets. Must be less than or equal to: [{MAX_BUCKETS}] but was [{size}]. This limit can be set by changing the [search.max_buckets] cluster level setting."
-        )).with("max_buckets", MAX_BUCKETS));
-    }
-    let mut types: Vec<Option<Ty>> = vec![None; sources.len()];
-    let mut groups: BTreeMap<usize, (CompositeKey, Vec<DocRef>)> = BTreeMap::new();
-    let mut index: Vec<(CompositeKey, usize)> = Vec::new();
-    for d in docs {
-        let mut combos: Vec<CompositeKey> = vec![Vec::new()];
-        for (i, s) in sources.iter().enumerate() {
-            let (ty, mut keys) = keys_of(d, &s.field);
-            if ty.is_some() {
-                types[i] = ty;
-            }
-            keys.sort_by(cmp_keys);
-            keys.dedup_by(|a, b| cmp_keys(a, b).is_eq());
-            let options: Vec<Option<Key>> = if keys.is_empty() {
-                if s.missing_bucket {
-                    vec![None]
-                } else {
-                    Vec::new()
-                }
-            } else {
-                keys.into_iter().map(Some).collect()
-            };
-            combos = combos
-                .into_iter()
-                .flat_map(|c| {
-                    options.iter().map(move |o| {
-                        let mut c = c.clone();
-                        c.push(o.clone());
-                        c
-                    })
-                })
-                .collect();
-        }
-        for c in combos {
-            match index.binary_search_by(|(k, _)| cmp_composite(&sources, k, &c)) {
-                Ok(pos) => {
-                    if let Some(g) = groups.get_mut(&index[pos].1) {
-                        g.1.push(*d);
-                    }
-                }
-                Err(pos) => {
-                    let id = groups.len();
-                    index.insert(pos, (c.clone(), id));
-                    groups.insert(id, (c, vec![*d]));
-                }
-            }
-        }
-    }
-    let after: Option<CompositeKey> = match body.get("after") {
-        None => None,
-        Some(Value::Object(a)) => Some(
-            sources
-                .iter()
-                .zip(types.iter())
-                .map(|(s, ty)| match a.get(&s.name) {
-                    None => Err(agg_error(format!(
-                        "[after] has 0 value(s) but [sources] has {}",
-                        sources.len()
-                    ))),
-                    Some(v) => Ok(after_key(v, *ty)),
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        Some(_) => return Err(EsError::parsing("[after] must be an object")),
-    };
-    let mut buckets = Vec::new();
-    let mut last: Option<Value> = None;
-    for (key, id) in &index {
-        if after
-            .as_ref()
-            .is_some_and(|a| cmp_composite(&sources, key, a) != Ordering::Greater)
-        {
-            continue;
-        }
-        if buckets.len() == size {
-            break;
-        }
-        let Some((_, ds)) = groups.get(id) else {
-            continue;
-        };
-        let key_json: Map<String, Value> = sources
-            .iter()
-            .zip(key.iter())
-            .map(|(s, k)| (s.name.clone(), k.as_ref().map_or(Value::Null, Key::to_json)))
-            .collect();
-        let mut b = json!({"key": key_json, "doc_count": ds.len()});
-        add_subs(&mut b, subs, ds)?;
-        last = Some(Value::Object(key_json));
-        buckets.push(b);
-    }
-    let mut out = json!({"buckets": buckets});
-    if let Some(k) = last {
-        out["after_key"] = k;
-    }
-    Ok(out)
 }

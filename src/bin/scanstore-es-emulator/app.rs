@@ -34,6 +34,8 @@ pub struct App {
     pub released: Condvar,
     pub log: Mutex<RequestLog>,
     pub limits: Limits,
+    /// Default of `indices.id_field_data.enabled` (ES 8: false) when the cluster setting is unset.
+    pub id_field_data_default: bool,
 }
 
 /// Locks a mutex even if a panicking handler poisoned it (the state stays usable; handlers
@@ -43,7 +45,7 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl App {
-    pub fn new(limits: Limits) -> Arc<App> {
+    pub fn new(limits: Limits, id_field_data_default: bool) -> Arc<App> {
         Arc::new(App {
             store: Mutex::new(Store::default()),
             refreshed: Condvar::new(),
@@ -51,6 +53,7 @@ impl App {
             released: Condvar::new(),
             log: Mutex::new(RequestLog::default()),
             limits,
+            id_field_data_default,
         })
     }
 

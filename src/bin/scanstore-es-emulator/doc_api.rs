@@ -68,7 +68,7 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
         let latest = store
             .indices
             .get(&res.index)
-            .and_then(|i| i.docs.get(&res.id))
+            .and_then(|i| i.docs.get(res.id.as_str()))
             .and_then(|s| s.latest.clone());
         if let Some(src) = latest.as_ref().and_then(|d| filter.apply(&d.source)) {
             m.insert(

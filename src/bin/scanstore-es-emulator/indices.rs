@@ -9,42 +9,6 @@ use crate::http::{HandlerResult, Reply, Req};
 use crate::resolve::{resolve_read, IndicesOptions};
 use crate::store::{glob_match, StoredScript, Template};
 
-pub fn info() -> HandlerResult {
-    Ok(Reply::ok(&json!({
-        "name": "scanstore-es-emulator",
-        "cluster_name": "scanstore-emulator",
-        "cluster_uuid": "emulator-cluster-uuid",
-        "version": {
-            "number": "8.15.0",
-            "build_flavor": "default",
-            "build_type": "emulator",
-            "build_hash": "emulator",
-            "build_date": "2026-01-01T00:00:00.000Z",
-            "build_snapshot": false,
-            "lucene_version": "9.11.1",
-            "minimum_wire_compatibility_version": "7.17.0",
-            "minimum_index_compatibility_version": "7.0.0"
-        },
-        "tagline": "You Know, for Search"
-    })))
-}
-
-pub fn health(app: &App) -> HandlerResult {
-    let store = lock(&app.store);
-    let primaries: u64 = store.indices.values().map(|i| i.shards).sum();
-    let unassigned: u64 = store.indices.values().map(|i| i.shards * i.replicas).sum();
-    let status = if unassigned > 0 { "yellow" } else { "green" };
-    Ok(Reply::ok(&json!({
-        "cluster_name": "scanstore-emulator", "status": status, "timed_out": false,
-        "number_of_nodes": 1, "number_of_data_nodes": 1,
-        "active_primary_shards": primaries, "active_shards": primaries,
-        "relocating_shards": 0, "initializing_shards": 0, "unassigned_shards": unassigned,
-        "delayed_unassigned_shards": 0, "number_of_pending_tasks": 0, "number_of_in_flight_fetch": 0,
-        "task_max_waiting_in_queue_millis": 0,
-        "active_shards_percent_as_number": if primaries + unassigned == 0 { 100.0 } else { 100.0 * primaries as f64 / (primaries + unassigned) as f64 }
-    })))
-}
-
 pub fn create(app: &App, req: &Req, name: &str) -> HandlerResult {
     let body = req.json_body()?;
     let mut store = lock(&app.store);
@@ -234,7 +198,7 @@ pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
                 .cloned()
             {
                 let mut flat = Map::new();
-                crate::store::flatten_settings(&s, "", &mut flat);
+                crate::settings::flatten_settings(&s, "", &mut flat);
                 let mut index = Map::new();
                 for (k, v) in flat {
                     index.insert(k.trim_start_matches("index.").to_owned(), v);

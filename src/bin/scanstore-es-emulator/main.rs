@@ -7,22 +7,33 @@ mod aliases;
 mod app;
 mod bench;
 mod bulk;
+mod bulk_parse;
+mod cluster;
+mod composite;
 mod doc_api;
+mod doc_check;
 mod docs;
 mod error;
+mod extract;
 mod faults;
 mod http;
+mod index_view;
 mod indices;
 mod mapping;
+mod postings;
 mod query;
+mod query_exec;
 mod reqlog;
 mod resolve;
 mod router;
 mod search;
 mod server;
+mod settings;
 mod sockets;
+mod sort;
 mod source_filter;
 mod store;
+mod update;
 mod values;
 
 use std::io::Write;
@@ -51,6 +62,10 @@ struct Cli {
     /// HTTP worker threads.
     #[arg(long, default_value_t = 8)]
     threads: usize,
+    /// Allow sorting on `_id` unless the cluster setting `indices.id_field_data.enabled` says
+    /// otherwise (ES 8 defaults to false and rejects `_id` sorts).
+    #[arg(long)]
+    id_field_data: bool,
     /// `http.max_content_length` in bytes.
     #[arg(long, default_value_t = 100 * 1024 * 1024)]
     max_content_length: u64,
@@ -71,7 +86,12 @@ pub struct Running {
     pub app: Arc<App>,
 }
 
-pub fn start(listen: SocketAddr, threads: usize, limits: Limits) -> Result<Running, String> {
+pub fn start(
+    listen: SocketAddr,
+    threads: usize,
+    limits: Limits,
+    id_field_data: bool,
+) -> Result<Running, String> {
     if !listen.ip().is_loopback() {
         return Err(format!("--listen must be a loopback address (got {listen}); the emulator has no authentication"));
     }
@@ -82,7 +102,7 @@ pub fn start(listen: SocketAddr, threads: usize, limits: Limits) -> Result<Runni
         .to_ip()
         .ok_or_else(|| "listener has no IP address".to_owned())?;
     let server = Arc::new(server);
-    let app = App::new(limits);
+    let app = App::new(limits, id_field_data);
     App::spawn_refresher(&app);
     server::spawn_workers(&app, &server, threads.max(1));
     Ok(Running { addr, server, app })
@@ -103,7 +123,7 @@ fn main() -> ExitCode {
         max_content_length: cli.max_content_length,
         ..Limits::default()
     };
-    let running = match start(cli.listen, cli.threads, limits) {
+    let running = match start(cli.listen, cli.threads, limits, cli.id_field_data) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{e}");

@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
+use crate::doc_check::{check_object, needs_new_fields};
 use crate::error::EsError;
-use crate::values::{parse_date, parse_ip, Key};
+use crate::extract::{any_value, source_values, to_key};
+use crate::values::Key;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dynamic {
@@ -99,7 +101,7 @@ pub struct Mapping {
     pub extra: Map<String, Value>,
 }
 
-fn mapper_error(reason: impl Into<String>) -> EsError {
+pub(crate) fn mapper_error(reason: impl Into<String>) -> EsError {
     EsError::new(400, "mapper_parsing_exception", reason)
 }
 
@@ -209,95 +211,35 @@ fn props_json(p: &BTreeMap<String, Field>) -> Value {
     Value::Object(p.iter().map(|(k, f)| (k.clone(), field_json(f))).collect())
 }
 
-/// Converts one JSON scalar to the field's key type; `Err` carries the cause message.
-pub fn to_key(ty: Ty, v: &Value) -> Result<Option<Key>, String> {
-    let bad = || {
-        format!(
-            "For input string: \"{}\"",
-            v.as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| v.to_string())
-        )
-    };
-    Ok(Some(match ty {
-        Ty::Keyword | Ty::Text => match v {
-            Value::String(s) => Key::Str(s.clone()),
-            Value::Number(n) => Key::Str(n.to_string()),
-            Value::Bool(b) => Key::Str(b.to_string()),
-            _ => return Err("expected a scalar value".into()),
-        },
-        Ty::Long | Ty::Integer | Ty::Short | Ty::Byte | Ty::UnsignedLong => {
-            let n = match v {
-                Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f.trunc() as i64)),
-                Value::String(s) => s.trim().parse::<i64>().ok().or_else(|| s.trim().parse::<f64>().ok().map(|f| f.trunc() as i64)),
-                _ => None,
-            }
-            .ok_or_else(bad)?;
-            let (lo, hi) = match ty {
-                Ty::Integer => (i32::MIN as i64, i32::MAX as i64),
-                Ty::Short => (i16::MIN as i64, i16::MAX as i64),
-                Ty::Byte => (i8::MIN as i64, i8::MAX as i64),
-                Ty::UnsignedLong => (0, i64::MAX),
-                _ => (i64::MIN, i64::MAX),
-            };
-            if n < lo || n > hi {
-                return Err(format!("Value [{n}] is out of range"));
-            }
-            Key::Long(n)
-        }
-        Ty::Double | Ty::Float | Ty::HalfFloat => match v {
-            Value::Number(n) => Key::Double(n.as_f64().ok_or_else(bad)?),
-            Value::String(s) => Key::Double(s.trim().parse().map_err(|_| bad())?),
-            _ => return Err(bad()),
-        },
-        Ty::Boolean => match v {
-            Value::Bool(b) => Key::Bool(*b),
-            Value::String(s) if s == "true" => Key::Bool(true),
-            Value::String(s) if s == "false" || s.is_empty() => Key::Bool(false),
-            _ => return Err(format!("Failed to parse value [{v}] as only [true] or [false] are allowed.")),
-        },
-        Ty::Ip => match v {
-            Value::String(s) => Key::Ip(parse_ip(s).ok_or_else(|| format!("'{s}' is not an IP string literal."))?),
-            _ => return Err(format!("'{v}' is not an IP string literal.")),
-        },
-        Ty::Date => Key::Date(parse_date(v).ok_or_else(|| format!("failed to parse date field [{v}] with format [strict_date_optional_time||epoch_millis]"))?),
-        Ty::Object | Ty::Opaque => return Ok(None),
-    }))
+/// A field resolved once per index and request: its `_source` path and how to read it.
+#[derive(Debug, Clone)]
+pub struct FieldRef {
+    pub path: String,
+    pub ty: Ty,
+    pub ignore_above: Option<usize>,
 }
 
-/// Lower-cased alphanumeric tokens (a small stand-in for the standard analyzer).
-pub fn tokens(s: &str) -> impl Iterator<Item = String> + '_ {
-    s.split(|c: char| !c.is_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .map(str::to_lowercase)
-}
-
-/// Collects the JSON values at a dotted path (objects and dotted keys, arrays flattened).
-pub fn source_values<'a>(src: &'a Value, path: &str, out: &mut Vec<&'a Value>) {
-    match src {
-        Value::Array(items) => items.iter().for_each(|i| source_values(i, path, out)),
-        Value::Object(map) => {
-            if let Some(v) = map.get(path) {
-                flatten(v, out);
-            }
-            let mut idx = 0;
-            while let Some(pos) = path[idx..].find('.') {
-                let split = idx + pos;
-                if let Some(inner) = map.get(&path[..split]) {
-                    source_values(inner, &path[split + 1..], out);
-                }
-                idx = split + 1;
-            }
+impl FieldRef {
+    fn admits(&self, v: &Value) -> bool {
+        match (self.ignore_above, v.as_str()) {
+            (Some(limit), Some(s)) => s.chars().count() <= limit,
+            _ => true,
         }
-        _ => {}
     }
-}
 
-fn flatten<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
-    match v {
-        Value::Array(items) => items.iter().for_each(|i| flatten(i, out)),
-        Value::Null => {}
-        other => out.push(other),
+    /// Indexed keys of this field in a document.
+    pub fn keys(&self, src: &Value) -> Vec<Key> {
+        let mut vals = Vec::new();
+        source_values(src, &self.path, &mut vals);
+        vals.into_iter()
+            .filter(|v| self.admits(v))
+            .filter_map(|v| to_key(self.ty, v).ok().flatten())
+            .collect()
+    }
+
+    /// Whether any indexed raw value satisfies `f` (no allocation per value).
+    pub fn any(&self, src: &Value, f: &mut dyn FnMut(&Value) -> bool) -> bool {
+        any_value(src, &self.path, &mut |v| self.admits(v) && f(v))
     }
 }
 
@@ -395,25 +337,20 @@ impl Mapping {
         None
     }
 
+    pub fn field_ref(&self, field: &str) -> Option<FieldRef> {
+        self.resolve(field).map(|r| FieldRef {
+            path: r.source_path,
+            ty: r.field.ty,
+            ignore_above: r.field.ignore_above,
+        })
+    }
+
     /// Indexed keys of `field` in a document (empty for unmapped or object fields).
     pub fn keys(&self, src: &Value, field: &str) -> (Option<Ty>, Vec<Key>) {
-        let Some(r) = self.resolve(field) else {
-            return (None, Vec::new());
-        };
-        let mut vals = Vec::new();
-        source_values(src, &r.source_path, &mut vals);
-        let mut out = Vec::with_capacity(vals.len());
-        for v in vals {
-            if let (Some(limit), Some(s)) = (r.field.ignore_above, v.as_str()) {
-                if s.chars().count() > limit {
-                    continue;
-                }
-            }
-            if let Ok(Some(k)) = to_key(r.field.ty, v) {
-                out.push(k);
-            }
+        match self.field_ref(field) {
+            Some(f) => (Some(f.ty), f.keys(src)),
+            None => (None, Vec::new()),
         }
-        (Some(r.field.ty), out)
     }
 
     /// Checks a document against the mapping and adds dynamic fields. Nothing is changed
@@ -434,155 +371,6 @@ impl Mapping {
             self.props = props;
         }
         Ok(())
-    }
-}
-
-/// Validates like [`check_object`] without changing anything; `Ok(true)` when the document
-/// introduces fields that dynamic mapping would add (or the check needs the slow path).
-fn needs_new_fields(
-    props: &BTreeMap<String, Field>,
-    dynamic: Dynamic,
-    obj: &Map<String, Value>,
-) -> Result<bool, EsError> {
-    for (name, value) in obj {
-        let Some(field) = props.get(name) else {
-            if value.is_null() || dynamic == Dynamic::False {
-                continue;
-            }
-            return Ok(true);
-        };
-        let mut items = std::slice::from_ref(value);
-        if let Value::Array(a) = value {
-            items = a;
-        }
-        for v in items {
-            match v {
-                Value::Object(inner) if field.ty == Ty::Object => {
-                    if needs_new_fields(&field.props, field.dynamic.unwrap_or(dynamic), inner)? {
-                        return Ok(true);
-                    }
-                }
-                Value::Null => {}
-                Value::Array(_) => return Ok(true),
-                v if field.ty != Ty::Object && to_key(field.ty, v).is_ok() => {}
-                _ => return Ok(true),
-            }
-        }
-    }
-    Ok(false)
-}
-
-fn check_object(
-    props: &mut BTreeMap<String, Field>,
-    dynamic: Dynamic,
-    obj: &Map<String, Value>,
-    prefix: &str,
-    id: &str,
-    changed: &mut bool,
-) -> Result<(), EsError> {
-    for (name, value) in obj {
-        if name.is_empty() {
-            return Err(mapper_error("field name cannot be an empty string"));
-        }
-        let full = if prefix.is_empty() {
-            name.clone()
-        } else {
-            format!("{prefix}.{name}")
-        };
-        if !props.contains_key(name) {
-            if value.is_null() {
-                continue;
-            }
-            match dynamic {
-                Dynamic::Strict => {
-                    let within = if prefix.is_empty() {
-                        "_doc"
-                    } else {
-                        prefix.rsplit('.').next().unwrap_or(prefix)
-                    };
-                    return Err(EsError::new(
-                        400,
-                        "strict_dynamic_mapping_exception",
-                        format!("mapping set to strict, dynamic introduction of [{name}] within [{within}] is not allowed"),
-                    ));
-                }
-                Dynamic::False => continue,
-                Dynamic::True => match dynamic_field(value) {
-                    Some(f) => {
-                        props.insert(name.clone(), f);
-                        *changed = true;
-                    }
-                    None => continue,
-                },
-            }
-        }
-        let Some(field) = props.get_mut(name) else {
-            continue;
-        };
-        check_value(field, dynamic, value, &full, id, changed)?;
-    }
-    Ok(())
-}
-
-fn check_value(
-    field: &mut Field,
-    dynamic: Dynamic,
-    value: &Value,
-    full: &str,
-    id: &str,
-    changed: &mut bool,
-) -> Result<(), EsError> {
-    match value {
-        Value::Null => Ok(()),
-        Value::Array(items) => items.iter().try_for_each(|v| check_value(field, dynamic, v, full, id, changed)),
-        Value::Object(inner) if field.ty == Ty::Object => {
-            let d = field.dynamic.unwrap_or(dynamic);
-            check_object(&mut field.props, d, inner, full, id, changed)
-        }
-        _ if field.ty == Ty::Object => Err(mapper_error(format!(
-            "object mapping for [{full}] tried to parse field [{full}] as object, but found a concrete value"
-        ))),
-        v => match to_key(field.ty, v) {
-            Ok(_) => Ok(()),
-            Err(cause) => {
-                let preview = v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string());
-                Err(mapper_error(format!(
-                    "failed to parse field [{full}] of type [{}] in document with id '{id}'. Preview of field's value: '{preview}'",
-                    field.type_name
-                ))
-                .caused_by(EsError::bad_request(cause)))
-            }
-        },
-    }
-}
-
-fn dynamic_field(v: &Value) -> Option<Field> {
-    let leaf = |type_name: &str, ty: Ty| Field {
-        ty,
-        type_name: type_name.to_owned(),
-        props: BTreeMap::new(),
-        dynamic: None,
-        fields: BTreeMap::new(),
-        ignore_above: None,
-        extra: Map::new(),
-    };
-    match v {
-        Value::Array(items) => items.iter().find_map(dynamic_field),
-        Value::Bool(_) => Some(leaf("boolean", Ty::Boolean)),
-        Value::Number(n) if n.is_i64() || n.is_u64() => Some(leaf("long", Ty::Long)),
-        Value::Number(_) => Some(leaf("float", Ty::Float)),
-        Value::String(s) if s.contains('-') && crate::values::parse_date_str(s).is_some() => {
-            Some(leaf("date", Ty::Date))
-        }
-        Value::String(_) => {
-            let mut text = leaf("text", Ty::Text);
-            let mut kw = leaf("keyword", Ty::Keyword);
-            kw.ignore_above = Some(256);
-            text.fields.insert("keyword".into(), kw);
-            Some(text)
-        }
-        Value::Object(_) => Some(leaf("object", Ty::Object)),
-        Value::Null => None,
     }
 }
 

@@ -6,7 +6,7 @@ use crate::app::App;
 use crate::docs::OpKind;
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
-use crate::{aliases, bulk, doc_api, faults, indices, search};
+use crate::{aliases, bulk, cluster, doc_api, faults, indices, search};
 
 pub fn route(app: &App, req: &Req) -> HandlerResult {
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
@@ -15,9 +15,11 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
     let write = matches!(m, "PUT" | "POST");
     match (m, segs.as_slice()) {
         (_, ["_emulator", ..]) => faults::control(app, req),
-        ("GET" | "HEAD", []) => indices::info(),
+        ("GET" | "HEAD", []) => cluster::info(),
+        ("PUT", ["_cluster", "settings"]) => cluster::put_settings(app, req),
+        ("GET", ["_cluster", "settings"]) => cluster::get_settings(app),
         ("GET", ["_cluster", "health"]) | ("GET", ["_cluster", "health", _]) => {
-            indices::health(app)
+            cluster::health(app)
         }
         (_, ["_bulk"]) if write => bulk::handle(app, req, None),
         (_, [i, "_bulk"]) if write => bulk::handle(app, req, Some(i)),

@@ -12,11 +12,13 @@ use crate::app::{lock, App};
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
 use crate::mapping::{Mapping, Ty};
-use crate::query::{self, compile, Query};
+use crate::query::{self, Query};
+use crate::query_exec::{compile, score};
 use crate::resolve::{resolve_read, IndicesOptions};
+use crate::sort::{after_value, cmp_sort, parse_sort, sort_key, sort_value_json};
 use crate::source_filter::SourceFilter;
 use crate::store::{DocVersion, Store};
-use crate::values::{cmp_keys, parse_date, parse_ip, Key};
+use crate::values::Key;
 
 const SEARCH_KEYS: [&str; 17] = [
     "query",
@@ -38,117 +40,13 @@ const SEARCH_KEYS: [&str; 17] = [
     "profile",
 ];
 
-struct Hit<'a> {
-    index: &'a str,
-    mapping: &'a Mapping,
-    id: &'a str,
-    doc: Arc<DocVersion>,
-    score: f32,
-    sort: Vec<Option<Key>>,
-}
-
-struct SortSpec {
-    field: String,
-    desc: bool,
-    missing_first: bool,
-}
-
-fn parse_sort(v: Option<&Value>) -> Result<Vec<SortSpec>, EsError> {
-    let items: Vec<Value> = match v {
-        None => return Ok(Vec::new()),
-        Some(Value::Array(a)) => a.clone(),
-        Some(other) => vec![other.clone()],
-    };
-    items
-        .iter()
-        .map(|item| {
-            let (field, opts) = match item {
-                Value::String(s) => (s.clone(), Value::Null),
-                Value::Object(o) => match o.iter().next() {
-                    Some((f, v)) => (f.clone(), v.clone()),
-                    None => return Err(EsError::parsing("empty sort object")),
-                },
-                _ => return Err(EsError::parsing("malformed sort")),
-            };
-            let order = match &opts {
-                Value::String(s) => Some(s.clone()),
-                Value::Object(o) => o.get("order").and_then(Value::as_str).map(str::to_owned),
-                _ => None,
-            };
-            let desc = order.as_deref().map_or(field == "_score", |o| o == "desc");
-            let missing_first = opts.get("missing").and_then(Value::as_str) == Some("_first");
-            Ok(SortSpec {
-                field,
-                desc,
-                missing_first,
-            })
-        })
-        .collect()
-}
-
-fn sort_key(s: &SortSpec, h: &Hit) -> Option<Key> {
-    match s.field.as_str() {
-        "_id" => Some(Key::Str(h.id.to_owned())),
-        "_index" => Some(Key::Str(h.index.to_owned())),
-        "_score" => Some(Key::Double(f64::from(h.score))),
-        "_doc" => Some(Key::Long(h.doc.seq_no)),
-        f => {
-            let (_, keys) = h.mapping.keys(&h.doc.source, f);
-            if s.desc {
-                keys.into_iter().max_by(cmp_keys)
-            } else {
-                keys.into_iter().min_by(cmp_keys)
-            }
-        }
-    }
-}
-
-fn cmp_sort(specs: &[SortSpec], a: &[Option<Key>], b: &[Option<Key>]) -> Ordering {
-    for (s, (x, y)) in specs.iter().zip(a.iter().zip(b.iter())) {
-        let o = match (x, y) {
-            (None, None) => Ordering::Equal,
-            (None, Some(_)) => {
-                if s.missing_first {
-                    Ordering::Less
-                } else {
-                    Ordering::Greater
-                }
-            }
-            (Some(_), None) => {
-                if s.missing_first {
-                    Ordering::Greater
-                } else {
-                    Ordering::Less
-                }
-            }
-            (Some(x), Some(y)) => {
-                if s.desc {
-                    cmp_keys(y, x)
-                } else {
-                    cmp_keys(x, y)
-                }
-            }
-        };
-        if o != Ordering::Equal {
-            return o;
-        }
-    }
-    Ordering::Equal
-}
-
-fn after_value(v: &Value, ty: Option<Ty>) -> Option<Key> {
-    match (v, ty) {
-        (Value::Null, _) => None,
-        (_, Some(Ty::Date)) => parse_date(v).map(Key::Date),
-        (Value::String(s), Some(Ty::Ip)) => parse_ip(s).map(Key::Ip),
-        (Value::String(s), _) => Some(Key::Str(s.clone())),
-        (Value::Number(n), _) => n
-            .as_i64()
-            .map(Key::Long)
-            .or_else(|| n.as_f64().map(Key::Double)),
-        (Value::Bool(b), _) => Some(Key::Bool(*b)),
-        _ => None,
-    }
+pub struct Hit<'a> {
+    pub index: &'a str,
+    pub mapping: &'a Mapping,
+    pub id: &'a str,
+    pub doc: Arc<DocVersion>,
+    pub score: f32,
+    pub sort: Vec<Option<Key>>,
 }
 
 fn shards_header(store: &Store, names: &[String]) -> Value {
@@ -168,9 +66,17 @@ fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<
             continue;
         };
         let c = compile(q, &idx.mapping)?;
-        for (id, slot) in &idx.docs {
+        let candidates = crate::postings::candidates(&c, &crate::index_view::IndexView::of(idx));
+        // Postings are exact for keyword terms: no need to re-check each candidate's source.
+        let exact = candidates.as_ref().and(crate::postings::exact_score(&c));
+        let slots: Box<dyn Iterator<Item = (&std::sync::Arc<str>, &crate::store::Slot)>> =
+            match &candidates {
+                Some(ids) => Box::new(ids.iter().filter_map(|id| idx.docs.get_key_value(*id))),
+                None => Box::new(idx.docs.iter()),
+            };
+        for (id, slot) in slots {
             let Some(doc) = &slot.visible else { continue };
-            if let Some(score) = query::score(&c, &idx.mapping, id, doc) {
+            if let Some(score) = exact.or_else(|| score(&c, &idx.mapping, id, doc)) {
                 hits.push(Hit {
                     index: &idx.name,
                     mapping: &idx.mapping,
@@ -263,6 +169,31 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     );
     let store = lock(&app.store);
     let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
+    if sort.iter().any(|s| s.field == "_id") {
+        let enabled = match store.cluster.get(crate::cluster::ID_FIELD_DATA) {
+            Some(v) => v.as_bool().unwrap_or_else(|| v.as_str() == Some("true")),
+            None => app.id_field_data_default,
+        };
+        if !enabled {
+            return Err(id_fielddata_error(
+                names.first().map_or("_na_", String::as_str),
+            ));
+        }
+    }
+    let mut used: Vec<String> = sort.iter().map(|s| s.field.clone()).collect();
+    if let Some(a) = obj.get("aggs").or_else(|| obj.get("aggregations")) {
+        agg_fields(a, &mut used);
+    }
+    for n in &names {
+        if let Some(idx) = store.indices.get(n) {
+            if let Some(f) = used
+                .iter()
+                .find(|f| text_without_fielddata(&idx.mapping, f))
+            {
+                return Err(text_fielddata_error(f, n));
+            }
+        }
+    }
     let mut hits = matching(&store, &names, &q)?;
     let total = hits.len() as i64;
     let aggregations = match obj.get("aggs").or_else(|| obj.get("aggregations")) {
@@ -279,10 +210,12 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         Some(_) => return Err(EsError::parsing("[aggs] must be an object")),
         None => None,
     };
-    for h in hits.iter_mut() {
+    // With `size: 0` (aggregation-only searches) there is no page to order.
+    let paging = size > 0;
+    for h in hits.iter_mut().filter(|_| paging) {
         h.sort = sort.iter().map(|s| sort_key(s, h)).collect();
     }
-    if sort.is_empty() {
+    if paging && sort.is_empty() {
         hits.sort_by(|a, b| {
             b.score
                 .partial_cmp(&a.score)
@@ -290,7 +223,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
                 .then(a.index.cmp(b.index))
                 .then(a.doc.seq_no.cmp(&b.doc.seq_no))
         });
-    } else {
+    } else if paging {
         hits.sort_by(|a, b| {
             cmp_sort(&sort, &a.sort, &b.sort)
                 .then(a.index.cmp(b.index))
@@ -320,7 +253,9 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             .zip(types)
             .map(|(v, t)| after_value(v, t))
             .collect();
-        hits.retain(|h| cmp_sort(&sort, &h.sort, &after) == Ordering::Greater);
+        if paging {
+            hits.retain(|h| cmp_sort(&sort, &h.sort, &after) == Ordering::Greater);
+        }
     }
     let scored = sort.is_empty()
         || obj
@@ -399,12 +334,58 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     Ok(Reply::ok(&out))
 }
 
-fn sort_value_json(s: &SortSpec, k: Option<&Key>) -> Value {
-    match k {
-        Some(k) => k.to_json(),
-        None if s.desc => json!(i64::MIN),
-        None => json!(i64::MAX),
+/// Every `"field": "…"` of an aggregation tree.
+fn agg_fields(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => {
+            for (k, x) in o {
+                match (k.as_str(), x) {
+                    ("field", Value::String(f)) => out.push(f.clone()),
+                    _ => agg_fields(x, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| agg_fields(x, out)),
+        _ => {}
     }
+}
+
+fn text_without_fielddata(m: &Mapping, field: &str) -> bool {
+    m.resolve(field).is_some_and(|r| {
+        r.field.ty == Ty::Text && r.field.extra.get("fielddata") != Some(&Value::Bool(true))
+    })
+}
+
+/// Sorting or aggregating on a `text` field fails in ES unless it enables `fielddata`.
+fn text_fielddata_error(field: &str, index: &str) -> EsError {
+    let cause = EsError::bad_request(format!(
+        "Fielddata is disabled on [{field}] in [{index}]. Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [{field}] in order to load field data by uninverting the inverted index. Note that this can use significant memory."
+    ));
+    EsError::new(400, "search_phase_execution_exception", "all shards failed")
+        .with("phase", "query")
+        .with("grouped", true)
+        .with(
+            "failed_shards",
+            json!([{"shard": 0, "index": index, "node": "emulator", "reason": cause.to_json()}]),
+        )
+        .caused_by(cause)
+}
+
+/// ES 8 refuses `_id` fielddata by default; the shard failure surfaces as
+/// `search_phase_execution_exception` (400) with an `illegal_argument_exception` root cause.
+fn id_fielddata_error(index: &str) -> EsError {
+    let cause = EsError::bad_request(format!(
+        "Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: {}",
+        crate::cluster::ID_FIELD_DATA
+    ));
+    EsError::new(400, "search_phase_execution_exception", "all shards failed")
+        .with("phase", "query")
+        .with("grouped", true)
+        .with(
+            "failed_shards",
+            json!([{"shard": 0, "index": index, "node": "emulator", "reason": cause.to_json()}]),
+        )
+        .caused_by(cause)
 }
 
 pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
@@ -428,7 +409,22 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
     };
     let store = lock(&app.store);
     let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
-    let n = matching(&store, &names, &q)?.len();
+    let mut n = 0;
+    for name in &names {
+        let Some(idx) = store.indices.get(name) else {
+            continue;
+        };
+        let c = compile(&q, &idx.mapping)?;
+        let view = crate::index_view::IndexView::of(idx);
+        n += match (
+            crate::postings::candidates(&c, &view),
+            crate::postings::exact_score(&c),
+        ) {
+            // Postings index only searchable documents: the candidate count is the count.
+            (Some(ids), Some(_)) => ids.len(),
+            _ => matching(&store, std::slice::from_ref(name), &q)?.len(),
+        };
+    }
     Ok(Reply::ok(
         &json!({"count": n, "_shards": shards_header(&store, &names)}),
     ))

@@ -88,6 +88,7 @@ fn respond_and_close(rq: Request, reply: Reply, truncate: bool) {
         200 => "OK",
         400 => "Bad Request",
         413 => "Request Entity Too Large",
+        417 => "Expectation Failed",
         _ => "Error",
     };
     let ct = if reply.json {
@@ -204,8 +205,13 @@ fn finish(
     }
     let limit = app.limits.max_content_length;
     if declared.is_some_and(|n| n > limit) {
-        log(413, declared.unwrap_or(0));
-        let mut reply = Reply::empty(413);
+        // Netty answers an over-limit `Expect: 100-continue` with 417, any other with 413.
+        let expects = rq.headers().iter().any(|h| {
+            h.field.equiv("Expect") && h.value.as_str().eq_ignore_ascii_case("100-continue")
+        });
+        let status = if expects { 417 } else { 413 };
+        log(status, declared.unwrap_or(0));
+        let mut reply = Reply::empty(status);
         reply.close = true;
         return respond(rq, reply);
     }

@@ -9,6 +9,9 @@ use serde_json::{json, Map, Value};
 
 use crate::error::EsError;
 use crate::mapping::Mapping;
+use crate::settings::{
+    flatten_settings, insert_dotted, parse_interval, setting, validate_index_name,
+};
 
 /// One version of a document.
 #[derive(Debug)]
@@ -46,12 +49,15 @@ pub struct Index {
     pub settings: Map<String, Value>,
     pub mapping: Mapping,
     pub aliases: BTreeMap<String, AliasMeta>,
-    pub docs: HashMap<String, Slot>,
-    pub dirty: Vec<String>,
+    /// Ids are shared (`Arc<str>`) between this map, the dirty list and the postings.
+    pub docs: HashMap<Arc<str>, Slot>,
+    pub dirty: Vec<Arc<str>>,
     pub next_seq_no: i64,
     pub last_refresh: Instant,
     /// Incremented by every refresh that published something (wait_for listeners watch it).
     pub refresh_gen: u64,
+    /// Keyword postings of the searchable documents (see `postings`).
+    pub postings: crate::postings::Postings,
 }
 
 #[derive(Debug, Clone)]
@@ -74,6 +80,7 @@ pub struct Store {
     pub indices: BTreeMap<String, Index>,
     pub templates: BTreeMap<String, Template>,
     pub scripts: BTreeMap<String, StoredScript>,
+    pub cluster: crate::cluster::ClusterSettings,
     uuid_counter: u64,
 }
 
@@ -97,86 +104,6 @@ pub fn glob_match(pattern: &str, s: &str) -> bool {
         }
     }
     p[pi..].iter().all(|&c| c == b'*')
-}
-
-fn setting<'a>(s: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    s.get(key).or_else(|| s.get(&format!("index.{key}")))
-}
-
-/// Flattens `{"index": {"number_of_shards": 1}}` and dotted keys into `index.*` keys.
-pub fn flatten_settings(v: &Value, prefix: &str, out: &mut Map<String, Value>) {
-    if let Some(obj) = v.as_object() {
-        for (k, val) in obj {
-            let key = if prefix.is_empty() {
-                k.clone()
-            } else {
-                format!("{prefix}.{k}")
-            };
-            if val.is_object() {
-                flatten_settings(val, &key, out);
-            } else {
-                let key = if key.starts_with("index.") {
-                    key
-                } else {
-                    format!("index.{key}")
-                };
-                let as_str = match val {
-                    Value::String(s) => json!(s),
-                    other => json!(other.to_string()),
-                };
-                out.insert(key, as_str);
-            }
-        }
-    }
-}
-
-pub fn parse_interval(v: &str) -> Result<Option<Duration>, EsError> {
-    if v == "-1" {
-        return Ok(None);
-    }
-    let (num, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
-    let n: u64 = num.parse().map_err(|_| {
-        EsError::bad_request(format!(
-            "failed to parse setting [index.refresh_interval] with value [{v}] as a time value"
-        ))
-    })?;
-    let ms = match unit {
-        "ms" => n,
-        "s" | "" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        _ => return Err(EsError::bad_request(format!("failed to parse setting [index.refresh_interval] with value [{v}] as a time value: unit is missing or unrecognized"))),
-    };
-    Ok(Some(Duration::from_millis(ms)))
-}
-
-pub fn validate_index_name(name: &str) -> Result<(), EsError> {
-    let invalid = |why: &str| {
-        EsError::new(
-            400,
-            "invalid_index_name_exception",
-            format!("Invalid index name [{name}], {why}"),
-        )
-        .on_index(name, "_na_")
-    };
-    if name.is_empty() || name.len() > 255 {
-        return Err(invalid("index name is too long or empty"));
-    }
-    if name.chars().any(|c| c.is_uppercase()) {
-        return Err(invalid("must be lowercase"));
-    }
-    if name.starts_with(['-', '_', '+']) {
-        return Err(invalid("must not start with '_', '-', or '+'"));
-    }
-    if name == "." || name == ".." {
-        return Err(invalid("must not be '.' or '..'"));
-    }
-    if name.contains(['\\', '/', '*', '?', '"', '<', '>', '|', ' ', ',', '#', ':']) {
-        return Err(invalid(
-            "must not contain the following characters [ , \", *, \\, <, |, ,, >, /, ?]",
-        ));
-    }
-    Ok(())
 }
 
 impl Store {
@@ -273,6 +200,7 @@ impl Store {
             next_seq_no: 0,
             last_refresh: Instant::now(),
             refresh_gen: 0,
+            postings: HashMap::new(),
         };
         Ok(self.indices.entry(name.to_owned()).or_insert(index))
     }
@@ -295,23 +223,6 @@ pub fn parse_alias_meta(v: &Value) -> AliasMeta {
     meta
 }
 
-fn insert_dotted(map: &mut Map<String, Value>, key: &str, v: Value) {
-    match key.split_once('.') {
-        None => {
-            map.insert(key.to_owned(), v);
-        }
-        Some((head, rest)) => {
-            let entry = map.entry(head.to_owned()).or_insert_with(|| json!({}));
-            if !entry.is_object() {
-                *entry = json!({});
-            }
-            if let Some(inner) = entry.as_object_mut() {
-                insert_dotted(inner, rest, v);
-            }
-        }
-    }
-}
-
 impl Index {
     /// Publishes every pending write to search. Returns whether anything changed.
     pub fn refresh(&mut self) -> bool {
@@ -319,9 +230,18 @@ impl Index {
         if self.dirty.is_empty() {
             return false;
         }
+        let fields = crate::postings::keyword_fields(&self.mapping);
         for id in std::mem::take(&mut self.dirty) {
             let remove = match self.docs.get_mut(&id) {
                 Some(slot) => {
+                    let old = slot.visible.take();
+                    crate::postings::update(
+                        &mut self.postings,
+                        &fields,
+                        &id,
+                        old.as_deref(),
+                        slot.latest.as_deref(),
+                    );
                     slot.visible = slot.latest.clone();
                     slot.dirty = false;
                     slot.latest.is_none() && slot.version == 0
@@ -337,22 +257,32 @@ impl Index {
     }
 
     /// Stores a new latest version and marks the id for the next refresh.
-    pub fn put(&mut self, id: &str, source: Option<Value>, version: i64) -> (i64, i64) {
+    pub fn put(
+        &mut self,
+        id: &str,
+        source: Option<Value>,
+        version: i64,
+        routing: Option<String>,
+    ) -> (i64, i64) {
         let seq_no = self.next_seq_no;
         self.next_seq_no += 1;
-        let slot = self.docs.entry(id.to_owned()).or_default();
+        let key: Arc<str> = match self.docs.get_key_value(id) {
+            Some((k, _)) => k.clone(),
+            None => Arc::from(id),
+        };
+        let slot = self.docs.entry(key.clone()).or_default();
         slot.version = version;
         slot.latest = source.map(|source| {
             Arc::new(DocVersion {
                 source,
                 version,
                 seq_no,
-                routing: None,
+                routing,
             })
         });
         if !slot.dirty {
             slot.dirty = true;
-            self.dirty.push(id.to_owned());
+            self.dirty.push(key);
         }
         (version, seq_no)
     }

@@ -75,6 +75,13 @@ fn body_over_max_content_length_is_413_with_empty_body() {
     assert_eq!(r.status, 413);
     assert!(r.body.is_empty());
     assert_eq!(es.head("/x"), 404, "nothing written");
+    let head = format!(
+        "POST /_bulk HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        big.len()
+    );
+    let reply = send(&emu, head.as_bytes());
+    assert!(reply.starts_with("HTTP/1.1 417"), "{reply}");
+    assert!(!reply.contains("100 Continue"), "{reply}");
     let small = "{\"index\":{\"_index\":\"x\"}}\n{\"pad\":\"p\"}\n";
     assert_eq!(
         es.raw(

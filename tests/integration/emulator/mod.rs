@@ -10,4 +10,5 @@ mod python_peer;
 mod search;
 mod visibility;
 mod yaml_api;
+mod yaml_assert;
 mod yaml_runner;

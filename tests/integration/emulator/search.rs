@@ -3,34 +3,34 @@
 
 use serde_json::{json, Value};
 
-use crate::support::emulator::{target, unique, Es};
+use crate::support::emulator::{emulator_for_faults, target, unique, Emulator, Es};
 
 fn seed(es: &Es) -> String {
     let idx = unique("search");
     let (status, v) = es.put(&format!("/{idx}"), &json!({"settings": {"number_of_replicas": 0}, "mappings": {"dynamic": "strict", "properties": {
         "ip": {"type": "ip"}, "port": {"type": "long"}, "host": {"type": "keyword"}, "seen": {"type": "date"},
-        "banner": {"type": "text"}, "up": {"type": "boolean"}, "owner": {"type": "keyword"}}}}));
+        "banner": {"type": "text"}, "up": {"type": "boolean"}, "owner": {"type": "keyword"}, "name": {"type": "keyword"}}}}));
     assert_eq!(status, 200, "{v}");
     let docs = [
         (
             "d1",
-            json!({"ip": "10.0.0.9", "port": 80, "host": "a.example", "seen": "2026-11-01T00:00:00.000Z", "banner": "Apache httpd", "up": true, "owner": "o1"}),
+            json!({"name": "d1", "ip": "10.0.0.9", "port": 80, "host": "a.example", "seen": "2026-11-01T00:00:00.000Z", "banner": "Apache httpd", "up": true, "owner": "o1"}),
         ),
         (
             "d2",
-            json!({"ip": "10.0.0.12", "port": 443, "host": "a.example", "seen": "2026-11-15T00:00:00.000Z", "banner": "nginx server", "up": true}),
+            json!({"name": "d2", "ip": "10.0.0.12", "port": 443, "host": "a.example", "seen": "2026-11-15T00:00:00.000Z", "banner": "nginx server", "up": true}),
         ),
         (
             "d3",
-            json!({"ip": "10.0.1.1", "port": 22, "host": "b.example", "seen": "2026-10-31T23:59:59.999Z", "banner": "OpenSSH", "up": false, "owner": "o2"}),
+            json!({"name": "d3", "ip": "10.0.1.1", "port": 22, "host": "b.example", "seen": "2026-10-31T23:59:59.999Z", "banner": "OpenSSH", "up": false, "owner": "o2"}),
         ),
         (
             "d4",
-            json!({"ip": "2001:db8::1", "port": 8080, "host": "c.example", "seen": "2026-12-01T00:00:00.000Z", "up": true, "owner": "o1"}),
+            json!({"name": "d4", "ip": "2001:db8::1", "port": 8080, "host": "c.example", "seen": "2026-12-01T00:00:00.000Z", "up": true, "owner": "o1"}),
         ),
         (
             "d5",
-            json!({"ip": "192.168.0.1", "port": 443, "host": "b.example", "seen": "2026-11-20T00:00:00.000Z", "banner": "nginx proxy", "owner": "o2"}),
+            json!({"name": "d5", "ip": "192.168.0.1", "port": 443, "host": "b.example", "seen": "2026-11-20T00:00:00.000Z", "banner": "nginx proxy", "owner": "o2"}),
         ),
     ];
     let mut lines = Vec::new();
@@ -121,11 +121,11 @@ fn sorting_and_search_after_page_through_everything() {
     let es = t.es();
     let idx = seed(&es);
     assert_eq!(
-        ids(&es, &idx, json!({"sort": ["_id"]})),
+        ids(&es, &idx, json!({"sort": ["name"]})),
         ["d1", "d2", "d3", "d4", "d5"]
     );
     assert_eq!(
-        ids(&es, &idx, json!({"sort": [{"port": "desc"}, "_id"]})),
+        ids(&es, &idx, json!({"sort": [{"port": "desc"}, "name"]})),
         ["d4", "d2", "d5", "d1", "d3"]
     );
     assert_eq!(
@@ -140,15 +140,15 @@ fn sorting_and_search_after_page_through_everything() {
         ids(
             &es,
             &idx,
-            json!({"sort": [{"host": "desc"}, {"_id": "asc"}]})
+            json!({"sort": [{"host": "desc"}, {"name": "asc"}]})
         ),
         ["d4", "d3", "d5", "d1", "d2"]
     );
-    // Page by two with search_after on (host, _id).
+    // Page by two with search_after on (host, name).
     let mut seen = Vec::new();
     let mut after: Option<Value> = None;
     loop {
-        let mut body = json!({"size": 2, "sort": ["host", "_id"], "track_total_hits": false});
+        let mut body = json!({"size": 2, "sort": ["host", "name"], "track_total_hits": false});
         if let Some(a) = &after {
             body["search_after"] = a.clone();
         }
@@ -178,7 +178,7 @@ fn sorting_and_search_after_page_through_everything() {
     );
     let (_, v) = es.post(
         &format!("/{idx}/_search"),
-        &json!({"size": 2, "from": 3, "sort": ["_id"]}),
+        &json!({"size": 2, "from": 3, "sort": ["name"]}),
     );
     assert_eq!(v["hits"]["hits"][0]["_id"], "d4");
 }
@@ -223,7 +223,7 @@ fn total_hits_and_source_filtering() {
     );
     assert_eq!(
         v["hits"]["hits"][0]["_source"],
-        json!({"host": "a.example", "port": 80, "ip": "10.0.0.9", "owner": "o1"})
+        json!({"name": "d1", "host": "a.example", "port": 80, "ip": "10.0.0.9", "owner": "o1"})
     );
 }
 
@@ -309,4 +309,67 @@ fn aggregations_composite_pages_and_metrics() {
     );
     assert_eq!(a["first"]["value_as_string"], "2026-10-31T23:59:59.999Z");
     assert_eq!(a["top_port"]["value"], json!(8080.0));
+}
+
+#[test]
+fn sorting_on_id_needs_id_field_data_as_in_es8() {
+    let Some(emu) = emulator_for_faults(
+        "sorting_on_id_needs_id_field_data_as_in_es8 (changes cluster settings)",
+    ) else {
+        return;
+    };
+    let es = emu.es();
+    let idx = seed(&es);
+    let (status, v) = es.post(&format!("/{idx}/_search"), &json!({"sort": ["_id"]}));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["type"], "search_phase_execution_exception");
+    assert_eq!(
+        v["error"]["root_cause"][0]["type"],
+        "illegal_argument_exception"
+    );
+    assert!(v["error"]["root_cause"][0]["reason"]
+        .as_str()
+        .unwrap_or("")
+        .contains("indices.id_field_data.enabled"));
+    let (status, _) = es.put(
+        "/_cluster/settings",
+        &json!({"transient": {"indices.id_field_data.enabled": true}}),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        ids(&es, &idx, json!({"sort": [{"_id": "desc"}]})),
+        ["d5", "d4", "d3", "d2", "d1"]
+    );
+    let (_, s) = es.get("/_cluster/settings");
+    assert_eq!(s["transient"]["indices.id_field_data.enabled"], true);
+    // The command-line flag sets the default instead.
+    let lenient = Emulator::start_with(&["--id-field-data"]);
+    let es = lenient.es();
+    let idx = seed(&es);
+    assert_eq!(
+        ids(&es, &idx, json!({"sort": ["_id"]})),
+        ["d1", "d2", "d3", "d4", "d5"]
+    );
+}
+
+#[test]
+fn sorting_or_aggregating_on_text_fails_as_in_es() {
+    let t = target();
+    let es = t.es();
+    let idx = seed(&es);
+    for body in [
+        json!({"sort": ["banner"]}),
+        json!({"size": 0, "aggs": {"b": {"terms": {"field": "banner"}}}}),
+    ] {
+        let (status, v) = es.post(&format!("/{idx}/_search"), &body);
+        assert_eq!(status, 400, "{body} → {v}");
+        assert_eq!(
+            v["error"]["root_cause"][0]["type"],
+            "illegal_argument_exception"
+        );
+        assert!(v["error"]["root_cause"][0]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Fielddata is disabled on [banner]"));
+    }
 }

@@ -78,11 +78,12 @@ fn periodic_refresh_follows_refresh_interval() {
     let t = target();
     let es = t.es();
     let idx = unique("periodic");
+    // Taken before the index exists: its first periodic refresh is due 300 ms after creation.
+    let started = Instant::now();
     es.put(
         &format!("/{idx}"),
         &json!({"settings": {"refresh_interval": "300ms"}}),
     );
-    let started = Instant::now();
     es.bulk(
         &format!("/{idx}/_bulk"),
         &[json!({"index": {"_id": "1"}}), json!({"a": 1})],
@@ -95,7 +96,7 @@ fn periodic_refresh_follows_refresh_interval() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
-        started.elapsed() >= Duration::from_millis(250),
+        started.elapsed() >= Duration::from_millis(300),
         "visible before the interval: {:?}",
         started.elapsed()
     );
@@ -131,6 +132,15 @@ fn refresh_and_count_over_lists_and_wildcards() {
     );
     assert_eq!(c["count"], 2);
     assert_eq!(c["_shards"]["total"], 4);
+    // GET with a body, as ES clients send it.
+    let body = br#"{"query":{"term":{"k.keyword":"y"}}}"#;
+    let r = es.raw(
+        "GET",
+        &format!("/{p}-*/_count"),
+        Some("application/json"),
+        Some(body),
+    );
+    assert_eq!((r.status, r.json()["count"].clone()), (200, json!(2)));
     let (status, c) = es.post(&format!("/{a},{missing}/_count"), &json!({}));
     assert_eq!(
         (status, c["error"]["type"].clone()),
@@ -155,4 +165,70 @@ fn refresh_and_count_over_lists_and_wildcards() {
     assert_eq!(status, 404);
     let (status, r) = es.post(&format!("/{p}-none-*/_refresh"), &json!({}));
     assert_eq!((status, r["_shards"]["total"].clone()), (200, json!(0)));
+}
+
+#[test]
+fn term_queries_follow_overwrites_updates_and_deletes() {
+    let t = target();
+    let es = t.es();
+    let idx = unique("terms");
+    es.put(
+        &format!("/{idx}"),
+        &json!({"settings": {"refresh_interval": "-1"},
+        "mappings": {"properties": {"k": {"type": "keyword"}, "tags": {"type": "keyword"}}}}),
+    );
+    let term = |field: &str, v: &str| {
+        let (_, c) = es.post(
+            &format!("/{idx}/_count"),
+            &json!({"query": {"bool": {"filter": [{"term": {field: v}}]}}}),
+        );
+        c["count"].as_u64().unwrap_or(u64::MAX)
+    };
+    es.bulk(
+        &format!("/{idx}/_bulk?refresh=true"),
+        &[
+            json!({"index": {"_id": "1"}}),
+            json!({"k": "a", "tags": ["x", "y"]}),
+            json!({"index": {"_id": "2"}}),
+            json!({"k": "a", "tags": "y"}),
+        ],
+    );
+    assert_eq!(
+        (term("k", "a"), term("tags", "y"), term("tags", "x")),
+        (2, 2, 1)
+    );
+    es.bulk(
+        &format!("/{idx}/_bulk"),
+        &[
+            json!({"index": {"_id": "1"}}),
+            json!({"k": "b", "tags": ["x"]}),
+            json!({"update": {"_id": "2"}}),
+            json!({"doc": {"k": "c"}}),
+        ],
+    );
+    assert_eq!(
+        term("k", "a"),
+        2,
+        "unrefreshed changes are invisible to term queries too"
+    );
+    es.post(&format!("/{idx}/_refresh"), &json!({}));
+    assert_eq!(
+        (
+            term("k", "a"),
+            term("k", "b"),
+            term("k", "c"),
+            term("tags", "y")
+        ),
+        (0, 1, 1, 1)
+    );
+    es.bulk(
+        &format!("/{idx}/_bulk?refresh=true"),
+        &[json!({"delete": {"_id": "1"}})],
+    );
+    assert_eq!((term("k", "b"), term("tags", "x")), (0, 0));
+    let (_, c) = es.post(
+        &format!("/{idx}/_count"),
+        &json!({"query": {"terms": {"k": ["b", "c", "zz"]}}}),
+    );
+    assert_eq!(c["count"], 1);
 }

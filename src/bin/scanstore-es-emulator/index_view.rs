@@ -1,0 +1,21 @@
+//! A borrowed view of the parts of an index that candidate lookup needs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::postings::Postings;
+use crate::store::{Index, Slot};
+
+pub struct IndexView<'a> {
+    pub docs: &'a HashMap<Arc<str>, Slot>,
+    pub postings: &'a Postings,
+}
+
+impl<'a> IndexView<'a> {
+    pub fn of(idx: &'a Index) -> IndexView<'a> {
+        IndexView {
+            docs: &idx.docs,
+            postings: &idx.postings,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! Search sorting: parsing `sort`, per-hit sort keys (`_id`, `_score`, `_doc`, `_index`,
+//! keyword/numeric/date/ip fields; min for asc, max for desc on multi-valued fields),
+//! comparison with `missing` placement, `search_after` values and the `sort` JSON of hits.
+
+use std::cmp::Ordering;
+
+use serde_json::{json, Value};
+
+use crate::error::EsError;
+use crate::mapping::Ty;
+use crate::search::Hit;
+use crate::values::{cmp_keys, parse_date, parse_ip, Key};
+
+pub struct SortSpec {
+    pub field: String,
+    pub desc: bool,
+    pub missing_first: bool,
+}
+
+pub fn parse_sort(v: Option<&Value>) -> Result<Vec<SortSpec>, EsError> {
+    let items: Vec<Value> = match v {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a.clone(),
+        Some(other) => vec![other.clone()],
+    };
+    items
+        .iter()
+        .map(|item| {
+            let (field, opts) = match item {
+                Value::String(s) => (s.clone(), Value::Null),
+                Value::Object(o) => match o.iter().next() {
+                    Some((f, v)) => (f.clone(), v.clone()),
+                    None => return Err(EsError::parsing("empty sort object")),
+                },
+                _ => return Err(EsError::parsing("malformed sort")),
+            };
+            let order = match &opts {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => o.get("order").and_then(Value::as_str).map(str::to_owned),
+                _ => None,
+            };
+            let desc = order.as_deref().map_or(field == "_score", |o| o == "desc");
+            let missing_first = opts.get("missing").and_then(Value::as_str) == Some("_first");
+            Ok(SortSpec {
+                field,
+                desc,
+                missing_first,
+            })
+        })
+        .collect()
+}
+
+pub fn sort_key(s: &SortSpec, h: &Hit) -> Option<Key> {
+    match s.field.as_str() {
+        "_id" => Some(Key::Str(h.id.to_owned())),
+        "_index" => Some(Key::Str(h.index.to_owned())),
+        "_score" => Some(Key::Double(f64::from(h.score))),
+        "_doc" => Some(Key::Long(h.doc.seq_no)),
+        f => {
+            let (_, keys) = h.mapping.keys(&h.doc.source, f);
+            if s.desc {
+                keys.into_iter().max_by(cmp_keys)
+            } else {
+                keys.into_iter().min_by(cmp_keys)
+            }
+        }
+    }
+}
+
+pub fn cmp_sort(specs: &[SortSpec], a: &[Option<Key>], b: &[Option<Key>]) -> Ordering {
+    for (s, (x, y)) in specs.iter().zip(a.iter().zip(b.iter())) {
+        let o = match (x, y) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) => {
+                if s.missing_first {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                }
+            }
+            (Some(_), None) => {
+                if s.missing_first {
+                    Ordering::Greater
+                } else {
+                    Ordering::Less
+                }
+            }
+            (Some(x), Some(y)) => {
+                if s.desc {
+                    cmp_keys(y, x)
+                } else {
+                    cmp_keys(x, y)
+                }
+            }
+        };
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    Ordering::Equal
+}
+
+pub fn after_value(v: &Value, ty: Option<Ty>) -> Option<Key> {
+    match (v, ty) {
+        (Value::Null, _) => None,
+        (_, Some(Ty::Date)) => parse_date(v).map(Key::Date),
+        (Value::String(s), Some(Ty::Ip)) => parse_ip(s).map(Key::Ip),
+        (Value::String(s), _) => Some(Key::Str(s.clone())),
+        (Value::Number(n), _) => n
+            .as_i64()
+            .map(Key::Long)
+            .or_else(|| n.as_f64().map(Key::Double)),
+        (Value::Bool(b), _) => Some(Key::Bool(*b)),
+        _ => None,
+    }
+}
+
+pub fn sort_value_json(s: &SortSpec, k: Option<&Key>) -> Value {
+    match k {
+        Some(k) => k.to_json(),
+        None if s.desc => json!(i64::MIN),
+        None => json!(i64::MAX),
+    }
+}
