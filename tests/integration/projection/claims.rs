@@ -207,3 +207,120 @@ fn single_connection_pool_is_released_during_publication() {
     }
     assert_eq!(assets(&s, "global").len(), 35);
 }
+
+/// A `scanstore serve` child process whose log goes to a file.
+struct Child {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    base: String,
+}
+
+impl Child {
+    fn start(db_url: &str, es_url: &str, prefix: &str) -> Child {
+        let dir =
+            std::env::temp_dir().join(format!("scanstore-proc-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("scanstore.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{db_url}\"\npool_size = 4\n\
+                 [elasticsearch]\nurl = \"{es_url}\"\nindex_prefix = \"{prefix}\"\nprojection_page_size = 5\n\
+                 projection_pages_per_tick = 1\nprojection_lease_seconds = 30\nprojection_heartbeat_seconds = 5\n\
+                 [projection]\nworkers = 2\n"
+            ),
+        )
+        .unwrap();
+        let log = dir.join("stderr.log");
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_scanstore"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let base = line
+            .trim()
+            .trim_start_matches("scanstore listening on ")
+            .to_string();
+        Child { child, log, base }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn two_processes_never_publish_the_same_page_twice() {
+    let Some(s) = manual("two_processes", |_| {}) else {
+        return;
+    };
+    let prefix = s.prefix();
+    let a = Child::start(&s.db.url, s.emulator().url(), &prefix);
+    let b = Child::start(&s.db.url, s.emulator().url(), &prefix);
+    let mut c = s.sql();
+    let mut executions = vec![s.execution()];
+    for _ in 0..7 {
+        executions.push(
+            factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running").execution_id,
+        );
+    }
+    for (i, e) in executions.iter().enumerate() {
+        let base = if i % 2 == 0 { &a.base } else { &b.base };
+        scan::upload_execution(base, &s.scanner.token, *e, i * 100, 23, 23, T0);
+    }
+    wait_for(
+        "all published by two processes",
+        Duration::from_secs(120),
+        || {
+            executions
+                .iter()
+                .all(|e| outbox_row(&s, *e)["processed_at"].is_string())
+        },
+    );
+    // Every page of every row was published by exactly one process, once.
+    let logs = format!("{}\n{}", a.log(), b.log());
+    for e in &executions {
+        let row = outbox_row(&s, *e);
+        assert_eq!(row["processed_endpoints"], 23);
+        let id = format!("outbox_id={} ", row["id"]);
+        let published: i64 = logs
+            .lines()
+            .filter(|l| l.contains("event=ScanProjectionPageCompleted") && l.contains(&id))
+            .map(|l| {
+                l.split(" endpoints=")
+                    .nth(1)
+                    .and_then(|v| v.split(' ').next())
+                    .unwrap()
+                    .parse::<i64>()
+                    .unwrap()
+            })
+            .sum();
+        assert_eq!(
+            published, 23,
+            "execution {e} published {published} endpoints for 23"
+        );
+    }
+    let by_a = a.log().matches("event=ScanProjectionPageCompleted").count();
+    let by_b = b.log().matches("event=ScanProjectionPageCompleted").count();
+    assert!(
+        by_a > 0 && by_b > 0,
+        "both processes should have worked ({by_a}, {by_b})"
+    );
+    assert_eq!(assets(&s, "global").len(), 8 * 23);
+}
