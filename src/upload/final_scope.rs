@@ -148,9 +148,7 @@ pub fn run(
     let mut observations: i64 = 0;
     for p in &plan.count {
         let n = span.stage("count_execution_observation_chunk", || count(es, p, &query))?;
-        observations = observations
-            .checked_add(n)
-            .ok_or_else(|| UploadError::BadCount(format!("observation count overflows at {p}")))?;
+        observations = add_counts(observations, n, p)?;
     }
     let endpoints = span.stage("count_execution_endpoints", || {
         count(es, &plan.endpoint_count, &query)
@@ -163,18 +161,31 @@ pub fn run(
 
 fn count(es: &EsClient, path: &str, query: &serde_json::Value) -> Result<i64, UploadError> {
     let r = es.json("POST", path, query)?.ok()?;
-    if r.body["_shards"]["failed"].as_u64().unwrap_or(0) > 0 {
+    read_count(&r.body, path)
+}
+
+/// A `_count` answer's count: refused when shards failed or the count is negative or
+/// missing.
+fn read_count(body: &serde_json::Value, path: &str) -> Result<i64, UploadError> {
+    if body["_shards"]["failed"].as_u64().unwrap_or(0) > 0 {
         return Err(UploadError::BadCount(format!(
             "shard failures counting {path}"
         )));
     }
-    match r.body["count"].as_i64() {
+    match body["count"].as_i64() {
         Some(n) if n >= 0 => Ok(n),
         _ => Err(UploadError::BadCount(format!(
             "count {} from {path}",
-            r.body["count"]
+            body["count"]
         ))),
     }
+}
+
+/// Adds chunk counts, refusing an overflow.
+fn add_counts(total: i64, n: i64, path: &str) -> Result<i64, UploadError> {
+    total
+        .checked_add(n)
+        .ok_or_else(|| UploadError::BadCount(format!("observation count overflows at {path}")))
 }
 
 #[cfg(test)]
@@ -249,6 +260,36 @@ mod tests {
             Err(UploadError::IndexNameTooLong(_))
         ));
         assert!(check_budget(&months("s", 3)).is_ok());
+    }
+
+    #[test]
+    fn implausible_counts_are_refused() {
+        use serde_json::json;
+        assert_eq!(
+            read_count(&json!({"count": 5, "_shards": {"failed": 0}}), "p").unwrap(),
+            5
+        );
+        assert!(matches!(
+            read_count(&json!({"count": -1}), "p"),
+            Err(UploadError::BadCount(_))
+        ));
+        assert!(matches!(
+            read_count(&json!({"count": "7"}), "p"),
+            Err(UploadError::BadCount(_))
+        ));
+        assert!(matches!(
+            read_count(&json!({}), "p"),
+            Err(UploadError::BadCount(_))
+        ));
+        assert!(matches!(
+            read_count(&json!({"count": 5, "_shards": {"failed": 1}}), "p"),
+            Err(UploadError::BadCount(_))
+        ));
+        assert!(matches!(
+            add_counts(i64::MAX, 1, "p"),
+            Err(UploadError::BadCount(_))
+        ));
+        assert_eq!(add_counts(2, 3, "p").unwrap(), 5);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod claims;
 mod faults;
+mod merge;
 mod publish;
 
 use std::sync::Arc;

@@ -1,0 +1,118 @@
+//! The merge contract on the wire: the stored merge script, run by the search backend —
+//! the emulator's native twin, or the Painless source itself on a real cluster
+//! (`STORAGE_TEST_ES_URL`) — gives the same document for any order and repetition of the
+//! same observations, and the same document as the native twin computes locally.
+
+use serde_json::{json, Map, Value};
+
+use scanstore::es::bulk::{self, BulkOp};
+use scanstore::es::painless::{self, ScriptCtx};
+use scanstore::es::setup;
+
+use crate::support::emulator::{target, unique};
+
+fn observations() -> Vec<Value> {
+    let o = |at: &str, exec: &str, service: &str, banner: &str| {
+        json!({"ip": "203.0.113.9", "port": 443, "transport": "tcp", "service": service, "product": "nginx",
+               "banner": banner, "observed_at": at, "execution_id": exec, "owner_id": "o1"})
+    };
+    vec![
+        o("2026-11-01T00:00:00.000Z", "e1", "https", "a"),
+        o("2026-11-03T00:00:00.000Z", "e3", "http", "c"),
+        o("2026-11-02T00:00:00.000Z", "e2", "https", "b"),
+        // A tie on time: the total order decides by execution id, then service fields.
+        o("2026-11-03T00:00:00.000Z", "e3", "http", "d"),
+        o("2026-10-30T00:00:00.000Z", "e0", "ssh", "z"),
+    ]
+}
+
+/// The document the native twin builds from `seq`.
+fn native(seq: &[Value]) -> Map<String, Value> {
+    let script =
+        painless::native_for_source(painless::ASSET_MERGE_SOURCE).expect("registered twin");
+    let mut source = Map::new();
+    for (i, obs) in seq.iter().enumerate() {
+        let mut ctx = ScriptCtx {
+            op: if i == 0 {
+                "create".into()
+            } else {
+                "index".into()
+            },
+            source: source.clone(),
+        };
+        let mut params = Map::new();
+        params.insert("obs".into(), obs.clone());
+        script.run(&mut ctx, &params).expect("merge runs");
+        if ctx.op != "noop" {
+            source = ctx.source;
+        }
+    }
+    source
+}
+
+#[test]
+fn any_order_and_repetition_gives_the_twins_document() {
+    let target = target();
+    let es = target.es();
+    let index = unique("merge-contract");
+    let (status, body) = es.put(
+        &format!("/{index}"),
+        &json!({"settings": {"number_of_shards": 1}, "mappings": setup::assets_mapping()}),
+    );
+    assert!(status < 300, "{body}");
+    let (status, body) = es.put(
+        &format!("/_scripts/{}", painless::ASSET_MERGE_ID),
+        &json!({"script": {"lang": "painless", "source": painless::ASSET_MERGE_SOURCE}}),
+    );
+    assert!(status < 300, "{body}");
+
+    let obs = observations();
+    let orders: Vec<Vec<usize>> = vec![
+        vec![0, 1, 2, 3, 4],
+        vec![4, 3, 2, 1, 0],
+        vec![2, 0, 4, 1, 3],
+        vec![3, 3, 1, 0, 0, 4, 2, 2],
+        vec![1, 4, 1, 3, 0, 2, 4],
+    ];
+    let expected = native(&obs);
+    for (k, order) in orders.iter().enumerate() {
+        let seq: Vec<Value> = order.iter().map(|i| obs[*i].clone()).collect();
+        assert_eq!(
+            native(&seq),
+            expected,
+            "the twin is not order-independent for {order:?}"
+        );
+        let ops: Vec<BulkOp> = seq
+            .iter()
+            .map(|o| {
+                BulkOp::scripted_upsert(
+                    &index,
+                    &format!("doc-{k}"),
+                    painless::ASSET_MERGE_ID,
+                    json!({"obs": o}),
+                )
+            })
+            .collect();
+        let body = bulk::body(&ops);
+        let r = es.raw(
+            "POST",
+            "/_bulk?refresh=true",
+            Some("application/x-ndjson"),
+            Some(&body),
+        );
+        assert_eq!(r.status, 200);
+        let v = r.json();
+        assert_eq!(v["errors"], false, "{v}");
+        let (status, doc) = es.get(&format!("/{index}/_doc/doc-{k}"));
+        assert_eq!(status, 200);
+        assert_eq!(
+            doc["_source"].as_object().unwrap(),
+            &expected,
+            "order {order:?}"
+        );
+    }
+    assert_eq!(expected["first_seen"], "2026-10-30T00:00:00.000Z");
+    assert_eq!(expected["last_seen"], "2026-11-03T00:00:00.000Z");
+    assert_eq!(expected["banner"], "d");
+    es.delete(&format!("/{index}"));
+}
