@@ -10,76 +10,57 @@ use super::error::EsError;
 use super::index;
 use super::painless;
 
+/// A strict mapping of the endpoint fields every document kind shares, plus `extra`
+/// fields given as (name, type) pairs.
+fn strict_mapping(extra: &[(&str, &str)]) -> Value {
+    let shared = [
+        ("ip", "ip"),
+        ("port", "integer"),
+        ("transport", "keyword"),
+        ("service", "keyword"),
+        ("product", "keyword"),
+        ("version", "keyword"),
+        ("banner", "text"),
+        ("execution_id", "keyword"),
+        ("owner_id", "keyword"),
+        ("tags", "keyword"),
+    ];
+    let properties: serde_json::Map<String, Value> = shared
+        .iter()
+        .chain(extra)
+        .map(|(name, kind)| (name.to_string(), json!({ "type": kind })))
+        .collect();
+    json!({ "dynamic": "strict", "properties": properties })
+}
+
 /// Mapping of a raw fact (an endpoint or a DNS record, one document per observation).
 pub fn facts_mapping() -> Value {
-    json!({
-        "dynamic": "strict",
-        "properties": {
-            "type": {"type": "keyword"},
-            "execution_id": {"type": "keyword"},
-            "task_id": {"type": "keyword"},
-            "owner_id": {"type": "keyword"},
-            "scanner_id": {"type": "keyword"},
-            "upload_id": {"type": "keyword"},
-            "stream": {"type": "keyword"},
-            "batch_index": {"type": "integer"},
-            "ip": {"type": "ip"},
-            "port": {"type": "integer"},
-            "transport": {"type": "keyword"},
-            "service": {"type": "keyword"},
-            "product": {"type": "keyword"},
-            "version": {"type": "keyword"},
-            "banner": {"type": "text"},
-            "name": {"type": "keyword"},
-            "record_type": {"type": "keyword"},
-            "value": {"type": "keyword"},
-            "observed_at": {"type": "date"},
-            "tags": {"type": "keyword"}
-        }
-    })
+    strict_mapping(&[
+        ("type", "keyword"),
+        ("task_id", "keyword"),
+        ("scanner_id", "keyword"),
+        ("upload_id", "keyword"),
+        ("stream", "keyword"),
+        ("batch_index", "integer"),
+        ("name", "keyword"),
+        ("record_type", "keyword"),
+        ("value", "keyword"),
+        ("observed_at", "date"),
+    ])
 }
 
 /// Mapping of the execution endpoint projection (one document per endpoint per execution).
 pub fn execution_endpoints_mapping() -> Value {
-    json!({
-        "dynamic": "strict",
-        "properties": {
-            "execution_id": {"type": "keyword"},
-            "task_id": {"type": "keyword"},
-            "owner_id": {"type": "keyword"},
-            "ip": {"type": "ip"},
-            "port": {"type": "integer"},
-            "transport": {"type": "keyword"},
-            "service": {"type": "keyword"},
-            "product": {"type": "keyword"},
-            "version": {"type": "keyword"},
-            "banner": {"type": "text"},
-            "observed_at": {"type": "date"},
-            "tags": {"type": "keyword"}
-        }
-    })
+    strict_mapping(&[("task_id", "keyword"), ("observed_at", "date")])
 }
 
 /// Mapping of a current-asset document (global and per-owner views alike).
 pub fn assets_mapping() -> Value {
-    json!({
-        "dynamic": "strict",
-        "properties": {
-            "ip": {"type": "ip"},
-            "port": {"type": "integer"},
-            "transport": {"type": "keyword"},
-            "owner_id": {"type": "keyword"},
-            "first_seen": {"type": "date"},
-            "last_seen": {"type": "date"},
-            "service": {"type": "keyword"},
-            "product": {"type": "keyword"},
-            "version": {"type": "keyword"},
-            "banner": {"type": "text"},
-            "service_observed_at": {"type": "date"},
-            "execution_id": {"type": "keyword"},
-            "tags": {"type": "keyword"}
-        }
-    })
+    strict_mapping(&[
+        ("first_seen", "date"),
+        ("last_seen", "date"),
+        ("service_observed_at", "date"),
+    ])
 }
 
 /// The physical asset indices publication writes to, and their aliases.
@@ -150,4 +131,29 @@ pub fn create_index(es: &EsClient, name: &str, body: &Value) -> Result<(), EsErr
         return Ok(());
     }
     r.ok().map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mappings_are_strict_and_complete() {
+        let f = facts_mapping();
+        assert_eq!(f["dynamic"], "strict");
+        assert_eq!(f["properties"].as_object().unwrap().len(), 20);
+        assert_eq!(f["properties"]["ip"]["type"], "ip");
+        assert_eq!(f["properties"]["batch_index"]["type"], "integer");
+        assert_eq!(
+            execution_endpoints_mapping()["properties"]
+                .as_object()
+                .unwrap()
+                .len(),
+            12
+        );
+        let a = assets_mapping();
+        assert_eq!(a["properties"].as_object().unwrap().len(), 13);
+        assert_eq!(a["properties"]["first_seen"]["type"], "date");
+        assert_eq!(a["properties"]["banner"]["type"], "text");
+    }
 }
