@@ -92,6 +92,29 @@ impl Running {
     }
 }
 
+/// Environment variable through which systemd (`Type=notify`) passes its socket.
+pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
+
+/// Sends one state datagram (`READY=1`, `STOPPING=1`, …) to the service manager when
+/// `NOTIFY_SOCKET` is set (a path, or `@name` for the abstract namespace); returns whether
+/// it was sent. Without the variable this does nothing, as `sd_notify(3)` does.
+pub fn notify(state: &str) -> std::io::Result<bool> {
+    use std::os::unix::net::UnixDatagram;
+    let Some(target) = std::env::var_os(NOTIFY_SOCKET) else {
+        return Ok(false);
+    };
+    let socket = UnixDatagram::unbound()?;
+    let bytes = target.as_encoded_bytes();
+    if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+        socket.send_to_addr(state.as_bytes(), &addr)?;
+    } else {
+        socket.send_to(state.as_bytes(), &target)?;
+    }
+    Ok(true)
+}
+
 /// Migrates the schema and starts serving with the product's router.
 pub fn start(config: Config) -> Result<Running, StartError> {
     start_with(config, router::route)

@@ -12,7 +12,8 @@
 //!
 //! Modules, one responsibility each: [`config`] (start-up TOML), [`db`] (pool, checkout
 //! guard, migrations), [`es`] (Elasticsearch client), [`http`] (threads, routing, error
-//! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`auth`] (tokens to principals), [`tags`] (asset tags), [`app`]
+//! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`rebuild`] (re-building the asset
+//! projection into a new version and switching its aliases), [`auth`] (tokens to principals), [`tags`] (asset tags), [`app`]
 //! (start-up and shutdown), [`telemetry`] (events).
 
 pub mod app;
@@ -22,6 +23,7 @@ pub mod db;
 pub mod es;
 pub mod http;
 pub mod projection;
+pub mod rebuild;
 pub mod tags;
 pub mod telemetry;
 pub mod upload;

@@ -48,6 +48,8 @@ pub enum Stage {
     Health,
     /// Schema migration at start-up.
     Migrate,
+    /// `scanstore rebuild-assets`: reading what to re-publish and whether publication settled.
+    Rebuild,
 }
 
 impl Stage {
@@ -65,6 +67,7 @@ impl Stage {
             Stage::Read => "read",
             Stage::Health => "health",
             Stage::Migrate => "migrate",
+            Stage::Rebuild => "rebuild",
         }
     }
 }

@@ -7,6 +7,7 @@ mod support;
 mod admin;
 mod emulator;
 mod foundation;
+mod ops;
 pub mod projection;
 mod targets;
 mod upload;
