@@ -87,8 +87,14 @@ enum RebuildAction {
 const EXIT_MISMATCH: u8 = 3;
 
 fn main() -> ExitCode {
-    telemetry::init_logger();
     let cli = Cli::parse();
+    // An interactive rebuild shows a progress bar; per-request events would bury it
+    // (RUST_LOG=info brings them back). Elsewhere the journal gets every event.
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    match cli.command {
+        Command::RebuildAssets { .. } if interactive => telemetry::init_logger_at("warn"),
+        _ => telemetry::init_logger(),
+    }
     let result = match cli.command {
         Command::RebuildAssets {
             config,
