@@ -137,3 +137,36 @@ pub fn start_with(config: Config, handler: Handler) -> Result<Running, StartErro
     let workers = Workers::start(&app)?;
     Ok(Running { app, http, workers })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+
+    // The only test that touches NOTIFY_SOCKET: both forms in one test, so no other test
+    // of this process sees the variable change under it.
+    #[test]
+    fn notify_sends_to_a_path_or_an_abstract_socket_and_nothing_without_one() {
+        std::env::remove_var(NOTIFY_SOCKET);
+        assert!(!notify("READY=1").unwrap());
+
+        let name = format!("scanstore-notify-test-{}", uuid::Uuid::new_v4());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let abstract_socket = UnixDatagram::bind_addr(&addr).unwrap();
+        std::env::set_var(NOTIFY_SOCKET, format!("@{name}"));
+        assert!(notify("READY=1").unwrap());
+        let mut buf = [0u8; 64];
+        let n = abstract_socket.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+
+        let path = std::env::temp_dir().join(format!("{name}.sock"));
+        let path_socket = UnixDatagram::bind(&path).unwrap();
+        std::env::set_var(NOTIFY_SOCKET, &path);
+        assert!(notify("STOPPING=1").unwrap());
+        let n = path_socket.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"STOPPING=1");
+        std::env::remove_var(NOTIFY_SOCKET);
+        let _ = std::fs::remove_file(&path);
+    }
+}
