@@ -98,6 +98,29 @@ impl Running {
     }
 }
 
+/// Environment variable through which systemd (`Type=notify`) passes its socket.
+pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
+
+/// Sends one state datagram (`READY=1`, `STOPPING=1`, …) to the service manager when
+/// `NOTIFY_SOCKET` is set (a path, or `@name` for the abstract namespace); returns whether
+/// it was sent. Without the variable this does nothing, as `sd_notify(3)` does.
+pub fn notify(state: &str) -> std::io::Result<bool> {
+    use std::os::unix::net::UnixDatagram;
+    let Some(target) = std::env::var_os(NOTIFY_SOCKET) else {
+        return Ok(false);
+    };
+    let socket = UnixDatagram::unbound()?;
+    let bytes = target.as_encoded_bytes();
+    if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+        socket.send_to_addr(state.as_bytes(), &addr)?;
+    } else {
+        socket.send_to(state.as_bytes(), &target)?;
+    }
+    Ok(true)
+}
+
 /// Migrates the schema and starts serving with the product's router.
 pub fn start(config: Config) -> Result<Running, StartError> {
     start_with(config, router::route)
@@ -125,4 +148,37 @@ pub fn start_with(config: Config, handler: Handler) -> Result<Running, StartErro
         workers,
         sampler,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+
+    // The only test that touches NOTIFY_SOCKET: both forms in one test, so no other test
+    // of this process sees the variable change under it.
+    #[test]
+    fn notify_sends_to_a_path_or_an_abstract_socket_and_nothing_without_one() {
+        std::env::remove_var(NOTIFY_SOCKET);
+        assert!(!notify("READY=1").unwrap());
+
+        let name = format!("scanstore-notify-test-{}", uuid::Uuid::new_v4());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let abstract_socket = UnixDatagram::bind_addr(&addr).unwrap();
+        std::env::set_var(NOTIFY_SOCKET, format!("@{name}"));
+        assert!(notify("READY=1").unwrap());
+        let mut buf = [0u8; 64];
+        let n = abstract_socket.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+
+        let path = std::env::temp_dir().join(format!("{name}.sock"));
+        let path_socket = UnixDatagram::bind(&path).unwrap();
+        std::env::set_var(NOTIFY_SOCKET, &path);
+        assert!(notify("STOPPING=1").unwrap());
+        let n = path_socket.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"STOPPING=1");
+        std::env::remove_var(NOTIFY_SOCKET);
+        let _ = std::fs::remove_file(&path);
+    }
 }

@@ -12,7 +12,8 @@
 //!
 //! Modules, one responsibility each: [`config`] (start-up TOML), [`db`] (pool, checkout
 //! guard, migrations), [`es`] (Elasticsearch client), [`http`] (threads, routing, error
-//! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`read`]
+//! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`rebuild`]
+//! (re-building the asset projection into a new version and switching its aliases), [`read`]
 //! (owner-side read APIs), [`auth`] (tokens to principals), [`tags`] (asset tags), [`app`]
 //! (start-up and shutdown), [`telemetry`] (events, metrics, sampler).
 
@@ -24,6 +25,7 @@ pub mod es;
 pub mod http;
 pub mod projection;
 pub mod read;
+pub mod rebuild;
 pub mod tags;
 pub mod telemetry;
 pub mod upload;

@@ -41,12 +41,74 @@ enum Command {
         #[arg(value_name = "FILE")]
         file: PathBuf,
     },
+    /// Rebuild the current asset projection into the next version, verify it document by
+    /// document against the current one, and switch both aliases to it atomically.
+    /// Exit status 3 means PROJECTION_MISMATCH (nothing was switched).
+    RebuildAssets {
+        #[arg(long, value_name = "FILE", global = true)]
+        config: Option<PathBuf>,
+        /// Longest wait (seconds) for live publication to finish pending rows before a comparison.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600, global = true)]
+        settle_timeout: u64,
+        #[command(subcommand)]
+        action: Option<RebuildAction>,
+    },
 }
 
+#[derive(Subcommand)]
+enum RebuildAction {
+    /// Where the asset aliases point and which versions exist.
+    Status,
+    /// Switch the aliases back to an older version; refused with PROJECTION_MISMATCH
+    /// unless it equals the current one document by document (see catch-up).
+    SwitchBack {
+        /// The version to switch to (v1 or 1).
+        #[arg(long, value_name = "VERSION", value_parser = scanstore::rebuild::parse_version)]
+        to: u32,
+    },
+    /// Re-publish into an older version what it lacks, then compare it with the current one.
+    CatchUp {
+        /// The version to bring up to date (v1 or 1).
+        #[arg(long, value_name = "VERSION", value_parser = scanstore::rebuild::parse_version)]
+        to: u32,
+        /// Only what live publication processed at or after this time (RFC 3339, e.g. the
+        /// time of the switch away from it); default: the whole history.
+        #[arg(long, value_name = "TIME")]
+        since: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// Delete one old physical asset index (refused while an alias points at it).
+    Drop {
+        #[arg(long, value_name = "NAME")]
+        index: String,
+    },
+}
+
+/// Exit status of a refused switch (`PROJECTION_MISMATCH`).
+const EXIT_MISMATCH: u8 = 3;
+
 fn main() -> ExitCode {
-    telemetry::init_logger();
     let cli = Cli::parse();
+    // An interactive rebuild shows a progress bar; per-request events would bury it
+    // (RUST_LOG=info brings them back). Elsewhere the journal gets every event.
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    match cli.command {
+        Command::RebuildAssets { .. } if interactive => telemetry::init_logger_at("warn"),
+        _ => telemetry::init_logger(),
+    }
     let result = match cli.command {
+        Command::RebuildAssets {
+            config,
+            settle_timeout,
+            action,
+        } => {
+            return match rebuild_assets(config, settle_timeout, action) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err((message, code)) => {
+                    eprintln!("scanstore: {message}");
+                    ExitCode::from(code)
+                }
+            }
+        }
         Command::Serve { config } => serve(&config),
         Command::Migrate { config } => migrate(&config),
         Command::CheckConfig { file } => Config::load(&file)
@@ -59,6 +121,59 @@ fn main() -> ExitCode {
             eprintln!("scanstore: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn rebuild_assets(
+    config: Option<PathBuf>,
+    settle_timeout: u64,
+    action: Option<RebuildAction>,
+) -> Result<(), (String, u8)> {
+    use scanstore::rebuild::{self, Options, Outcome};
+    let fail = |m: String| (m, 1);
+    let path = config.ok_or_else(|| fail("rebuild-assets needs --config FILE".into()))?;
+    let config = Config::load(&path).map_err(|e| fail(e.to_string()))?;
+    let app = scanstore::app::App::new(config).map_err(|e| fail(e.to_string()))?;
+    let opts = Options {
+        settle_timeout: Duration::from_secs(settle_timeout),
+        ..Options::default()
+    };
+    let print = |o: Outcome| {
+        println!("current=v{}", o.current);
+        if let Some(p) = o.previous {
+            println!("previous=v{p}");
+        }
+        println!("executions_published={}", o.executions);
+        println!("documents_compared={}", o.documents_compared);
+    };
+    let result = match action {
+        None => rebuild::rebuild(&app, opts).map(print),
+        Some(RebuildAction::Status) => rebuild::status(&app).map(|lines| {
+            for l in lines {
+                println!("{l}");
+            }
+        }),
+        Some(RebuildAction::SwitchBack { to }) => rebuild::switch_back(&app, to, opts).map(print),
+        Some(RebuildAction::CatchUp { to, since }) => {
+            rebuild::catch_up(&app, to, since, opts).map(|o| {
+                println!("caught_up=v{to}");
+                print(o)
+            })
+        }
+        Some(RebuildAction::Drop { index }) => {
+            rebuild::drop_index(&app, &index).map(|()| println!("dropped={index}"))
+        }
+    };
+    result.map_err(|e| {
+        let code = if e.is_mismatch() { EXIT_MISMATCH } else { 1 };
+        (e.to_string(), code)
+    })
+}
+
+/// Readiness and stopping notices to systemd; a failure is logged, never fatal.
+fn notify(state: &str) {
+    if let Err(e) = scanstore::app::notify(state) {
+        Line::new("SystemdNotifyFailed").field("error", e).warn();
     }
 }
 
@@ -78,10 +193,17 @@ fn serve(path: &std::path::Path) -> Result<(), String> {
     }
     let running = scanstore::app::start(config).map_err(|e| e.to_string())?;
     println!("scanstore listening on http://{}", running.addr());
+    // Migrated and listening: tell systemd (Type=notify) that start-up is complete.
+    notify(&format!(
+        "READY=1\nSTATUS=listening on http://{}\nMAINPID={}",
+        running.addr(),
+        std::process::id()
+    ));
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(100));
     }
     Line::new("ShutdownRequested").info();
+    notify("STOPPING=1");
     if !running.shutdown() {
         Line::new("ShutdownGraceExceeded").warn();
     }

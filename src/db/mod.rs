@@ -50,6 +50,8 @@ pub enum Stage {
     Sample,
     /// Schema migration at start-up.
     Migrate,
+    /// `scanstore rebuild-assets`: reading what to re-publish and whether publication settled.
+    Rebuild,
 }
 
 impl Stage {
@@ -68,6 +70,7 @@ impl Stage {
             Stage::Health => "health",
             Stage::Sample => "sample",
             Stage::Migrate => "migrate",
+            Stage::Rebuild => "rebuild",
         }
     }
 }

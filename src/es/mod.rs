@@ -3,6 +3,7 @@
 //! concurrency limit, retry maths and the bulk writer, index/template set-up, and the
 //! Painless scripts with their native twins.
 
+pub mod alias;
 pub mod bulk;
 pub mod client;
 pub mod error;

@@ -63,7 +63,7 @@ pub fn assets_mapping() -> Value {
     ])
 }
 
-/// The physical asset indices publication writes to, and their aliases.
+/// The version a fresh install creates behind the asset aliases (a rebuild adds the next).
 pub const ASSETS_VERSION: u32 = 1;
 
 /// Installs templates and indices; safe to run on every start and from several instances.
@@ -91,13 +91,15 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
         index::assets_global_alias(prefix),
         index::assets_user_alias(prefix),
     ] {
+        // An existing alias may point at a rebuilt version, and v1 may have been dropped
+        // on purpose: a restart must neither move the alias back nor re-create v1.
+        if alias_exists(es, &alias)? {
+            continue;
+        }
         let physical = index::versioned(&alias, ASSETS_VERSION);
-        create_index(
-            es,
-            &physical,
-            &json!({ "settings": {"number_of_shards": 1}, "mappings": assets_mapping() }),
-        )?;
-        ensure_alias(es, &alias, &physical)?;
+        create_assets_index(es, &physical)?;
+        let actions = json!({ "actions": [ { "add": { "index": physical, "alias": alias } } ] });
+        es.json("POST", "/_aliases", &actions)?.ok()?;
     }
     es.json(
         "PUT",
@@ -108,19 +110,26 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
     Ok(())
 }
 
-/// Points `alias` at `physical` unless the alias exists already (a rebuild may have moved
-/// it to a newer index, which must not be undone by a restart).
-fn ensure_alias(es: &EsClient, alias: &str, physical: &str) -> Result<(), EsError> {
-    let existing = es.request(
+fn alias_exists(es: &EsClient, alias: &str) -> Result<bool, EsError> {
+    let r = es.request(
         "GET",
         &format!("/_alias/{}", index::encode_path(alias)),
         None,
     )?;
-    if existing.status == 200 {
-        return Ok(());
+    match r.status {
+        200 => Ok(true),
+        404 => Ok(false),
+        _ => r.ok().map(|_| true),
     }
-    let actions = json!({ "actions": [ { "add": { "index": physical, "alias": alias } } ] });
-    es.json("POST", "/_aliases", &actions)?.ok().map(|_| ())
+}
+
+/// Creates a physical current-asset index (a version behind the aliases) unless it exists.
+pub fn create_assets_index(es: &EsClient, name: &str) -> Result<(), EsError> {
+    create_index(
+        es,
+        name,
+        &json!({ "settings": {"number_of_shards": 1}, "mappings": assets_mapping() }),
+    )
 }
 
 /// Creates an index unless it exists already.

@@ -7,8 +7,9 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use crate::es::alias::AssetIndices;
 use crate::es::bulk::BulkOp;
-use crate::es::{index, painless, setup, EsClient, EsError};
+use crate::es::{index, painless, EsClient, EsError};
 use crate::tags::Tags;
 
 /// Documents of one page and the cursor after the last one.
@@ -96,14 +97,6 @@ pub fn tag_scope_filter(owner_id: Uuid, scope: &Value) -> Option<Value> {
     }
 }
 
-pub fn global_index(prefix: &str) -> String {
-    index::versioned(&index::assets_global_alias(prefix), setup::ASSETS_VERSION)
-}
-
-pub fn user_index(prefix: &str) -> String {
-    index::versioned(&index::assets_user_alias(prefix), setup::ASSETS_VERSION)
-}
-
 fn endpoint_key(doc: &Value) -> (&str, &str, u16) {
     (
         doc["ip"].as_str().unwrap_or_default(),
@@ -120,15 +113,16 @@ pub fn addresses(docs: &[(String, Value)]) -> Vec<&str> {
     docs.iter().map(|(_, d)| endpoint_key(d).0).collect()
 }
 
-/// Merge updates into the current physical asset indices (written directly so that every
-/// item's `_index` can be verified), with deterministic ids.
+/// Merge updates into physical asset indices (`targets`: where the aliases point, or a
+/// rebuild's new version; written directly so that every item's `_index` can be
+/// verified), with deterministic ids.
 pub fn execution_operations(
-    prefix: &str,
+    targets: &AssetIndices,
     owner_id: Uuid,
     docs: &[(String, Value)],
     tags: &Tags,
 ) -> Vec<BulkOp> {
-    let (global, user) = (global_index(prefix), user_index(prefix));
+    let (global, user) = (&targets.global, &targets.user);
     let mut ops = Vec::with_capacity(docs.len() * 2);
     for (_, e) in docs {
         let (ip, transport, port) = endpoint_key(e);
@@ -139,7 +133,7 @@ pub fn execution_operations(
             }
         }
         ops.push(BulkOp::scripted_upsert(
-            &global,
+            global,
             &index::global_asset_id(ip, transport, port),
             painless::ASSET_MERGE_ID,
             json!({ "obs": obs.clone() }),
@@ -147,7 +141,7 @@ pub fn execution_operations(
         obs["owner_id"] = json!(owner_id.to_string());
         let user_id = index::user_asset_id(owner_id, ip, transport, port);
         ops.push(BulkOp::scripted_upsert(
-            &user,
+            user,
             &user_id,
             painless::ASSET_MERGE_ID,
             json!({ "obs": obs }),
@@ -157,7 +151,7 @@ pub fn execution_operations(
             // Applied after the merge in the same request; the tags row of a later change
             // corrects it, so only current tags are ever written.
             ops.push(BulkOp::partial_update(
-                &user,
+                user,
                 &user_id,
                 &json!({ "tags": tags }),
             ));
@@ -167,12 +161,15 @@ pub fn execution_operations(
 }
 
 /// The current tags of each owner document of the page (an empty list clears them).
-pub fn retag_operations(prefix: &str, docs: &[(String, Value)], tags: &Tags) -> Vec<BulkOp> {
-    let user = user_index(prefix);
+pub fn retag_operations(
+    targets: &AssetIndices,
+    docs: &[(String, Value)],
+    tags: &Tags,
+) -> Vec<BulkOp> {
     docs.iter()
         .map(|(id, d)| {
             BulkOp::partial_update(
-                &user,
+                &targets.user,
                 id,
                 &json!({ "tags": tags.for_ip(endpoint_key(d).0) }),
             )
@@ -189,7 +186,12 @@ mod tests {
         let owner = Uuid::from_u128(7);
         let e = json!({"ip": "203.0.113.7", "port": 443, "transport": "tcp", "service": "https",
                        "observed_at": "2026-11-29T10:00:00.000Z", "execution_id": "x"});
-        let ops = execution_operations("s", owner, &[("d".into(), e)], &Tags::default());
+        let ops = execution_operations(
+            &AssetIndices::version("s", 1),
+            owner,
+            &[("d".into(), e)],
+            &Tags::default(),
+        );
         assert_eq!(ops.len(), 2);
         assert_eq!(
             (ops[0].index.as_str(), ops[0].id.as_str()),

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use crate::app::App;
 use crate::db::Stage;
 use crate::es::error::ErrorClass;
-use crate::es::index;
 use crate::es::retry::Backoff;
 use crate::es::writer::{WritePolicy, Writer};
+use crate::es::{alias, index};
 use crate::tags;
 use crate::telemetry::events::ms;
 use crate::telemetry::metrics;
@@ -103,6 +103,10 @@ impl Worker {
         let cfg = &app.config.elasticsearch;
         let prefix = &cfg.index_prefix;
         app.ensure_indices()?;
+        // Publication writes where the aliases point now, resolved once per tick: after a
+        // rebuild switches them, the next tick writes the new version (the rebuild
+        // catches up with whatever a tick that began before the switch wrote to the old).
+        let targets = alias::current(&app.es, prefix)?;
         let trace_id = format!("outbox-{}", claim.id);
         let writer = Writer {
             es: &app.es,
@@ -122,7 +126,7 @@ impl Worker {
                 Some(page::execution_filter(*id)),
             ),
             Work::Tags(scope) => (
-                page::user_index(prefix),
+                targets.user.clone(),
                 page::tag_scope_filter(claim.owner_id, scope),
             ),
         };
@@ -160,9 +164,9 @@ impl Worker {
                 };
                 let ops = match &claim.work {
                     Work::Execution(_) => {
-                        page::execution_operations(prefix, claim.owner_id, &page.docs, &tags)
+                        page::execution_operations(&targets, claim.owner_id, &page.docs, &tags)
                     }
-                    Work::Tags(_) => page::retag_operations(prefix, &page.docs, &tags),
+                    Work::Tags(_) => page::retag_operations(&targets, &page.docs, &tags),
                 };
                 writer.write(&ops)?;
                 if heartbeat.is_lost() {
@@ -193,7 +197,7 @@ impl Worker {
         }
         // Every page is written: make them visible once, then finish. A failure here is
         // retried later in phase `refreshing`, which re-sends no page.
-        let indices = [page::global_index(prefix), page::user_index(prefix)];
+        let indices = [targets.global.as_str(), targets.user.as_str()];
         let path = format!("/{}/_refresh", index::encode_path(&indices.join(",")));
         app.es.request("POST", &path, None)?.ok()?;
         outbox::complete(&app.db, claim)?;

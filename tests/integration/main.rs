@@ -8,6 +8,7 @@ mod admin;
 mod emulator;
 mod foundation;
 mod observability;
+mod ops;
 pub mod projection;
 mod read;
 mod targets;

@@ -1,0 +1,103 @@
+//! What a rebuild reads from PostgreSQL: the executions live publication publishes (one
+//! outbox row of kind `execution` whose execution succeeded — DNS-only executions have
+//! none), the tag changes (outbox rows of kind `tags`), and whether live publication has
+//! settled. Each query is one short statement on a fresh connection.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::db::{Db, DbError, Stage};
+
+/// One execution to re-publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionRow {
+    pub outbox_id: i64,
+    pub execution_id: Uuid,
+    pub owner_id: Uuid,
+}
+
+/// One tag change to re-apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TagRow {
+    pub outbox_id: i64,
+    pub owner_id: Uuid,
+    pub scope: serde_json::Value,
+}
+
+// In publication order (the outbox id is the order finals committed their rows in). With
+// $1 set, only rows live publication touched at or after $1, or has not finished: what a
+// tick that resolved the aliases before a switch may have written to the old version only.
+const PUBLISHABLE_EXECUTIONS: &str = "
+    SELECT o.id, o.execution_id, o.owner_id
+      FROM scan_projection_outbox o
+      JOIN executions e ON e.id = o.execution_id
+     WHERE o.kind = 'execution' AND e.status = 'succeeded'
+       AND ($1::timestamptz IS NULL OR o.processed_at IS NULL OR o.processed_at >= $1)
+     ORDER BY o.id";
+
+const TAG_CHANGES: &str = "
+    SELECT id, owner_id, tag_scope
+      FROM scan_projection_outbox
+     WHERE kind = 'tags'
+       AND ($1::timestamptz IS NULL OR processed_at IS NULL OR processed_at >= $1)
+     ORDER BY id";
+
+// Live publication still owes something: a succeeded execution's row or a tags row not
+// yet processed. The oldest is named in the message when waiting gives up.
+const UNSETTLED: &str = "
+    SELECT count(*), min(o.id)
+      FROM scan_projection_outbox o
+      LEFT JOIN executions e ON e.id = o.execution_id
+     WHERE o.processed_at IS NULL AND (o.kind = 'tags' OR e.status = 'succeeded')";
+
+// Did live publication finish or start anything since $1 (database time)?
+const CHANGED_SINCE: &str = "
+    SELECT EXISTS (
+        SELECT 1 FROM scan_projection_outbox o
+          LEFT JOIN executions e ON e.id = o.execution_id
+         WHERE (o.kind = 'tags' OR e.status = 'succeeded')
+           AND (o.processed_at IS NULL OR o.processed_at >= $1 OR o.created_at >= $1))";
+
+pub fn executions(db: &Db, since: Option<DateTime<Utc>>) -> Result<Vec<ExecutionRow>, DbError> {
+    let mut conn = db.checkout(Stage::Rebuild)?;
+    Ok(conn
+        .query(PUBLISHABLE_EXECUTIONS, &[&since])?
+        .iter()
+        .map(|r| ExecutionRow {
+            outbox_id: r.get(0),
+            execution_id: r.get(1),
+            owner_id: r.get(2),
+        })
+        .collect())
+}
+
+pub fn tag_changes(db: &Db, since: Option<DateTime<Utc>>) -> Result<Vec<TagRow>, DbError> {
+    let mut conn = db.checkout(Stage::Rebuild)?;
+    Ok(conn
+        .query(TAG_CHANGES, &[&since])?
+        .iter()
+        .map(|r| TagRow {
+            outbox_id: r.get(0),
+            owner_id: r.get(1),
+            scope: r.get::<_, Option<serde_json::Value>>(2).unwrap_or_default(),
+        })
+        .collect())
+}
+
+/// (rows live publication still owes, the oldest one's outbox id).
+pub fn unsettled(db: &Db) -> Result<(i64, Option<i64>), DbError> {
+    let mut conn = db.checkout(Stage::Rebuild)?;
+    let r = conn.query_one(UNSETTLED, &[])?;
+    Ok((r.get(0), r.get(1)))
+}
+
+pub fn changed_since(db: &Db, at: DateTime<Utc>) -> Result<bool, DbError> {
+    let mut conn = db.checkout(Stage::Rebuild)?;
+    Ok(conn.query_one(CHANGED_SINCE, &[&at])?.get(0))
+}
+
+/// The database's clock (leases and `processed_at` use it, so comparisons do too).
+pub fn now(db: &Db) -> Result<DateTime<Utc>, DbError> {
+    let mut conn = db.checkout(Stage::Rebuild)?;
+    Ok(conn.query_one("SELECT now()", &[])?.get(0))
+}

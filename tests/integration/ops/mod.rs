@@ -1,0 +1,96 @@
+//! Operating scanstore (issue 8): installation under systemd and readiness notification,
+//! upgrade of a previous-release database by starting the new binary, and the verified
+//! rebuild of the asset projection with its atomic alias switch, switch-back and drop.
+//! Run with `cargo test --test integration ops:: -- --include-ignored`.
+
+mod install;
+mod notify;
+mod rebuild;
+mod upgrade;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The `scanstore` binary under test.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_scanstore"))
+}
+
+/// A file in the temp directory, removed on drop.
+pub struct TempFile(pub std::path::PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A configuration file with the given TOML body.
+pub fn config_file(body: &str) -> TempFile {
+    let p = std::env::temp_dir().join(format!("scanstore-ops-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&p, body).unwrap();
+    TempFile(p)
+}
+
+/// A `scanstore serve` child process, SIGTERMed and reaped on drop.
+pub struct Served {
+    pub child: Child,
+    pub base: String,
+}
+
+impl Served {
+    /// Starts `serve` and waits for its "listening" line (start-up done: migrated, bound).
+    pub fn start(config: &TempFile, envs: &[(&str, &str)]) -> Served {
+        let mut cmd = bin();
+        cmd.args(["serve", "--config"])
+            .arg(&config.0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base = line
+            .trim()
+            .strip_prefix("scanstore listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        Served { child, base }
+    }
+
+    /// SIGTERM, then waits (at most 20 s) for a successful exit.
+    pub fn stop(mut self) {
+        if self.child.try_wait().unwrap().is_none() {
+            term(&self.child);
+        }
+        for _ in 0..200 {
+            if let Some(code) = self.child.try_wait().unwrap() {
+                assert!(code.success(), "exit status {code:?}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("serve did not stop within 20 s of SIGTERM");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Sends SIGTERM (the process may have exited already: not an error here).
+pub fn term(child: &Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+}
