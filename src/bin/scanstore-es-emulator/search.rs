@@ -58,6 +58,21 @@ fn shards_header(store: &Store, names: &[String]) -> Value {
     json!({"total": total, "successful": total, "skipped": 0, "failed": 0})
 }
 
+/// Builds the postings the query's term filters will use (first use of a field only).
+fn prepare(store: &mut Store, names: &[String], q: &Query) -> Result<(), EsError> {
+    for n in names {
+        let Some(idx) = store.indices.get_mut(n) else {
+            continue;
+        };
+        let mut fields = Vec::new();
+        crate::postings::wanted(&compile(q, &idx.mapping)?, &mut fields);
+        for f in fields {
+            crate::postings::ensure(idx, &f);
+        }
+    }
+    Ok(())
+}
+
 /// Runs `q` over every refreshed document of `names`.
 fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<Hit<'a>>, EsError> {
     let mut hits = Vec::new();
@@ -167,8 +182,10 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         req.param("_source_includes"),
         req.param("_source_excludes"),
     );
-    let store = lock(&app.store);
-    let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
+    let mut guard = lock(&app.store);
+    let names = resolve_read(&guard, expr, IndicesOptions::from_req(req)?)?;
+    prepare(&mut guard, &names, &q)?;
+    let store = &*guard;
     if sort.iter().any(|s| s.field == "_id") {
         let enabled = match store.cluster.get(crate::cluster::ID_FIELD_DATA) {
             Some(v) => v.as_bool().unwrap_or_else(|| v.as_str() == Some("true")),
@@ -194,7 +211,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             }
         }
     }
-    let mut hits = matching(&store, &names, &q)?;
+    let mut hits = matching(store, &names, &q)?;
     let total = hits.len() as i64;
     let aggregations = match obj.get("aggs").or_else(|| obj.get("aggregations")) {
         Some(Value::Object(spec)) => {
@@ -325,7 +342,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let mut out = json!({
         "took": started.elapsed().as_millis() as u64,
         "timed_out": false,
-        "_shards": shards_header(&store, &names),
+        "_shards": shards_header(store, &names),
         "hits": hits_obj,
     });
     if let Some(a) = aggregations {
@@ -407,8 +424,10 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
                 .unwrap_or(Query::MatchAll)
         }
     };
-    let store = lock(&app.store);
-    let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
+    let mut guard = lock(&app.store);
+    let names = resolve_read(&guard, expr, IndicesOptions::from_req(req)?)?;
+    prepare(&mut guard, &names, &q)?;
+    let store = &*guard;
     let mut n = 0;
     for name in &names {
         let Some(idx) = store.indices.get(name) else {
@@ -422,10 +441,10 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
         ) {
             // Postings index only searchable documents: the candidate count is the count.
             (Some(ids), Some(_)) => ids.len(),
-            _ => matching(&store, std::slice::from_ref(name), &q)?.len(),
+            _ => matching(store, std::slice::from_ref(name), &q)?.len(),
         };
     }
     Ok(Reply::ok(
-        &json!({"count": n, "_shards": shards_header(&store, &names)}),
+        &json!({"count": n, "_shards": shards_header(store, &names)}),
     ))
 }

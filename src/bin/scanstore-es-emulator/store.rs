@@ -230,18 +230,24 @@ impl Index {
         if self.dirty.is_empty() {
             return false;
         }
-        let fields = crate::postings::keyword_fields(&self.mapping);
+        // Only fields that term queries have used carry postings (see `postings`).
+        let fields: Vec<_> = crate::postings::keyword_fields(&self.mapping)
+            .into_iter()
+            .filter(|(name, _)| self.postings.contains_key(name))
+            .collect();
         for id in std::mem::take(&mut self.dirty) {
             let remove = match self.docs.get_mut(&id) {
                 Some(slot) => {
                     let old = slot.visible.take();
-                    crate::postings::update(
-                        &mut self.postings,
-                        &fields,
-                        &id,
-                        old.as_deref(),
-                        slot.latest.as_deref(),
-                    );
+                    if !fields.is_empty() {
+                        crate::postings::update(
+                            &mut self.postings,
+                            &fields,
+                            &id,
+                            old.as_deref(),
+                            slot.latest.as_deref(),
+                        );
+                    }
                     slot.visible = slot.latest.clone();
                     slot.dirty = false;
                     slot.latest.is_none() && slot.version == 0
