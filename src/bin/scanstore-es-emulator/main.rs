@@ -10,6 +10,7 @@ mod bulk;
 mod bulk_parse;
 mod cluster;
 mod composite;
+mod date_histogram;
 mod doc_api;
 mod doc_check;
 mod docs;
