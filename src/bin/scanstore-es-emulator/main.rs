@@ -17,6 +17,7 @@ mod docs;
 mod error;
 mod extract;
 mod faults;
+mod fielddata;
 mod http;
 mod index_view;
 mod indices;

@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::extract::FieldRef;
 use crate::extract::{source_values, to_key};
 use crate::index_view::IndexView;
-use crate::mapping::{Field, FieldRef, Mapping, Ty};
+use crate::mapping::{Field, Mapping, Ty};
 use crate::query_exec::Compiled;
 use crate::store::DocVersion;
 use crate::values::Key;
