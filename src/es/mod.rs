@@ -1,2 +1,1 @@
-//! Elasticsearch-side assets of scanstore.
 pub mod painless;
