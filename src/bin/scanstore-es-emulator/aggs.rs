@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use serde_json::{json, Map, Value};
 
 use crate::error::EsError;
-use crate::mapping::{FieldRef, Mapping, Ty};
+use crate::extract::FieldRef;
+use crate::mapping::{Mapping, Ty};
 use crate::values::{cmp_keys, fmt_date, Key};
 
 /// `search.max_buckets` default.

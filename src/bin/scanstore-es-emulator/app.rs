@@ -1,6 +1,7 @@
 //! Shared emulator state (store, faults, request log) behind poison-tolerant locks, the
 //! periodic refresher, and `refresh=wait_for` waiting.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
@@ -34,6 +35,8 @@ pub struct App {
     pub released: Condvar,
     pub log: Mutex<RequestLog>,
     pub limits: Limits,
+    /// CPU time (ns) spent serving requests and refreshing, for `bench`'s per-core figure.
+    pub busy_cpu_ns: AtomicU64,
     /// Default of `indices.id_field_data.enabled` (ES 8: false) when the cluster setting is unset.
     pub id_field_data_default: bool,
 }
@@ -53,6 +56,7 @@ impl App {
             released: Condvar::new(),
             log: Mutex::new(RequestLog::default()),
             limits,
+            busy_cpu_ns: AtomicU64::new(0),
             id_field_data_default,
         })
     }
@@ -63,6 +67,7 @@ impl App {
         thread::spawn(move || loop {
             thread::sleep(Duration::from_millis(50));
             let Some(app) = weak.upgrade() else { return };
+            let cpu = thread_cpu_ns();
             let mut store = lock(&app.store);
             let mut any = false;
             for idx in store.indices.values_mut() {
@@ -73,10 +78,17 @@ impl App {
                 }
             }
             drop(store);
+            app.add_busy(cpu);
             if any {
                 app.refreshed.notify_all();
             }
         });
+    }
+
+    /// Adds the calling thread's CPU time since `since` (from [`thread_cpu_ns`]).
+    pub fn add_busy(&self, since: u64) {
+        self.busy_cpu_ns
+            .fetch_add(thread_cpu_ns().saturating_sub(since), Ordering::Relaxed);
     }
 
     /// Blocks until each `(index, generation)` has seen a later refresh (or is gone).
@@ -98,4 +110,19 @@ impl App {
             };
         }
     }
+}
+
+/// CPU time consumed by the calling thread, in nanoseconds (0 if unavailable).
+pub fn thread_cpu_ns() -> u64 {
+    // SAFETY: clock_gettime only writes into the zeroed timespec we own.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        if libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) != 0 {
+            return 0;
+        }
+        ts
+    };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
 }

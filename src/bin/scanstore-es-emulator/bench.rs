@@ -6,9 +6,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use std::sync::atomic::Ordering;
+
 use scanstore::es::painless::{ASSET_MERGE_ID, ASSET_MERGE_SOURCE};
 
-use crate::app::Limits;
+use crate::app::{App, Limits};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -21,6 +23,9 @@ pub struct BenchArgs {
     /// Distinct asset ids in the merge scenario (the rest are merges into existing docs).
     #[arg(long, default_value_t = 50_000)]
     assets: usize,
+    /// Only the plain index scenario (for profiling).
+    #[arg(long)]
+    index_only: bool,
 }
 
 fn agent() -> ureq::Agent {
@@ -72,6 +77,7 @@ fn batches(lines: impl Iterator<Item = String>, batch_bytes: usize) -> Vec<(Vec<
 }
 
 fn ingest(
+    app: &App,
     agent: &ureq::Agent,
     base: &str,
     name: &str,
@@ -80,6 +86,7 @@ fn ingest(
     let bytes: usize = batches.iter().map(|b| b.0.len()).sum();
     let docs: usize = batches.iter().map(|b| b.1).sum();
     let started = Instant::now();
+    let cpu_before = app.busy_cpu_ns.load(Ordering::Relaxed);
     for (body, _) in batches {
         let mut resp = agent
             .post(format!("{base}/_bulk"))
@@ -102,11 +109,18 @@ fn ingest(
         }
     }
     let secs = started.elapsed().as_secs_f64();
+    // Server-side CPU only (request handling and refreshes, not the benchmark's client).
+    let cpu = app
+        .busy_cpu_ns
+        .load(Ordering::Relaxed)
+        .saturating_sub(cpu_before) as f64
+        / 1e9;
     println!(
-        "{name:<28} {docs:>9} docs {:>8.1} MB in {secs:>6.2} s = {:>7.1} MB/s {:>10.0} docs/s",
+        "{name:<28} {docs:>9} docs {:>8.1} MB in {secs:>6.2} s = {:>7.1} MB/s {:>10.0} docs/s | server {cpu:>5.2} CPU-s = {:>6.1} MB/s per core",
         bytes as f64 / 1e6,
         bytes as f64 / 1e6 / secs,
-        docs as f64 / secs
+        docs as f64 / secs,
+        bytes as f64 / 1e6 / cpu.max(1e-9)
     );
     Ok(())
 }
@@ -220,7 +234,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }),
         args.batch_bytes,
     );
-    ingest(&agent, &base, "index (small docs)", &plain)?;
+    ingest(&running.app, &agent, &base, "index (small docs)", &plain)?;
+    if args.index_only {
+        return Ok(());
+    }
     let merges = batches(
         (0..args.docs).map(|i| {
             let a = i % args.assets.max(1);
@@ -233,7 +250,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }),
         args.batch_bytes,
     );
-    ingest(&agent, &base, "update (asset merge script)", &merges)?;
+    ingest(
+        &running.app,
+        &agent,
+        &base,
+        "update (asset merge script)",
+        &merges,
+    )?;
     drop(merges);
     queries(&agent, &base, args.docs)?;
     Ok(())

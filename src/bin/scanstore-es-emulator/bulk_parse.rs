@@ -120,7 +120,8 @@ pub fn parse(
         .split(|b| *b == b'\n')
         .enumerate()
         .map(|(i, l)| (i + 1, l.strip_suffix(b"\r").unwrap_or(l)));
-    let mut out = Vec::new();
+    // Pre-sized from the line count (index/create/update take two lines each).
+    let mut out = Vec::with_capacity(body.iter().filter(|b| **b == b'\n').count() / 2 + 1);
     while let Some((n, line)) = lines.next() {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;

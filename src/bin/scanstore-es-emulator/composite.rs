@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use crate::aggs::{add_subs, agg_error, field_of, DocRef, FieldKeys, MAX_BUCKETS};
+use crate::date_histogram::DateHisto;
 use crate::error::EsError;
 use crate::mapping::Ty;
 use crate::values::{cmp_keys, parse_date, parse_ip, Key};
@@ -17,6 +18,33 @@ struct Source {
     desc: bool,
     missing_bucket: bool,
     missing_first: bool,
+    /// `Some` for a `date_histogram` source, `None` for `terms`.
+    histo: Option<DateHisto>,
+}
+
+impl Source {
+    /// The source's keys of one document's values (date histograms round them).
+    fn bucket_keys(&self, mut keys: Vec<Key>) -> Vec<Key> {
+        if let Some(h) = &self.histo {
+            keys = keys
+                .into_iter()
+                .filter_map(|k| match k {
+                    Key::Date(ms) | Key::Long(ms) => Some(Key::Date(h.round(ms))),
+                    _ => None,
+                })
+                .collect();
+        }
+        keys.sort_by(cmp_keys);
+        keys.dedup_by(|a, b| cmp_keys(a, b).is_eq());
+        keys
+    }
+
+    fn key_json(&self, k: &Key) -> Value {
+        match (&self.histo, k) {
+            (Some(h), Key::Date(ms)) => h.key_json(*ms),
+            _ => k.to_json(),
+        }
+    }
 }
 
 /// One position of a composite key, ordered by its source's `order` and `missing_order`,
@@ -88,10 +116,14 @@ fn parse_sources(body: &Value) -> Result<Vec<Source>, EsError> {
                 "Composite source names must be unique, found duplicates: [{name}]"
             )));
         }
-        let Some(terms) = def.get("terms") else {
-            return Err(agg_error(format!(
-                "the emulator supports only [terms] composite sources, source [{name}] is not one"
-            )));
+        let (terms, histo) = match (def.get("terms"), def.get("date_histogram")) {
+            (Some(t), None) => (t, None),
+            (None, Some(h)) => (h, Some(DateHisto::parse(h)?)),
+            _ => {
+                return Err(agg_error(format!(
+                    "the emulator supports [terms] and [date_histogram] composite sources, source [{name}] is neither"
+                )))
+            }
         };
         let desc = terms.get("order").and_then(Value::as_str) == Some("desc");
         let missing_bucket = terms
@@ -109,6 +141,7 @@ fn parse_sources(body: &Value) -> Result<Vec<Source>, EsError> {
             desc,
             missing_bucket,
             missing_first,
+            histo,
         });
     }
     Ok(out)
@@ -171,7 +204,13 @@ pub fn composite(
                         "[after] has 0 value(s) but [sources] has {}",
                         sources.len()
                     ))),
-                    Some(v) => Ok(part(s, after_key(v, *ty))),
+                    Some(v) => Ok(part(
+                        s,
+                        match &s.histo {
+                            Some(h) => h.parse_after(v).map(Key::Date),
+                            None => after_key(v, *ty),
+                        },
+                    )),
                 })
                 .collect::<Result<_, _>>()?,
         ),
@@ -182,9 +221,7 @@ pub fn composite(
     for d in docs {
         let mut combos: Vec<CompositeKey> = vec![Vec::new()];
         for (i, s) in sources.iter().enumerate() {
-            let (_, mut keys) = readers[i].keys(d);
-            keys.sort_by(cmp_keys);
-            keys.dedup_by(|a, b| cmp_keys(a, b).is_eq());
+            let keys = s.bucket_keys(readers[i].keys(d).1);
             let options: Vec<Option<Key>> = if keys.is_empty() {
                 if s.missing_bucket {
                     vec![None]
@@ -231,7 +268,7 @@ pub fn composite(
             .map(|(s, k)| {
                 (
                     s.name.clone(),
-                    k.key.as_ref().map_or(Value::Null, Key::to_json),
+                    k.key.as_ref().map_or(Value::Null, |k| s.key_json(k)),
                 )
             })
             .collect();

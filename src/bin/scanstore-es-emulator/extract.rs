@@ -1,5 +1,6 @@
 //! Reading typed values out of `_source`: JSON scalar → [`Key`] per field type, the
-//! tokeniser for `text`, and dotted-path lookup (objects, dotted keys, arrays).
+//! tokeniser for `text`, dotted-path lookup (objects, dotted keys, arrays), and
+//! [`FieldRef`], a field resolved once per index and request.
 
 use serde_json::Value;
 
@@ -128,5 +129,37 @@ fn flatten<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
         Value::Array(items) => items.iter().for_each(|i| flatten(i, out)),
         Value::Null => {}
         other => out.push(other),
+    }
+}
+
+/// A field resolved once per index and request: its `_source` path and how to read it.
+#[derive(Debug, Clone)]
+pub struct FieldRef {
+    pub path: String,
+    pub ty: Ty,
+    pub ignore_above: Option<usize>,
+}
+
+impl FieldRef {
+    fn admits(&self, v: &Value) -> bool {
+        match (self.ignore_above, v.as_str()) {
+            (Some(limit), Some(s)) => s.chars().count() <= limit,
+            _ => true,
+        }
+    }
+
+    /// Indexed keys of this field in a document.
+    pub fn keys(&self, src: &Value) -> Vec<Key> {
+        let mut vals = Vec::new();
+        source_values(src, &self.path, &mut vals);
+        vals.into_iter()
+            .filter(|v| self.admits(v))
+            .filter_map(|v| to_key(self.ty, v).ok().flatten())
+            .collect()
+    }
+
+    /// Whether any indexed raw value satisfies `f` (no allocation per value).
+    pub fn any(&self, src: &Value, f: &mut dyn FnMut(&Value) -> bool) -> bool {
+        any_value(src, &self.path, &mut |v| self.admits(v) && f(v))
     }
 }

@@ -1,5 +1,6 @@
-//! Index mappings: parsing, strict/dynamic enforcement at index time, and typed value
-//! extraction (`_source` field → [`Key`]s) for queries, sorts and aggregations.
+//! Index mappings: the field tree (types, multi-fields, `dynamic`), parsing and echoing it,
+//! and resolving a dotted field name (`name.keyword`) to where its values live. Index-time
+//! enforcement is in `doc_check`, value reading in `extract`.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use crate::doc_check::{check_object, needs_new_fields};
 use crate::error::EsError;
-use crate::extract::{any_value, source_values, to_key};
+use crate::extract::FieldRef;
 use crate::values::Key;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,38 +212,6 @@ fn props_json(p: &BTreeMap<String, Field>) -> Value {
     Value::Object(p.iter().map(|(k, f)| (k.clone(), field_json(f))).collect())
 }
 
-/// A field resolved once per index and request: its `_source` path and how to read it.
-#[derive(Debug, Clone)]
-pub struct FieldRef {
-    pub path: String,
-    pub ty: Ty,
-    pub ignore_above: Option<usize>,
-}
-
-impl FieldRef {
-    fn admits(&self, v: &Value) -> bool {
-        match (self.ignore_above, v.as_str()) {
-            (Some(limit), Some(s)) => s.chars().count() <= limit,
-            _ => true,
-        }
-    }
-
-    /// Indexed keys of this field in a document.
-    pub fn keys(&self, src: &Value) -> Vec<Key> {
-        let mut vals = Vec::new();
-        source_values(src, &self.path, &mut vals);
-        vals.into_iter()
-            .filter(|v| self.admits(v))
-            .filter_map(|v| to_key(self.ty, v).ok().flatten())
-            .collect()
-    }
-
-    /// Whether any indexed raw value satisfies `f` (no allocation per value).
-    pub fn any(&self, src: &Value, f: &mut dyn FnMut(&Value) -> bool) -> bool {
-        any_value(src, &self.path, &mut |v| self.admits(v) && f(v))
-    }
-}
-
 /// A resolved field: where its values live in `_source`, and its type.
 pub struct Resolved<'a> {
     pub source_path: String,
@@ -377,6 +346,7 @@ impl Mapping {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::extract::source_values;
 
     fn strict() -> Mapping {
         Mapping::parse(&json!({"dynamic": "strict", "properties": {

@@ -1,6 +1,8 @@
 //! Postings: an inverted index of `keyword` values over the *searchable* documents of an
-//! index, maintained at refresh, so `term`/`terms` filters (and `bool` clauses that must
-//! hold) find their candidate documents without scanning the whole index.
+//! index, so `term`/`terms` filters (and `bool` clauses that must hold) find their candidate
+//! documents without scanning the whole index. A field gets postings the first time a term
+//! query uses it (one scan); from then on each refresh keeps them current. Fields never
+//! queried by term cost nothing at ingest.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -8,9 +10,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::extract::FieldRef;
 use crate::extract::{source_values, to_key};
 use crate::index_view::IndexView;
-use crate::mapping::{Field, FieldRef, Mapping, Ty};
+use crate::mapping::{Field, Mapping, Ty};
 use crate::query_exec::Compiled;
 use crate::store::DocVersion;
 use crate::values::Key;
@@ -137,7 +140,7 @@ pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a s
             keys,
             cidrs,
         } if field.ty == Ty::Keyword && cidrs.is_empty() => {
-            let terms = idx.postings.get(name);
+            let terms = idx.postings.get(name)?;
             let mut out = HashSet::new();
             for k in keys {
                 let key =
@@ -151,7 +154,7 @@ pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a s
                                 _ => String::new(),
                             })?,
                     };
-                if let Some(ids) = terms.and_then(|t| t.get(&key)) {
+                if let Some(ids) = terms.get(&key) {
                     out.extend(ids.iter().map(|i| i.as_ref()));
                 }
             }
@@ -171,6 +174,48 @@ pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a s
         }
         _ => None,
     }
+}
+
+/// Keyword fields whose postings `candidates` would consult for `c`.
+pub fn wanted(c: &Compiled, out: &mut Vec<String>) {
+    match c {
+        Compiled::Keys {
+            name, field, cidrs, ..
+        } if field.ty == Ty::Keyword && cidrs.is_empty() => out.push(name.clone()),
+        Compiled::Bool { must, filter, .. } => must
+            .iter()
+            .chain(filter.iter())
+            .for_each(|x| wanted(x, out)),
+        _ => {}
+    }
+}
+
+/// Builds postings for `name` over the searchable documents, if it has none yet.
+pub fn ensure(idx: &mut crate::store::Index, name: &str) {
+    if idx.postings.contains_key(name) {
+        return;
+    }
+    let Some((_, field)) = keyword_fields(&idx.mapping)
+        .into_iter()
+        .find(|(n, _)| n == name)
+    else {
+        return;
+    };
+    let mut terms: HashMap<String, HashSet<Arc<str>>> = HashMap::new();
+    for (id, slot) in &idx.docs {
+        let Some(doc) = &slot.visible else { continue };
+        for v in values(&field, &doc.source) {
+            match terms.get_mut(v.as_ref()) {
+                Some(ids) => {
+                    ids.insert(id.clone());
+                }
+                None => {
+                    terms.insert(v.to_string(), HashSet::from([id.clone()]));
+                }
+            }
+        }
+    }
+    idx.postings.insert(name.to_owned(), terms);
 }
 
 /// The score of every candidate when the candidates are exactly the matches (keyword
@@ -207,13 +252,28 @@ pub fn exact_score(c: &Compiled) -> Option<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::parse;
+    use crate::query::{parse, Query};
     use crate::query_exec::compile;
     use crate::store::Store;
     use serde_json::json;
 
+    fn compiled(q: Value, m: &Mapping) -> Compiled {
+        let q = parse(&q).unwrap_or(Query::MatchNone);
+        compile(&q, m).unwrap_or(Compiled::Nothing)
+    }
+
+    fn sorted(set: Option<HashSet<&str>>) -> Vec<String> {
+        let mut v: Vec<String> = set
+            .unwrap_or_default()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v
+    }
+
     #[test]
-    fn term_candidates_come_from_postings() {
+    fn postings_are_built_on_first_use_and_kept_by_refresh() {
         let mut store = Store::default();
         let body =
             json!({"mappings": {"properties": {"e": {"type": "keyword"}, "t": {"type": "text"}}}});
@@ -226,27 +286,45 @@ mod tests {
             idx.put(&i.to_string(), Some(src), 1, None);
         }
         idx.refresh();
-        let view = IndexView::of(idx);
-        let c = compile(
-            &parse(&json!({"term": {"e": "e1"}})).unwrap_or(crate::query::Query::MatchNone),
+        let term = compiled(json!({"term": {"e": "e1"}}), &idx.mapping);
+        assert!(
+            candidates(&term, &IndexView::of(idx)).is_none(),
+            "no postings before first use"
+        );
+        let mut fields = Vec::new();
+        wanted(&term, &mut fields);
+        assert_eq!(fields, vec!["e".to_owned()]);
+        ensure(idx, "e");
+        assert_eq!(
+            sorted(candidates(&term, &IndexView::of(idx))),
+            ["1", "4", "7"]
+        );
+        // Later refreshes keep them current; unrefreshed writes are not visible.
+        idx.put("10", Some(json!({"e": "e1"})), 1, None);
+        idx.put("4", None, 2, None);
+        assert_eq!(
+            sorted(candidates(&term, &IndexView::of(idx))),
+            ["1", "4", "7"]
+        );
+        idx.refresh();
+        assert_eq!(
+            sorted(candidates(&term, &IndexView::of(idx))),
+            ["1", "10", "7"]
+        );
+        let b = compiled(
+            json!({"bool": {"filter": [{"term": {"e": "e1"}}], "should": [{"match": {"t": "x"}}]}}),
             &idx.mapping,
         );
-        let c = c.unwrap_or(Compiled::Nothing);
-        let mut got: Vec<&str> = candidates(&c, &view)
-            .map(|s| s.into_iter().collect())
-            .unwrap_or_default();
-        got.sort();
-        assert_eq!(got, vec!["1", "4", "7"]);
-        let b = parse(
-            &json!({"bool": {"filter": [{"term": {"e": "e1"}}], "should": [{"match": {"t": "x"}}]}}),
+        assert_eq!(
+            candidates(&b, &IndexView::of(idx)).map(|s| s.len()),
+            Some(3)
         );
-        let c = compile(&b.unwrap_or(crate::query::Query::MatchNone), &idx.mapping)
-            .unwrap_or(Compiled::Nothing);
-        assert_eq!(candidates(&c, &view).map(|s| s.len()), Some(3));
-        let c = compile(
-            &parse(&json!({"match": {"t": "x"}})).unwrap_or(crate::query::Query::MatchNone),
-            &idx.mapping,
+        assert_eq!(
+            exact_score(&b),
+            None,
+            "a should clause needs a per-document check"
         );
-        assert!(candidates(&c.unwrap_or(Compiled::Nothing), &view).is_none());
+        let m = compiled(json!({"match": {"t": "x"}}), &idx.mapping);
+        assert!(candidates(&m, &IndexView::of(idx)).is_none());
     }
 }

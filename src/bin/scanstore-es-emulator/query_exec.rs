@@ -4,8 +4,9 @@
 use serde_json::Value;
 
 use crate::error::EsError;
+use crate::extract::FieldRef;
 use crate::extract::{source_values, to_key, tokens};
-use crate::mapping::{FieldRef, Mapping, Ty};
+use crate::mapping::{Mapping, Ty};
 use crate::query::Query;
 use crate::store::DocVersion;
 use crate::values::{cmp_keys, parse_cidr, parse_date, parse_ip, Key};

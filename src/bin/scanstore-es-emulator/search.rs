@@ -58,6 +58,21 @@ fn shards_header(store: &Store, names: &[String]) -> Value {
     json!({"total": total, "successful": total, "skipped": 0, "failed": 0})
 }
 
+/// Builds the postings the query's term filters will use (first use of a field only).
+fn prepare(store: &mut Store, names: &[String], q: &Query) -> Result<(), EsError> {
+    for n in names {
+        let Some(idx) = store.indices.get_mut(n) else {
+            continue;
+        };
+        let mut fields = Vec::new();
+        crate::postings::wanted(&compile(q, &idx.mapping)?, &mut fields);
+        for f in fields {
+            crate::postings::ensure(idx, &f);
+        }
+    }
+    Ok(())
+}
+
 /// Runs `q` over every refreshed document of `names`.
 fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<Hit<'a>>, EsError> {
     let mut hits = Vec::new();
@@ -167,34 +182,13 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         req.param("_source_includes"),
         req.param("_source_excludes"),
     );
-    let store = lock(&app.store);
-    let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
-    if sort.iter().any(|s| s.field == "_id") {
-        let enabled = match store.cluster.get(crate::cluster::ID_FIELD_DATA) {
-            Some(v) => v.as_bool().unwrap_or_else(|| v.as_str() == Some("true")),
-            None => app.id_field_data_default,
-        };
-        if !enabled {
-            return Err(id_fielddata_error(
-                names.first().map_or("_na_", String::as_str),
-            ));
-        }
-    }
-    let mut used: Vec<String> = sort.iter().map(|s| s.field.clone()).collect();
-    if let Some(a) = obj.get("aggs").or_else(|| obj.get("aggregations")) {
-        agg_fields(a, &mut used);
-    }
-    for n in &names {
-        if let Some(idx) = store.indices.get(n) {
-            if let Some(f) = used
-                .iter()
-                .find(|f| text_without_fielddata(&idx.mapping, f))
-            {
-                return Err(text_fielddata_error(f, n));
-            }
-        }
-    }
-    let mut hits = matching(&store, &names, &q)?;
+    let mut guard = lock(&app.store);
+    let names = resolve_read(&guard, expr, IndicesOptions::from_req(req)?)?;
+    prepare(&mut guard, &names, &q)?;
+    let store = &*guard;
+    let aggs = obj.get("aggs").or_else(|| obj.get("aggregations"));
+    crate::fielddata::check(app, store, &names, &sort, aggs)?;
+    let mut hits = matching(store, &names, &q)?;
     let total = hits.len() as i64;
     let aggregations = match obj.get("aggs").or_else(|| obj.get("aggregations")) {
         Some(Value::Object(spec)) => {
@@ -325,67 +319,13 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let mut out = json!({
         "took": started.elapsed().as_millis() as u64,
         "timed_out": false,
-        "_shards": shards_header(&store, &names),
+        "_shards": shards_header(store, &names),
         "hits": hits_obj,
     });
     if let Some(a) = aggregations {
         out["aggregations"] = a;
     }
     Ok(Reply::ok(&out))
-}
-
-/// Every `"field": "…"` of an aggregation tree.
-fn agg_fields(v: &Value, out: &mut Vec<String>) {
-    match v {
-        Value::Object(o) => {
-            for (k, x) in o {
-                match (k.as_str(), x) {
-                    ("field", Value::String(f)) => out.push(f.clone()),
-                    _ => agg_fields(x, out),
-                }
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| agg_fields(x, out)),
-        _ => {}
-    }
-}
-
-fn text_without_fielddata(m: &Mapping, field: &str) -> bool {
-    m.resolve(field).is_some_and(|r| {
-        r.field.ty == Ty::Text && r.field.extra.get("fielddata") != Some(&Value::Bool(true))
-    })
-}
-
-/// Sorting or aggregating on a `text` field fails in ES unless it enables `fielddata`.
-fn text_fielddata_error(field: &str, index: &str) -> EsError {
-    let cause = EsError::bad_request(format!(
-        "Fielddata is disabled on [{field}] in [{index}]. Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [{field}] in order to load field data by uninverting the inverted index. Note that this can use significant memory."
-    ));
-    EsError::new(400, "search_phase_execution_exception", "all shards failed")
-        .with("phase", "query")
-        .with("grouped", true)
-        .with(
-            "failed_shards",
-            json!([{"shard": 0, "index": index, "node": "emulator", "reason": cause.to_json()}]),
-        )
-        .caused_by(cause)
-}
-
-/// ES 8 refuses `_id` fielddata by default; the shard failure surfaces as
-/// `search_phase_execution_exception` (400) with an `illegal_argument_exception` root cause.
-fn id_fielddata_error(index: &str) -> EsError {
-    let cause = EsError::bad_request(format!(
-        "Fielddata access on the _id field is disallowed, you can re-enable it by updating the dynamic cluster setting: {}",
-        crate::cluster::ID_FIELD_DATA
-    ));
-    EsError::new(400, "search_phase_execution_exception", "all shards failed")
-        .with("phase", "query")
-        .with("grouped", true)
-        .with(
-            "failed_shards",
-            json!([{"shard": 0, "index": index, "node": "emulator", "reason": cause.to_json()}]),
-        )
-        .caused_by(cause)
 }
 
 pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
@@ -407,8 +347,10 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
                 .unwrap_or(Query::MatchAll)
         }
     };
-    let store = lock(&app.store);
-    let names = resolve_read(&store, expr, IndicesOptions::from_req(req)?)?;
+    let mut guard = lock(&app.store);
+    let names = resolve_read(&guard, expr, IndicesOptions::from_req(req)?)?;
+    prepare(&mut guard, &names, &q)?;
+    let store = &*guard;
     let mut n = 0;
     for name in &names {
         let Some(idx) = store.indices.get(name) else {
@@ -422,10 +364,10 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
         ) {
             // Postings index only searchable documents: the candidate count is the count.
             (Some(ids), Some(_)) => ids.len(),
-            _ => matching(&store, std::slice::from_ref(name), &q)?.len(),
+            _ => matching(store, std::slice::from_ref(name), &q)?.len(),
         };
     }
     Ok(Reply::ok(
-        &json!({"count": n, "_shards": shards_header(&store, &names)}),
+        &json!({"count": n, "_shards": shards_header(store, &names)}),
     ))
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::json;
 use tiny_http::{Header, Request, Response, Server};
 
-use crate::app::{lock, App};
+use crate::app::{lock, thread_cpu_ns, App};
 use crate::error::EsError;
 use crate::faults::{wait_paused, RequestFaults};
 use crate::http::{Reply, Req};
@@ -140,6 +140,12 @@ fn content_type_error(rq: &Request) -> Option<Reply> {
 }
 
 fn handle(app: &Arc<App>, rq: Request) {
+    let cpu = thread_cpu_ns();
+    serve(app, rq);
+    app.add_busy(cpu);
+}
+
+fn serve(app: &Arc<App>, rq: Request) {
     let method = rq.method().as_str().to_ascii_uppercase();
     let url = rq.url().to_owned();
     let path = url.split('?').next().unwrap_or("").to_owned();

@@ -230,27 +230,29 @@ impl Index {
         if self.dirty.is_empty() {
             return false;
         }
-        let fields = crate::postings::keyword_fields(&self.mapping);
+        // Only fields that term queries have used carry postings (see `postings`).
+        let fields: Vec<_> = crate::postings::keyword_fields(&self.mapping)
+            .into_iter()
+            .filter(|(name, _)| self.postings.contains_key(name))
+            .collect();
         for id in std::mem::take(&mut self.dirty) {
-            let remove = match self.docs.get_mut(&id) {
-                Some(slot) => {
-                    let old = slot.visible.take();
-                    crate::postings::update(
-                        &mut self.postings,
-                        &fields,
-                        &id,
-                        old.as_deref(),
-                        slot.latest.as_deref(),
-                    );
-                    slot.visible = slot.latest.clone();
-                    slot.dirty = false;
-                    slot.latest.is_none() && slot.version == 0
-                }
-                None => false,
+            // Deleted ids keep their slot (a tombstone holding the version), as ES keeps
+            // delete tombstones, so a re-create continues the version sequence.
+            let Some(slot) = self.docs.get_mut(&id) else {
+                continue;
             };
-            if remove {
-                self.docs.remove(&id);
+            let old = slot.visible.take();
+            if !fields.is_empty() {
+                crate::postings::update(
+                    &mut self.postings,
+                    &fields,
+                    &id,
+                    old.as_deref(),
+                    slot.latest.as_deref(),
+                );
             }
+            slot.visible = slot.latest.clone();
+            slot.dirty = false;
         }
         self.refresh_gen += 1;
         true
