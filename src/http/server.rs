@@ -24,6 +24,7 @@ use super::error::ApiError;
 use super::request::{read_body, Reply, Req};
 use crate::app::App;
 use crate::config::ServerConfig;
+use crate::telemetry;
 use crate::telemetry::events::ms;
 use crate::telemetry::Line;
 
@@ -156,6 +157,7 @@ fn serve_one(app: &App, handler: Handler, request: tiny_http::Request) {
         })
         .collect();
     let req = Req::new(&method, &url, headers, Vec::new());
+    let _serving = telemetry::context::enter(&req.request_id);
     let Some((request, body)) = receive_body(request, &app.config.server, &req, started) else {
         return;
     };

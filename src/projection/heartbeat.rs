@@ -3,6 +3,7 @@
 //! starves it. When a renewal finds the lease gone it disconnects the `lost` channel at
 //! once, which cancels the worker's waits and stops further pages.
 
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -14,9 +15,9 @@ use crate::db::Db;
 use crate::telemetry::Line;
 
 pub struct Heartbeat {
-    stop: Option<Sender<()>>,
+    stop: Mutex<Option<Sender<()>>>,
     lost: Receiver<()>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Heartbeat {
@@ -28,9 +29,9 @@ impl Heartbeat {
             .spawn(move || beat(&db, &claim, period, lease, &stop_rx, lost_tx))
             .ok();
         Heartbeat {
-            stop: Some(stop_tx),
+            stop: Mutex::new(Some(stop_tx)),
             lost,
-            thread,
+            thread: Mutex::new(thread),
         }
     }
 
@@ -43,10 +44,12 @@ impl Heartbeat {
         matches!(self.lost.try_recv(), Err(TryRecvError::Disconnected))
     }
 
-    /// Stops renewing (the tick is over) and waits for the thread.
-    pub fn stop(mut self) {
-        self.stop.take();
-        if let Some(t) = self.thread.take() {
+    /// Stops renewing and waits for the thread; idempotent. Called before the claim's last
+    /// write (release, completion, error), so a renewal can never race it and report a
+    /// lease as lost that was simply given back.
+    pub fn stop(&self) {
+        self.stop.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
         }
     }

@@ -139,6 +139,7 @@ impl Worker {
                     return Err(ProjectionError::LeaseLost);
                 }
                 if pages == cfg.projection_pages_per_tick {
+                    heartbeat.stop();
                     outbox::release(&app.db, claim)?;
                     return Ok(TickOutcome::Yielded { pages });
                 }
@@ -200,6 +201,7 @@ impl Worker {
         let indices = [targets.global.as_str(), targets.user.as_str()];
         let path = format!("/{}/_refresh", index::encode_path(&indices.join(",")));
         app.es.request("POST", &path, None)?.ok()?;
+        heartbeat.stop();
         outbox::complete(&app.db, claim)?;
         Line::new("ScanProjectionCompleted")
             .field("outbox_id", claim.id)

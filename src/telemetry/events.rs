@@ -58,11 +58,21 @@ pub struct ConnectionAcquired<'a> {
     pub wait: Duration,
 }
 
+/// Adds the request the thread serves, when it serves one.
+fn with_request(line: Line) -> Line {
+    match super::context::request_id() {
+        Some(id) => line.field("request_id", id),
+        None => line,
+    }
+}
+
 impl ConnectionAcquired<'_> {
     pub fn line(&self) -> Line {
-        Line::new("ScanWriteConnectionAcquired")
-            .field("stage", self.stage)
-            .field("wait_ms", ms(self.wait))
+        with_request(
+            Line::new("ScanWriteConnectionAcquired")
+                .field("stage", self.stage)
+                .field("wait_ms", ms(self.wait)),
+        )
     }
 
     pub fn emit(&self) {
@@ -85,10 +95,12 @@ pub struct ConnectionReleased<'a> {
 
 impl ConnectionReleased<'_> {
     pub fn line(&self) -> Line {
-        Line::new("ScanWriteConnectionReleased")
-            .field("stage", self.stage)
-            .field("wait_ms", ms(self.wait))
-            .field("hold_ms", ms(self.hold))
+        with_request(
+            Line::new("ScanWriteConnectionReleased")
+                .field("stage", self.stage)
+                .field("wait_ms", ms(self.wait))
+                .field("hold_ms", ms(self.hold)),
+        )
     }
 
     pub fn emit(&self) {

@@ -1,6 +1,7 @@
 //! Telemetry: structured key=value log events (SPEC §10), the Prometheus metrics they feed,
 //! the periodic sampler (outbox backlog, slow SQL), and secret-safe value types.
 
+pub mod context;
 pub mod events;
 pub mod metrics;
 pub mod sampler;

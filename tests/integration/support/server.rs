@@ -89,6 +89,8 @@ pub fn http() -> ureq::Agent {
 pub struct Got {
     pub status: u16,
     pub retry_after: Option<String>,
+    /// The server's `X-Request-Id`, to find this request's log lines.
+    pub request_id: String,
     pub body: serde_json::Value,
 }
 
@@ -100,11 +102,18 @@ pub fn got(resp: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Got {
         .get("retry-after")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let request_id = resp
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     let text = resp.body_mut().read_to_string().unwrap_or_default();
     let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     Got {
         status,
         retry_after,
+        request_id,
         body,
     }
 }
