@@ -4,6 +4,7 @@
 
 mod support;
 
+mod bench;
 mod emulator;
 mod foundation;
 mod projection;

@@ -42,7 +42,12 @@ impl Sent {
     }
 }
 
-fn push(out: &mut Requests, ops: &[BulkOp], max_ops: usize, max_bytes: usize) -> Result<(), String> {
+fn push(
+    out: &mut Requests,
+    ops: &[BulkOp],
+    max_ops: usize,
+    max_bytes: usize,
+) -> Result<(), String> {
     for r in bulk::split(ops, max_ops, max_bytes).map_err(|e| e.to_string())? {
         out.bodies.push(bulk::body(&ops[r]));
     }
@@ -56,8 +61,19 @@ fn push(out: &mut Requests, ops: &[BulkOp], max_ops: usize, max_bytes: usize) ->
 }
 
 /// The upload's writes: per batch, its facts then its execution-projection documents.
-pub fn upload_requests(prefix: &str, owner: Uuid, jobs: &[Job], max_ops: usize, max_bytes: usize) -> Result<Requests, String> {
-    let mut out = Requests { bodies: Vec::new(), ops: 0, endpoints: 0, indices: Vec::new() };
+pub fn upload_requests(
+    prefix: &str,
+    owner: Uuid,
+    jobs: &[Job],
+    max_ops: usize,
+    max_bytes: usize,
+) -> Result<Requests, String> {
+    let mut out = Requests {
+        bodies: Vec::new(),
+        ops: 0,
+        endpoints: 0,
+        indices: Vec::new(),
+    };
     for job in jobs {
         let owning = facts::Owning {
             execution_id: job.execution_id,
@@ -66,7 +82,8 @@ pub fn upload_requests(prefix: &str, owner: Uuid, jobs: &[Job], max_ops: usize, 
             scanner_id: Uuid::new_v4(),
         };
         for b in job.plan.batches(Uuid::new_v4()) {
-            let parsed = batch::parse(&b.body, 100_000, Utc::now()).map_err(|e| format!("{e:?}"))?;
+            let parsed =
+                batch::parse(&b.body, 100_000, Utc::now()).map_err(|e| format!("{e:?}"))?;
             let ops = facts::build(prefix, &owning, &parsed);
             push(&mut out, &ops.facts, max_ops, max_bytes)?;
             push(&mut out, &ops.endpoints, max_ops, max_bytes)?;
@@ -99,7 +116,12 @@ pub fn publication_requests(
     max_ops: usize,
     max_bytes: usize,
 ) -> Result<Requests, String> {
-    let mut out = Requests { bodies: Vec::new(), ops: 0, endpoints: 0, indices: Vec::new() };
+    let mut out = Requests {
+        bodies: Vec::new(),
+        ops: 0,
+        endpoints: 0,
+        indices: Vec::new(),
+    };
     for job in jobs {
         for chunk in page_docs(job).chunks(page_size.max(1)) {
             let ops = page::operations(prefix, owner, chunk);
@@ -141,7 +163,9 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
                     let agent = crate::scanner::agent();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(body) = req.bodies.get(i) else { return Ok(()) };
+                        let Some(body) = req.bodies.get(i) else {
+                            return Ok(());
+                        };
                         let mut r = agent
                             .post(&url)
                             .header("Content-Type", "application/x-ndjson")
@@ -154,7 +178,8 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
                             .limit(1 << 30)
                             .read_to_vec()
                             .map_err(|e| e.to_string())?;
-                        let head = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).to_string();
+                        let head =
+                            String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).to_string();
                         if status != 200 || !head.contains("\"errors\":false") {
                             return Err(format!("bulk failed: {status}: {head}"));
                         }
@@ -162,7 +187,9 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("panic".into()))).collect()
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("panic".into())))
+            .collect()
     });
     let seconds = started.elapsed().as_secs_f64();
     results.into_iter().collect::<Result<Vec<()>, String>>()?;

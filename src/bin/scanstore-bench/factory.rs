@@ -15,7 +15,11 @@ pub struct ExecutionRow {
 }
 
 fn token(kind: &str) -> String {
-    format!("{kind}_{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple())
+    format!(
+        "{kind}_{}{}",
+        Uuid::new_v4().simple(),
+        Uuid::new_v4().simple()
+    )
 }
 
 pub fn owner(c: &mut Client) -> Result<Uuid, String> {
@@ -43,7 +47,12 @@ pub fn scanner(c: &mut Client) -> Result<ScannerRow, String> {
 }
 
 /// A task of `kind` (`port_scan` or `mixed`) with one running execution of `scanner`.
-pub fn execution(c: &mut Client, owner: Uuid, scanner: Uuid, kind: &str) -> Result<ExecutionRow, String> {
+pub fn execution(
+    c: &mut Client,
+    owner: Uuid,
+    scanner: Uuid,
+    kind: &str,
+) -> Result<ExecutionRow, String> {
     let task_id: Uuid = c
         .query_one(
             "INSERT INTO tasks (owner_id, kind, status, executions_total)

@@ -72,7 +72,11 @@ pub fn parse_line(line: &str) -> Option<Event> {
     let at = DateTime::parse_from_rfc3339(ts).ok()?.with_timezone(&Utc);
     let (_, ev) = rest.split_once("] event=")?;
     let (name, tail) = ev.split_once(' ').unwrap_or((ev, ""));
-    Some(Event { at, name: name.to_string(), fields: fields(tail) })
+    Some(Event {
+        at,
+        name: name.to_string(),
+        fields: fields(tail),
+    })
 }
 
 pub fn read(path: &Path) -> Vec<Event> {
@@ -127,7 +131,10 @@ impl LogStats {
                 }
                 "ScanWriteConnectionTimedOut" => s.pool_timeouts += 1,
                 "ElasticsearchBulkCompleted" => {
-                    let (bytes, ops) = (e.num("request_bytes").unwrap_or(0.0), e.num("operations").unwrap_or(0.0));
+                    let (bytes, ops) = (
+                        e.num("request_bytes").unwrap_or(0.0),
+                        e.num("operations").unwrap_or(0.0),
+                    );
                     if e.get("trace_id").is_some_and(|t| t.starts_with("outbox-")) {
                         s.publish_bulk_bytes.push(bytes);
                         s.publish_bulk_ops.push(ops);
@@ -148,7 +155,8 @@ impl LogStats {
                     s.renewals += 1;
                     if let Some(id) = e.get("outbox_id") {
                         if let Some(prev) = last_beat.insert(id.to_string(), e.at) {
-                            s.heartbeat_gap_ms.push((e.at - prev).num_milliseconds() as f64);
+                            s.heartbeat_gap_ms
+                                .push((e.at - prev).num_milliseconds() as f64);
                         }
                     }
                 }
@@ -159,8 +167,13 @@ impl LogStats {
                     s.page_endpoints += e.num("endpoints").unwrap_or(0.0) as u64;
                 }
                 "ScanResultUpload" => {
-                    if let (Some(c), Some("200"), Some(us)) = (e.get("class"), e.get("status"), e.num("duration_us")) {
-                        s.server_upload_ms.entry(c.to_string()).or_default().push(us / 1000.0);
+                    if let (Some(c), Some("200"), Some(us)) =
+                        (e.get("class"), e.get("status"), e.num("duration_us"))
+                    {
+                        s.server_upload_ms
+                            .entry(c.to_string())
+                            .or_default()
+                            .push(us / 1000.0);
                     }
                 }
                 _ => {}
@@ -177,6 +190,26 @@ impl LogStats {
             .filter(|(st, _)| st.as_str() != "migrate")
             .map(|(_, v)| v.iter().filter(|h| **h >= ms).count())
             .sum()
+    }
+
+    /// The same per stage: (stage, checkouts held at least `ms`).
+    pub fn long_holds_by_stage(&self, ms: f64) -> Vec<(String, usize)> {
+        self.hold_ms
+            .iter()
+            .filter(|(st, _)| st.as_str() != "migrate")
+            .map(|(st, v)| (st.clone(), v.iter().filter(|h| **h >= ms).count()))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// Stages whose median hold is at least `ms`: a code path that held its connection
+    /// across ES I/O would put (nearly) every checkout of its stage there, whatever the load.
+    pub fn stages_with_median_hold_at_least(&self, ms: f64) -> Vec<String> {
+        self.hold_ms
+            .iter()
+            .filter(|(st, v)| st.as_str() != "migrate" && pct(v, 50.0) >= ms)
+            .map(|(st, _)| st.clone())
+            .collect()
     }
 
     pub fn all_waits(&self) -> Vec<f64> {

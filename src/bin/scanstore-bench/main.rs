@@ -20,7 +20,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 #[derive(Parser, Debug, Clone)]
-#[command(name = "scanstore-bench", about = "Upload latency and publication throughput of scanstore against a raw-bulk ceiling and the Python peer")]
+#[command(
+    name = "scanstore-bench",
+    about = "Upload latency and publication throughput of scanstore against a raw-bulk ceiling and the Python peer"
+)]
 pub struct Opts {
     /// Small run for CI: 10 k endpoints only, a short pool comparison; well under 2 minutes.
     #[arg(long)]
@@ -108,8 +111,14 @@ impl Opts {
     /// Environment defaults, then the quick mode's sizes.
     fn resolve(&mut self) {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        self.admin_url = self.admin_url.take().or_else(|| env("STORAGE_TEST_DATABASE_URL"));
-        self.database_url = self.database_url.take().or_else(|| env("SCANSTORE_DATABASE_URL"));
+        self.admin_url = self
+            .admin_url
+            .take()
+            .or_else(|| env("STORAGE_TEST_DATABASE_URL"));
+        self.database_url = self
+            .database_url
+            .take()
+            .or_else(|| env("SCANSTORE_DATABASE_URL"));
         self.es_url = self.es_url.take().or_else(|| env("SCANSTORE_ES_URL"));
         if self.quick {
             self.sizes = vec![10_000];
@@ -138,7 +147,10 @@ fn main() -> ExitCode {
 fn run(opts: &Opts) -> Result<PathBuf, String> {
     for bin in [&opts.scanstore_bin, &opts.emulator_bin] {
         if !bin.exists() && (bin == &opts.scanstore_bin || opts.es_url.is_none()) {
-            return Err(format!("{} not found (build it, or pass --scanstore-bin/--emulator-bin)", bin.display()));
+            return Err(format!(
+                "{} not found (build it, or pass --scanstore-bin/--emulator-bin)",
+                bin.display()
+            ));
         }
     }
     let logs = opts.out.join("logs");
@@ -152,11 +164,19 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
     let mut pools = Vec::new();
     if !opts.no_pool {
         for pool in [16, 1] {
-            eprintln!("== pool_size {pool}: {} scanners, ES latency {} ms", opts.pool_scanners, opts.es_latency_ms);
+            eprintln!(
+                "== pool_size {pool}: {} scanners, ES latency {} ms",
+                opts.pool_scanners, opts.es_latency_ms
+            );
             pools.push(scenario::pool_run(opts, pool, &logs)?);
         }
     }
-    let results = report::Results { started, finished: chrono::Utc::now(), sizes, pools };
+    let results = report::Results {
+        started,
+        finished: chrono::Utc::now(),
+        sizes,
+        pools,
+    };
     let pngs = plot::all(&results, &opts.out);
     report::write(opts, &results, &pngs)
 }

@@ -37,7 +37,9 @@ pub fn run(
     file: &Path,
 ) -> Result<PeerResult, String> {
     {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?);
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?,
+        );
         for b in &req.bodies {
             f.write_all(b).map_err(|e| e.to_string())?;
         }
@@ -59,13 +61,20 @@ pub fn run(
         return Err(format!(
             "peer exited {}: {}",
             out.status,
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         ));
     }
     let last = stdout.lines().last().unwrap_or("");
-    let mut r: PeerResult = serde_json::from_str(last).map_err(|e| format!("peer output {last:?}: {e}"))?;
+    let mut r: PeerResult =
+        serde_json::from_str(last).map_err(|e| format!("peer output {last:?}: {e}"))?;
     if r.errors > 0 || r.ops as usize != req.ops {
-        return Err(format!("peer wrote {} of {} operations with {} errors", r.ops, req.ops, r.errors));
+        return Err(format!(
+            "peer wrote {} of {} operations with {} errors",
+            r.ops, req.ops, r.errors
+        ));
     }
     r.endpoints = req.endpoints;
     Ok(r)

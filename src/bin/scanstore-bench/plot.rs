@@ -35,7 +35,10 @@ pub fn all(r: &Results, out: &Path) -> Vec<PathBuf> {
     }
     let mut files = Vec::new();
     for (name, f) in [
-        ("latency.png", latency as fn(&Results, &Path) -> Result<(), String>),
+        (
+            "latency.png",
+            latency as fn(&Results, &Path) -> Result<(), String>,
+        ),
         ("throughput.png", throughput),
     ] {
         let p = out.join(name);
@@ -64,7 +67,12 @@ fn latency(r: &Results, path: &Path) -> Result<(), String> {
         }
     }
     let max = lines.iter().flat_map(|l| l.2).fold(1.0f64, f64::max) * 1.5;
-    let min = lines.iter().flat_map(|l| l.2).fold(f64::MAX, f64::min).max(0.01) / 1.5;
+    let min = lines
+        .iter()
+        .flat_map(|l| l.2)
+        .fold(f64::MAX, f64::min)
+        .max(0.01)
+        / 1.5;
     let root = BitMapBackend::new(path, (1100, 650)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
@@ -77,26 +85,42 @@ fn latency(r: &Results, path: &Path) -> Result<(), String> {
     chart
         .configure_mesh()
         .x_labels(4)
-        .x_label_formatter(&|x| ["p50", "p95", "p99", "max"].get(x.round() as usize).unwrap_or(&"").to_string())
+        .x_label_formatter(&|x| {
+            ["p50", "p95", "p99", "max"]
+                .get(x.round() as usize)
+                .unwrap_or(&"")
+                .to_string()
+        })
         .y_desc("milliseconds (log)")
         .draw()
         .map_err(err)?;
     let sizes: Vec<usize> = r.sizes.iter().map(|s| s.size).collect();
     for (label, ci, q) in lines {
-        let size_i = sizes.iter().position(|s| label.ends_with(&format!("@ {s} endpoints"))).unwrap_or(0);
+        let size_i = sizes
+            .iter()
+            .position(|s| label.ends_with(&format!("@ {s} endpoints")))
+            .unwrap_or(0);
         let color = Palette99::pick(ci).to_rgba();
         let width = 1 + size_i as u32 * 2;
-        let pts: Vec<(f64, f64)> = q.iter().enumerate().map(|(i, v)| (i as f64, v.max(min))).collect();
+        let pts: Vec<(f64, f64)> = q
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i as f64, v.max(min)))
+            .collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(width)))
             .map_err(err)?
             .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width)));
-        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled()))).map_err(err)?;
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width))
+            });
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(err)?;
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
@@ -105,13 +129,28 @@ fn latency(r: &Results, path: &Path) -> Result<(), String> {
 }
 
 fn throughput(r: &Results, path: &Path) -> Result<(), String> {
-    let names = ["scanstore upload", "ceiling upload", "scanstore publication", "ceiling publication", "Python peer"];
+    let names = [
+        "scanstore upload",
+        "ceiling upload",
+        "scanstore publication",
+        "ceiling publication",
+        "Python peer",
+    ];
     let groups: Vec<(usize, [f64; 5])> = r
         .sizes
         .iter()
         .map(|s| {
             let peer = s.peer.as_ref().map(|p| p.endpoints_per_s()).unwrap_or(0.0);
-            (s.size, [s.upload_eps(), s.ceiling_upload.endpoints_per_s(), s.publish_eps(), s.ceiling_publish.endpoints_per_s(), peer])
+            (
+                s.size,
+                [
+                    s.upload_eps(),
+                    s.ceiling_upload.endpoints_per_s(),
+                    s.publish_eps(),
+                    s.ceiling_publish.endpoints_per_s(),
+                    peer,
+                ],
+            )
         })
         .collect();
     let top = groups.iter().flat_map(|g| g.1).fold(1.0f64, f64::max) * 1.15;
@@ -119,18 +158,31 @@ fn throughput(r: &Results, path: &Path) -> Result<(), String> {
     let root = BitMapBackend::new(path, (1100, 650)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("Throughput (endpoints/s) against the raw-bulk ceiling and the Python peer", ("sans-serif", 22))
+        .caption(
+            "Throughput (endpoints/s) against the raw-bulk ceiling and the Python peer",
+            ("sans-serif", 22),
+        )
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(80)
         .build_cartesian_2d(0f64..width, 0f64..top)
         .map_err(err)?;
-    let labels: Vec<(f64, String)> = groups.iter().enumerate().map(|(i, g)| (i as f64 * 6.0 + 3.0, format!("{} endpoints", g.0))).collect();
+    let labels: Vec<(f64, String)> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (i as f64 * 6.0 + 3.0, format!("{} endpoints", g.0)))
+        .collect();
     chart
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(groups.len() * 6 + 1)
-        .x_label_formatter(&|x| labels.iter().find(|(c, _)| (c - x).abs() < 0.5).map(|l| l.1.clone()).unwrap_or_default())
+        .x_label_formatter(&|x| {
+            labels
+                .iter()
+                .find(|(c, _)| (c - x).abs() < 0.5)
+                .map(|l| l.1.clone())
+                .unwrap_or_default()
+        })
         .y_desc("endpoints per second")
         .draw()
         .map_err(err)?;

@@ -33,7 +33,12 @@ impl Latencies {
         Latencies(
             CLASSES
                 .iter()
-                .map(|c| (*c, Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds")))
+                .map(|c| {
+                    (
+                        *c,
+                        Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds"),
+                    )
+                })
                 .collect(),
         )
     }
@@ -84,7 +89,12 @@ fn class_of(b: &Batch) -> &'static str {
 
 /// POSTs one body until it is not a 503; returns (status, saved, client latency of the
 /// answered attempt, 503s seen).
-fn post(agent: &ureq::Agent, url: &str, token: &str, body: &[u8]) -> Result<(u64, Duration, usize), String> {
+fn post(
+    agent: &ureq::Agent,
+    url: &str,
+    token: &str,
+    body: &[u8],
+) -> Result<(u64, Duration, usize), String> {
     let mut busy = 0;
     loop {
         let started = Instant::now();
@@ -106,14 +116,27 @@ fn post(agent: &ureq::Agent, url: &str, token: &str, body: &[u8]) -> Result<(u64
                 busy += 1;
                 std::thread::sleep(Duration::from_secs(2));
             }
-            _ => return Err(format!("POST {url}: {status} {}", &text[..text.len().min(300)])),
+            _ => {
+                return Err(format!(
+                    "POST {url}: {status} {}",
+                    &text[..text.len().min(300)]
+                ))
+            }
         }
     }
 }
 
-fn upload(base: &str, job: &Job, retry_every: usize, bar: &ProgressBar) -> Result<UploadOutcome, String> {
+fn upload(
+    base: &str,
+    job: &Job,
+    retry_every: usize,
+    bar: &ProgressBar,
+) -> Result<UploadOutcome, String> {
     let agent = agent();
-    let url = format!("{base}/api/v1/scanner/executions/{}/batches", job.execution_id);
+    let url = format!(
+        "{base}/api/v1/scanner/executions/{}/batches",
+        job.execution_id
+    );
     let mut out = UploadOutcome {
         latencies: Latencies::new(),
         wall: Duration::ZERO,
@@ -127,7 +150,12 @@ fn upload(base: &str, job: &Job, retry_every: usize, bar: &ProgressBar) -> Resul
         out.retried_503 += busy;
         out.requests += 1;
         if saved != (b.endpoints + b.dns) as u64 {
-            return Err(format!("batch {} {}: saved {saved}, sent {}", b.stream, b.index, b.endpoints + b.dns));
+            return Err(format!(
+                "batch {} {}: saved {saved}, sent {}",
+                b.stream,
+                b.index,
+                b.endpoints + b.dns
+            ));
         }
         out.latencies.record(class_of(&b), took);
         out.endpoints += b.endpoints;
@@ -138,7 +166,10 @@ fn upload(base: &str, job: &Job, retry_every: usize, bar: &ProgressBar) -> Resul
             out.retried_503 += busy;
             out.requests += 1;
             if saved != 0 {
-                return Err(format!("confirmed retry of batch {} saved {saved}, not 0", b.index));
+                return Err(format!(
+                    "confirmed retry of batch {} saved {saved}, not 0",
+                    b.index
+                ));
             }
             out.latencies.record("confirmed_retry", took);
         }
@@ -147,7 +178,12 @@ fn upload(base: &str, job: &Job, retry_every: usize, bar: &ProgressBar) -> Resul
 }
 
 /// Runs every job on its own thread at once and merges the outcomes.
-pub fn run(base: &str, jobs: Vec<Job>, retry_every: usize, bar: &ProgressBar) -> Result<UploadOutcome, String> {
+pub fn run(
+    base: &str,
+    jobs: Vec<Job>,
+    retry_every: usize,
+    bar: &ProgressBar,
+) -> Result<UploadOutcome, String> {
     let started = Instant::now();
     let results: Vec<Result<UploadOutcome, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
@@ -156,7 +192,10 @@ pub fn run(base: &str, jobs: Vec<Job>, retry_every: usize, bar: &ProgressBar) ->
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("scanner thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("scanner thread panicked".into()))
+            })
             .collect()
     });
     let mut total = UploadOutcome {

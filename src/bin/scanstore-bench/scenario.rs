@@ -91,30 +91,55 @@ fn prefix() -> String {
 }
 
 /// Scanner rows and one running execution each; `size` endpoints split over `n` scanners.
-fn jobs(c: &mut Client, owner: Uuid, n: usize, size: usize, batch: usize, dns_every: usize) -> Result<Vec<Job>, String> {
+fn jobs(
+    c: &mut Client,
+    owner: Uuid,
+    n: usize,
+    size: usize,
+    batch: usize,
+    dns_every: usize,
+) -> Result<Vec<Job>, String> {
     let per = size / n.max(1);
     (0..n)
         .map(|i| {
             let mixed = i % 2 == 1;
             let s = factory::scanner(c)?;
             let e = factory::execution(c, owner, s.id, if mixed { "mixed" } else { "port_scan" })?;
-            let endpoints = if i + 1 == n { size - per * (n - 1) } else { per };
+            let endpoints = if i + 1 == n {
+                size - per * (n - 1)
+            } else {
+                per
+            };
             Ok(Job {
                 token: s.token,
                 execution_id: e.execution_id,
-                plan: ExecutionPlan { first: i * per, endpoints, batch, mixed, dns_every },
+                plan: ExecutionPlan {
+                    first: i * per,
+                    endpoints,
+                    batch,
+                    mixed,
+                    dns_every,
+                },
             })
         })
         .collect()
 }
 
 fn db_now(c: &mut Client) -> Result<DateTime<Utc>, String> {
-    c.query_one("SELECT now()", &[]).map(|r| r.get(0)).map_err(|e| e.to_string())
+    c.query_one("SELECT now()", &[])
+        .map(|r| r.get(0))
+        .map_err(|e| e.to_string())
 }
 
 /// Waits until every execution outbox row is processed; returns (endpoints published,
 /// seconds from `t0` to the last `processed_at`).
-fn wait_published(c: &mut Client, t0: DateTime<Utc>, expected: u64, timeout: Duration, what: &str) -> Result<(i64, f64), String> {
+fn wait_published(
+    c: &mut Client,
+    t0: DateTime<Utc>,
+    expected: u64,
+    timeout: Duration,
+    what: &str,
+) -> Result<(i64, f64), String> {
     let b = bar(expected, what);
     let deadline = Instant::now() + timeout;
     loop {
@@ -126,15 +151,21 @@ fn wait_published(c: &mut Client, t0: DateTime<Utc>, expected: u64, timeout: Dur
                 &[],
             )
             .map_err(|e| e.to_string())?;
-        let (pending, done, last, rows): (i64, i64, Option<DateTime<Utc>>, i64) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        let (pending, done, last, rows): (i64, i64, Option<DateTime<Utc>>, i64) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
         b.set_position(done.max(0) as u64);
         if rows > 0 && pending == 0 {
             b.finish_and_clear();
             let last = last.unwrap_or(t0);
-            return Ok((done, (last - t0).num_microseconds().unwrap_or(0) as f64 / 1e6));
+            return Ok((
+                done,
+                (last - t0).num_microseconds().unwrap_or(0) as f64 / 1e6,
+            ));
         }
         if Instant::now() > deadline {
-            return Err(format!("publication not done after {timeout:?}: {pending} of {rows} rows pending"));
+            return Err(format!(
+                "publication not done after {timeout:?}: {pending} of {rows} rows pending"
+            ));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -153,20 +184,43 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
         lease_seconds: 120,
         heartbeat_seconds: 20,
     };
-    let mut up = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &format!("{name}-upload"))?;
+    let mut up = stack::scanstore(
+        opts,
+        &db,
+        &es_url,
+        &prefix,
+        &cfg,
+        dir,
+        &format!("{name}-upload"),
+    )?;
     let mut c = db.connect()?;
     let owner = factory::owner(&mut c)?;
-    let jobs = jobs(&mut c, owner, opts.scanners, size, opts.batch, opts.dns_every)?;
+    let jobs = jobs(
+        &mut c,
+        owner,
+        opts.scanners,
+        size,
+        opts.batch,
+        opts.dns_every,
+    )?;
     let threads = opts.bulk_concurrency;
 
     // The ceiling: the same documents, raw, into indices of their own.
     let cp = format!("{prefix}-ceiling");
     ceiling::install(&es_url, &cp)?;
-    let reqs = ceiling::upload_requests(&cp, owner, &jobs, opts.bulk_batch_size, opts.bulk_max_bytes)?;
+    let reqs =
+        ceiling::upload_requests(&cp, owner, &jobs, opts.bulk_batch_size, opts.bulk_max_bytes)?;
     let ceiling_upload = ceiling::send(&es_url, &reqs, threads)?;
     let mut written = reqs.indices.clone();
     drop(reqs);
-    let reqs = ceiling::publication_requests(&cp, owner, &jobs, opts.page_size, opts.bulk_batch_size, opts.bulk_max_bytes)?;
+    let reqs = ceiling::publication_requests(
+        &cp,
+        owner,
+        &jobs,
+        opts.page_size,
+        opts.bulk_batch_size,
+        opts.bulk_max_bytes,
+    )?;
     let ceiling_publish = ceiling::send(&es_url, &reqs, threads)?;
     written.extend(reqs.indices.iter().cloned());
     drop(reqs);
@@ -178,9 +232,24 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     } else {
         let pp = format!("{prefix}-peer");
         ceiling::install(&es_url, &pp)?;
-        let reqs = ceiling::publication_requests(&pp, owner, &jobs, opts.page_size, opts.bulk_batch_size, opts.bulk_max_bytes)?;
+        let reqs = ceiling::publication_requests(
+            &pp,
+            owner,
+            &jobs,
+            opts.page_size,
+            opts.bulk_batch_size,
+            opts.bulk_max_bytes,
+        )?;
         let file = dir.join(format!("{name}-peer.ndjson"));
-        let r = peer::run(&opts.python, &opts.peer_script, &es_url, &reqs, opts.bulk_batch_size, opts.bulk_max_bytes, &file);
+        let r = peer::run(
+            &opts.python,
+            &opts.peer_script,
+            &es_url,
+            &reqs,
+            opts.bulk_batch_size,
+            opts.bulk_max_bytes,
+            &file,
+        );
         ceiling::delete(&es_url, &pp, &reqs.indices);
         r
     };
@@ -191,17 +260,36 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     b.finish_and_clear();
     let rss_upload_kib = up.peak_rss_kib();
     up.stop();
-    let upload_logs = LogStats::from_events(&logs::read(&stack::log_path(dir, &format!("{name}-upload"))));
+    let upload_logs = LogStats::from_events(&logs::read(&stack::log_path(
+        dir,
+        &format!("{name}-upload"),
+    )));
 
     // Publication of the backlog.
     cfg.workers = opts.workers;
     let t0 = db_now(&mut c)?;
-    let mut publisher = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &format!("{name}-publish"))?;
-    let (published, publish_seconds) =
-        wait_published(&mut c, t0, size as u64, Duration::from_secs(opts.publish_timeout), &format!("publish {size}"))?;
+    let mut publisher = stack::scanstore(
+        opts,
+        &db,
+        &es_url,
+        &prefix,
+        &cfg,
+        dir,
+        &format!("{name}-publish"),
+    )?;
+    let (published, publish_seconds) = wait_published(
+        &mut c,
+        t0,
+        size as u64,
+        Duration::from_secs(opts.publish_timeout),
+        &format!("publish {size}"),
+    )?;
     let rss_publish_kib = publisher.peak_rss_kib();
     publisher.stop();
-    let publish_logs = LogStats::from_events(&logs::read(&stack::log_path(dir, &format!("{name}-publish"))));
+    let publish_logs = LogStats::from_events(&logs::read(&stack::log_path(
+        dir,
+        &format!("{name}-publish"),
+    )));
     if published != size as i64 {
         return Err(format!("published {published} endpoints, expected {size}"));
     }
@@ -258,8 +346,13 @@ pub fn pool_run(opts: &Opts, pool_size: u32, dir: &Path) -> Result<PoolResult, S
     let b = bar(total as u64, &format!("pool_size {pool_size}"));
     let upload = scanner::run(&server.url, jobs, opts.retry_every, &b)?;
     b.finish_and_clear();
-    let (published, publish_seconds) =
-        wait_published(&mut c, t0, total as u64, Duration::from_secs(opts.publish_timeout), &format!("publish pool {pool_size}"))?;
+    let (published, publish_seconds) = wait_published(
+        &mut c,
+        t0,
+        total as u64,
+        Duration::from_secs(opts.publish_timeout),
+        &format!("publish pool {pool_size}"),
+    )?;
     server.stop();
     let logs = LogStats::from_events(&logs::read(&stack::log_path(dir, &name)));
     Ok(PoolResult {

@@ -33,9 +33,15 @@ impl Database {
     /// A fresh database in the cluster of `admin_url`, or `url` as is.
     pub fn open(opts: &Opts) -> Result<Database, String> {
         if let Some(url) = &opts.database_url {
-            return Ok(Database { url: url.clone(), admin: None });
+            return Ok(Database {
+                url: url.clone(),
+                admin: None,
+            });
         }
-        let admin = opts.admin_url.clone().ok_or("no database: give --admin-url or --database-url")?;
+        let admin = opts
+            .admin_url
+            .clone()
+            .ok_or("no database: give --admin-url or --database-url")?;
         let name = format!("scanstore_bench_{}", Uuid::new_v4().simple());
         let mut c = Client::connect(&admin, NoTls).map_err(|e| format!("connect {admin}: {e}"))?;
         c.batch_execute(&format!("CREATE DATABASE \"{name}\""))
@@ -49,10 +55,16 @@ impl Database {
         let port = cfg.get_ports().first().copied().unwrap_or(5432);
         let user = cfg.get_user().unwrap_or("postgres").to_string();
         let url = match cfg.get_password() {
-            Some(p) => format!("postgresql://{user}:{}@{host}:{port}/{name}", String::from_utf8_lossy(p)),
+            Some(p) => format!(
+                "postgresql://{user}:{}@{host}:{port}/{name}",
+                String::from_utf8_lossy(p)
+            ),
             None => format!("postgresql://{user}@{host}:{port}/{name}"),
         };
-        Ok(Database { url, admin: Some((admin, name)) })
+        Ok(Database {
+            url,
+            admin: Some((admin, name)),
+        })
     }
 
     pub fn connect(&self) -> Result<Client, String> {
@@ -64,7 +76,8 @@ impl Drop for Database {
     fn drop(&mut self) {
         if let Some((admin, name)) = &self.admin {
             if let Ok(mut c) = Client::connect(admin, NoTls) {
-                let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"));
+                let _ =
+                    c.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"));
             }
         }
     }
@@ -138,7 +151,9 @@ fn spawn_announcing(mut cmd: Command, log: &Path, what: &str) -> Result<Proc, St
             let _ = child.kill();
             let tail = std::fs::read_to_string(log).unwrap_or_default();
             let tail: String = tail.lines().rev().take(20).collect::<Vec<_>>().join("\n");
-            Err(format!("{what} did not announce its URL; log tail:\n{tail}"))
+            Err(format!(
+                "{what} did not announce its URL; log tail:\n{tail}"
+            ))
         }
     }
 }
@@ -146,7 +161,12 @@ fn spawn_announcing(mut cmd: Command, log: &Path, what: &str) -> Result<Proc, St
 /// A fresh emulator process.
 pub fn emulator(opts: &Opts, log: &Path) -> Result<Proc, String> {
     let mut cmd = Command::new(&opts.emulator_bin);
-    cmd.args(["--listen", "127.0.0.1:0", "--threads", &opts.emulator_threads.to_string()]);
+    cmd.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--threads",
+        &opts.emulator_threads.to_string(),
+    ]);
     spawn_announcing(cmd, log, "scanstore-es-emulator")
 }
 

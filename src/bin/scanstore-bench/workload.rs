@@ -88,18 +88,19 @@ impl ExecutionPlan {
                 dns: dns_n,
                 body: body(upload_id, "main", k as u32, is_final, &obs),
             };
-            let sidecar = (self.mixed && !is_final && self.dns_every > 0 && (k + 1) % self.dns_every == 0)
-                .then(|| {
-                    let recs: Vec<Value> = (0..50).map(|j| dns(from + j * 7 + 1)).collect();
-                    Batch {
-                        stream: "dns",
-                        index: k as u32,
-                        is_final: false,
-                        endpoints: 0,
-                        dns: recs.len(),
-                        body: body(upload_id, "dns", k as u32, false, &recs),
-                    }
-                });
+            let sidecar =
+                (self.mixed && !is_final && self.dns_every > 0 && (k + 1) % self.dns_every == 0)
+                    .then(|| {
+                        let recs: Vec<Value> = (0..50).map(|j| dns(from + j * 7 + 1)).collect();
+                        Batch {
+                            stream: "dns",
+                            index: k as u32,
+                            is_final: false,
+                            endpoints: 0,
+                            dns: recs.len(),
+                            body: body(upload_id, "dns", k as u32, false, &recs),
+                        }
+                    });
             std::iter::once(main).chain(sidecar)
         })
     }
@@ -120,7 +121,13 @@ mod tests {
 
     #[test]
     fn plan_ends_with_one_final_and_sidecars_inside_the_main_range() {
-        let p = ExecutionPlan { first: 0, endpoints: 25, batch: 10, mixed: true, dns_every: 1 };
+        let p = ExecutionPlan {
+            first: 0,
+            endpoints: 25,
+            batch: 10,
+            mixed: true,
+            dns_every: 1,
+        };
         let b: Vec<Batch> = p.batches(Uuid::nil()).collect();
         let finals: Vec<_> = b.iter().filter(|x| x.is_final).collect();
         assert_eq!(finals.len(), 1);
