@@ -37,7 +37,9 @@ if ! ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1 && [ "$(
 fi
 
 echo "== machine: $(nproc) CPUs, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
+out=(--out target/bench)
+for arg in "$@"; do [ "$arg" = --out ] && out=(); done
 "$bin/scanstore-bench" \
   --scanstore-bin "$bin/scanstore" \
   --emulator-bin "$bin/scanstore-es-emulator" \
-  --out target/bench "$@"
+  "${out[@]}" "$@"

@@ -19,6 +19,7 @@ use scanstore::upload::{batch, facts};
 use crate::scanner::Job;
 
 /// Pre-built request bodies and what they carry.
+#[derive(Default)]
 pub struct Requests {
     pub bodies: Vec<Vec<u8>>,
     pub ops: usize,

@@ -37,7 +37,7 @@ pub struct Opts {
     /// Endpoints per main-stream batch.
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
-    /// Re-send every n-th confirmed main batch (a confirmed retry); 0 = never.
+    /// Re-send the first and every n-th confirmed main batch (a confirmed retry); 0 = never.
     #[arg(long, default_value_t = 5)]
     pub retry_every: usize,
     /// A DNS sidecar batch after every n-th main batch of a mixed execution.
@@ -102,6 +102,10 @@ pub struct Opts {
     /// Skip the Python peer.
     #[arg(long)]
     pub no_peer: bool,
+    /// Skip the publication phase and the publication ceiling (e.g. to measure uploads at
+    /// 1 M endpoints when draining the backlog would take too long on this machine).
+    #[arg(long)]
+    pub no_publication: bool,
     /// Give up waiting for publication after this many seconds.
     #[arg(long, default_value_t = 3600)]
     pub publish_timeout: u64,

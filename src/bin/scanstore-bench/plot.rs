@@ -140,6 +140,7 @@ fn throughput(r: &Results, path: &Path) -> Result<(), String> {
         .sizes
         .iter()
         .map(|s| {
+            // Skipped measurements draw as empty slots.
             let peer = s.peer.as_ref().map(|p| p.endpoints_per_s()).unwrap_or(0.0);
             (
                 s.size,

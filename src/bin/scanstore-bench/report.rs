@@ -79,7 +79,7 @@ fn yes(ok: bool) -> &'static str {
 /// The targets of issue 9 as (target, measured, met).
 pub fn targets(r: &Results) -> Vec<(String, String, Option<bool>)> {
     let mut t = Vec::new();
-    for s in &r.sizes {
+    for s in r.sizes.iter().filter(|s| s.published > 0) {
         let c = ratio(s.publish_eps(), s.ceiling_publish.endpoints_per_s());
         t.push((
             format!("publication ≥ 0.8 × ceiling ({} endpoints)", s.size),
@@ -253,7 +253,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
             .map(|u| format!("`{u}`"))
             .unwrap_or_else(|| "a fresh `scanstore-es-emulator` per scenario".into())
     );
-    let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, every {}th confirmed batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}",
+    let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}",
         opts.scanners, opts.dns_every, opts.batch, opts.retry_every, opts.pool_size, opts.bulk_concurrency, opts.bulk_batch_size, opts.page_size, opts.workers);
     if opts.quick {
         let _ = writeln!(o, "- **quick mode**: 10 k endpoints only, small pool comparison; this checks the tool, not the product's limits");
@@ -277,16 +277,23 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
             ),
             Err(e) => (format!("— ({e})"), "—".into()),
         };
+        let publication = if s.published > 0 {
+            format!(
+                "{:.0} | {:.0} | {:.2}",
+                s.publish_eps(),
+                s.ceiling_publish.endpoints_per_s(),
+                ratio(s.publish_eps(), s.ceiling_publish.endpoints_per_s())
+            )
+        } else {
+            "skipped | — | —".to_string()
+        };
         let _ = writeln!(
             o,
-            "| {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} | {peer} | {pr} |",
+            "| {} | {:.0} | {:.0} | {:.2} | {publication} | {peer} | {pr} |",
             s.size,
             s.upload_eps(),
             s.ceiling_upload.endpoints_per_s(),
             ratio(s.upload_eps(), s.ceiling_upload.endpoints_per_s()),
-            s.publish_eps(),
-            s.ceiling_publish.endpoints_per_s(),
-            ratio(s.publish_eps(), s.ceiling_publish.endpoints_per_s())
         );
     }
     for s in &r.sizes {

@@ -161,7 +161,12 @@ fn upload(
         out.endpoints += b.endpoints;
         out.observations += b.endpoints + b.dns;
         bar.inc(b.endpoints as u64);
-        if retry_every > 0 && b.stream == "main" && (b.index as usize + 1) % retry_every == 0 {
+        // The first batch and every `retry_every`-th after it, so small executions retry too.
+        if retry_every > 0
+            && b.stream == "main"
+            && !b.is_final
+            && b.index as usize % retry_every == 0
+        {
             let (saved, took, busy) = post(&agent, &url, &job.token, &b.body)?;
             out.retried_503 += busy;
             out.requests += 1;

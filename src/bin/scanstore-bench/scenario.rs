@@ -213,22 +213,26 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     let ceiling_upload = ceiling::send(&es_url, &reqs, threads)?;
     let mut written = reqs.indices.clone();
     drop(reqs);
-    let reqs = ceiling::publication_requests(
-        &cp,
-        owner,
-        &jobs,
-        opts.page_size,
-        opts.bulk_batch_size,
-        opts.bulk_max_bytes,
-    )?;
+    let reqs = if opts.no_publication {
+        ceiling::Requests::default()
+    } else {
+        ceiling::publication_requests(
+            &cp,
+            owner,
+            &jobs,
+            opts.page_size,
+            opts.bulk_batch_size,
+            opts.bulk_max_bytes,
+        )?
+    };
     let ceiling_publish = ceiling::send(&es_url, &reqs, threads)?;
     written.extend(reqs.indices.iter().cloned());
     drop(reqs);
     ceiling::delete(&es_url, &cp, &written);
 
     // The peer: the same asset operations through the Python client.
-    let peer = if opts.no_peer {
-        Err("skipped (--no-peer)".to_string())
+    let peer = if opts.no_peer || opts.no_publication {
+        Err("skipped".to_string())
     } else {
         let pp = format!("{prefix}-peer");
         ceiling::install(&es_url, &pp)?;
@@ -266,32 +270,36 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     )));
 
     // Publication of the backlog.
-    cfg.workers = opts.workers;
-    let t0 = db_now(&mut c)?;
-    let mut publisher = stack::scanstore(
-        opts,
-        &db,
-        &es_url,
-        &prefix,
-        &cfg,
-        dir,
-        &format!("{name}-publish"),
-    )?;
-    let (published, publish_seconds) = wait_published(
-        &mut c,
-        t0,
-        size as u64,
-        Duration::from_secs(opts.publish_timeout),
-        &format!("publish {size}"),
-    )?;
-    let rss_publish_kib = publisher.peak_rss_kib();
-    publisher.stop();
-    let publish_logs = LogStats::from_events(&logs::read(&stack::log_path(
-        dir,
-        &format!("{name}-publish"),
-    )));
-    if published != size as i64 {
-        return Err(format!("published {published} endpoints, expected {size}"));
+    let (mut published, mut publish_seconds, mut rss_publish_kib) = (0, 0.0, None);
+    let mut publish_logs = LogStats::default();
+    if !opts.no_publication {
+        cfg.workers = opts.workers;
+        let t0 = db_now(&mut c)?;
+        let mut publisher = stack::scanstore(
+            opts,
+            &db,
+            &es_url,
+            &prefix,
+            &cfg,
+            dir,
+            &format!("{name}-publish"),
+        )?;
+        (published, publish_seconds) = wait_published(
+            &mut c,
+            t0,
+            size as u64,
+            Duration::from_secs(opts.publish_timeout),
+            &format!("publish {size}"),
+        )?;
+        rss_publish_kib = publisher.peak_rss_kib();
+        publisher.stop();
+        publish_logs = LogStats::from_events(&logs::read(&stack::log_path(
+            dir,
+            &format!("{name}-publish"),
+        )));
+        if published != size as i64 {
+            return Err(format!("published {published} endpoints, expected {size}"));
+        }
     }
     Ok(SizeResult {
         size,
