@@ -106,8 +106,9 @@ pub struct Opts {
     /// 1 M endpoints when draining the backlog would take too long on this machine).
     #[arg(long)]
     pub no_publication: bool,
-    /// Give up waiting for publication after this many seconds.
-    #[arg(long, default_value_t = 3600)]
+    /// Give up waiting for publication after this many seconds (the emulator's page reads
+    /// grow with the execution size, so a 1 M drain there takes hours).
+    #[arg(long, default_value_t = 6 * 3600)]
     pub publish_timeout: u64,
 }
 

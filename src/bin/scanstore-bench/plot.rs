@@ -200,7 +200,7 @@ fn throughput(r: &Results, path: &Path) -> Result<(), String> {
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
