@@ -5,6 +5,7 @@
 mod support;
 
 mod admin;
+mod bench;
 mod emulator;
 mod foundation;
 mod observability;

@@ -1,0 +1,204 @@
+//! The ceiling and the peer's input: the very documents scanstore would write, built by
+//! scanstore's own code (`upload::facts::build` for uploads, `projection::page::operations`
+//! for publication) under a separate index prefix, split by the same operation and byte
+//! limits, and sent as raw `_bulk` requests straight to the same ES target — no
+//! PostgreSQL, no queue, no per-item verification beyond the `errors` flag.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use scanstore::es::bulk::{self, BulkOp};
+use scanstore::es::{index, setup, EsClient};
+use scanstore::projection::page;
+use scanstore::upload::{batch, facts};
+
+use crate::scanner::Job;
+
+/// Pre-built request bodies and what they carry.
+#[derive(Default)]
+pub struct Requests {
+    pub bodies: Vec<Vec<u8>>,
+    pub ops: usize,
+    pub endpoints: usize,
+    /// Every index written, for clean-up.
+    pub indices: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Sent {
+    pub ops: usize,
+    pub endpoints: usize,
+    pub requests: usize,
+    pub bytes: usize,
+    pub seconds: f64,
+}
+
+impl Sent {
+    pub fn endpoints_per_s(&self) -> f64 {
+        self.endpoints as f64 / self.seconds.max(1e-9)
+    }
+}
+
+fn push(
+    out: &mut Requests,
+    ops: &[BulkOp],
+    max_ops: usize,
+    max_bytes: usize,
+) -> Result<(), String> {
+    for r in bulk::split(ops, max_ops, max_bytes).map_err(|e| e.to_string())? {
+        out.bodies.push(bulk::body(&ops[r]));
+    }
+    out.ops += ops.len();
+    for op in ops {
+        if !out.indices.contains(&op.index) {
+            out.indices.push(op.index.clone());
+        }
+    }
+    Ok(())
+}
+
+/// The upload's writes: per batch, its facts then its execution-projection documents.
+pub fn upload_requests(
+    prefix: &str,
+    owner: Uuid,
+    jobs: &[Job],
+    max_ops: usize,
+    max_bytes: usize,
+) -> Result<Requests, String> {
+    let mut out = Requests {
+        bodies: Vec::new(),
+        ops: 0,
+        endpoints: 0,
+        indices: Vec::new(),
+    };
+    for job in jobs {
+        let owning = facts::Owning {
+            execution_id: job.execution_id,
+            task_id: Uuid::new_v4(),
+            owner_id: owner,
+            scanner_id: Uuid::new_v4(),
+        };
+        for b in job.plan.batches(Uuid::new_v4()) {
+            let parsed =
+                batch::parse(&b.body, 100_000, Utc::now()).map_err(|e| format!("{e:?}"))?;
+            let ops = facts::build(prefix, &owning, &parsed);
+            push(&mut out, &ops.facts, max_ops, max_bytes)?;
+            push(&mut out, &ops.endpoints, max_ops, max_bytes)?;
+            out.endpoints += b.endpoints;
+        }
+    }
+    Ok(out)
+}
+
+/// The execution-projection documents of a job as a publication page reads them.
+fn page_docs(job: &Job) -> Vec<Value> {
+    (job.plan.first..job.plan.first + job.plan.endpoints)
+        .map(|i| {
+            let mut e = crate::workload::endpoint(i);
+            let obj = e.as_object_mut().expect("object");
+            obj.remove("type");
+            obj.insert("observed_at".into(), json!("2026-11-29T10:00:00.000Z"));
+            obj.insert("execution_id".into(), json!(job.execution_id.to_string()));
+            e
+        })
+        .collect()
+}
+
+/// Publication's writes: per page of `page_size` endpoints, the two merge updates each.
+pub fn publication_requests(
+    prefix: &str,
+    owner: Uuid,
+    jobs: &[Job],
+    page_size: usize,
+    max_ops: usize,
+    max_bytes: usize,
+) -> Result<Requests, String> {
+    let mut out = Requests {
+        bodies: Vec::new(),
+        ops: 0,
+        endpoints: 0,
+        indices: Vec::new(),
+    };
+    for job in jobs {
+        for chunk in page_docs(job).chunks(page_size.max(1)) {
+            let ops = page::operations(prefix, owner, chunk);
+            push(&mut out, &ops, max_ops, max_bytes)?;
+            out.endpoints += chunk.len();
+        }
+    }
+    Ok(out)
+}
+
+/// Installs scanstore's templates, indices and merge script under `prefix`.
+pub fn install(es_url: &str, prefix: &str) -> Result<(), String> {
+    let es = EsClient::new(es_url, Duration::from_secs(120));
+    setup::install(&es, prefix).map_err(|e| format!("install {prefix}: {e}"))
+}
+
+/// Deletes the indices a ceiling or peer run wrote (by name: real clusters refuse
+/// wildcard deletes).
+pub fn delete(es_url: &str, prefix: &str, written: &[String]) {
+    let es = EsClient::new(es_url, Duration::from_secs(120));
+    let mut names: Vec<String> = written.to_vec();
+    names.push(index::execution_endpoints(prefix));
+    names.sort();
+    names.dedup();
+    for n in names {
+        let _ = es.request("DELETE", &format!("/{}", index::encode_path(&n)), None);
+    }
+}
+
+/// Sends every body with `threads` concurrent clients; fails on any error response.
+pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String> {
+    let next = AtomicUsize::new(0);
+    let url = format!("{}/_bulk", es_url.trim_end_matches('/'));
+    let started = Instant::now();
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                s.spawn(|| {
+                    let agent = crate::scanner::agent();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(body) = req.bodies.get(i) else {
+                            return Ok(());
+                        };
+                        let mut r = agent
+                            .post(&url)
+                            .header("Content-Type", "application/x-ndjson")
+                            .send(&body[..])
+                            .map_err(|e| format!("bulk: {e}"))?;
+                        let status = r.status().as_u16();
+                        let bytes = r
+                            .body_mut()
+                            .with_config()
+                            .limit(1 << 30)
+                            .read_to_vec()
+                            .map_err(|e| e.to_string())?;
+                        let head =
+                            String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).to_string();
+                        if status != 200 || !head.contains("\"errors\":false") {
+                            return Err(format!("bulk failed: {status}: {head}"));
+                        }
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("panic".into())))
+            .collect()
+    });
+    let seconds = started.elapsed().as_secs_f64();
+    results.into_iter().collect::<Result<Vec<()>, String>>()?;
+    Ok(Sent {
+        ops: req.ops,
+        endpoints: req.endpoints,
+        requests: req.bodies.len(),
+        bytes: req.bodies.iter().map(Vec::len).sum(),
+        seconds,
+    })
+}

@@ -1,0 +1,78 @@
+//! The rows a run needs, created directly in SQL as the test factory does: one owner, one
+//! scanner per simulated scanner (tokens stored as `sha256(convert_to(token,'UTF8'))`),
+//! and a running task execution per planned upload.
+
+use postgres::Client;
+use uuid::Uuid;
+
+pub struct ScannerRow {
+    pub id: Uuid,
+    pub token: String,
+}
+
+pub struct ExecutionRow {
+    pub execution_id: Uuid,
+}
+
+fn token(kind: &str) -> String {
+    format!(
+        "{kind}_{}{}",
+        Uuid::new_v4().simple(),
+        Uuid::new_v4().simple()
+    )
+}
+
+pub fn owner(c: &mut Client) -> Result<Uuid, String> {
+    let t = token("own");
+    c.query_one(
+        "INSERT INTO owners (name, token_sha256, is_admin)
+         VALUES ($1, sha256(convert_to($2, 'UTF8')), false) RETURNING id",
+        &[&format!("bench-owner-{}", Uuid::new_v4().simple()), &t],
+    )
+    .map(|r| r.get(0))
+    .map_err(|e| format!("insert owner: {e}"))
+}
+
+pub fn scanner(c: &mut Client) -> Result<ScannerRow, String> {
+    let t = token("scn");
+    let id = c
+        .query_one(
+            "INSERT INTO scanners (name, token_sha256, owner_id)
+             VALUES ($1, sha256(convert_to($2, 'UTF8')), NULL) RETURNING id",
+            &[&format!("bench-scanner-{}", Uuid::new_v4().simple()), &t],
+        )
+        .map_err(|e| format!("insert scanner: {e}"))?
+        .get(0);
+    Ok(ScannerRow { id, token: t })
+}
+
+/// A task of `kind` (`port_scan` or `mixed`) with one running execution of `scanner`.
+pub fn execution(
+    c: &mut Client,
+    owner: Uuid,
+    scanner: Uuid,
+    kind: &str,
+) -> Result<ExecutionRow, String> {
+    let task_id: Uuid = c
+        .query_one(
+            "INSERT INTO tasks (owner_id, kind, status, executions_total)
+             VALUES ($1, $2, 'running', 1) RETURNING id",
+            &[&owner, &kind],
+        )
+        .map_err(|e| format!("insert task: {e}"))?
+        .get(0);
+    c.execute(
+        "INSERT INTO task_targets (task_id, kind, value) VALUES ($1, 'cidr', '10.0.0.0/8')",
+        &[&task_id],
+    )
+    .map_err(|e| format!("insert target: {e}"))?;
+    let execution_id = c
+        .query_one(
+            "INSERT INTO executions (task_id, scanner_id, status, started_at)
+             VALUES ($1, $2, 'running', now()) RETURNING id",
+            &[&task_id, &scanner],
+        )
+        .map_err(|e| format!("insert execution: {e}"))?
+        .get(0);
+    Ok(ExecutionRow { execution_id })
+}

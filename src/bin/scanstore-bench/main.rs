@@ -1,0 +1,187 @@
+//! `scanstore-bench`: the load tool of issue 9. Starts (or is given) PostgreSQL, an ES
+//! target and `scanstore serve`, drives simulated scanners, measures upload latency per
+//! class, publication throughput, heartbeat timeliness, pool wait and hold, bulk sizes,
+//! a raw-`_bulk` ceiling and the Python peer, and writes `report.md` with PNG plots.
+
+mod ceiling;
+mod factory;
+mod logs;
+mod peer;
+mod plot;
+mod report;
+mod scanner;
+mod scenario;
+mod stack;
+mod workload;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "scanstore-bench",
+    about = "Upload latency and publication throughput of scanstore against a raw-bulk ceiling and the Python peer"
+)]
+pub struct Opts {
+    /// Small run for CI: 10 k endpoints only, a short pool comparison; well under 2 minutes.
+    #[arg(long)]
+    pub quick: bool,
+    /// Endpoints per size run (comma separated).
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    pub sizes: Vec<usize>,
+    /// Concurrent simulated scanners per size run; each uploads one execution of size/scanners endpoints.
+    #[arg(long, default_value_t = 4)]
+    pub scanners: usize,
+    /// Endpoints per main-stream batch.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    /// Re-send the first and every n-th confirmed main batch (a confirmed retry); 0 = never.
+    #[arg(long, default_value_t = 5)]
+    pub retry_every: usize,
+    /// A DNS sidecar batch after every n-th main batch of a mixed execution.
+    #[arg(long, default_value_t = 3)]
+    pub dns_every: usize,
+    /// Maintenance URL of a disposable PostgreSQL cluster: each scenario gets a fresh database.
+    /// (default: $STORAGE_TEST_DATABASE_URL)
+    #[arg(long)]
+    pub admin_url: Option<String>,
+    /// Use this database as is instead (a real deployment's; nothing is dropped).
+    /// (default: $SCANSTORE_DATABASE_URL)
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// A real Elasticsearch/OpenSearch URL instead of the emulator (no latency injection there).
+    /// (default: $SCANSTORE_ES_URL)
+    #[arg(long)]
+    pub es_url: Option<String>,
+    #[arg(long, default_value = "target/release/scanstore")]
+    pub scanstore_bin: PathBuf,
+    #[arg(long, default_value = "target/release/scanstore-es-emulator")]
+    pub emulator_bin: PathBuf,
+    #[arg(long, default_value_t = 8)]
+    pub emulator_threads: usize,
+    /// Where report.md, the PNGs and the logs go.
+    #[arg(long, default_value = "target/bench")]
+    pub out: PathBuf,
+    /// scanstore `database.pool_size` of the size runs.
+    #[arg(long, default_value_t = 8)]
+    pub pool_size: u32,
+    /// scanstore `projection.workers`.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+    /// scanstore `elasticsearch.bulk_max_concurrency` of the size runs (also the ceiling's client threads).
+    #[arg(long, default_value_t = 4)]
+    pub bulk_concurrency: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub bulk_batch_size: usize,
+    #[arg(long, default_value_t = 5 * 1024 * 1024)]
+    pub bulk_max_bytes: usize,
+    #[arg(long, default_value_t = 1000)]
+    pub page_size: usize,
+    /// Pool comparison: concurrent scanners.
+    #[arg(long, default_value_t = 16)]
+    pub pool_scanners: usize,
+    /// Pool comparison: endpoints per scanner.
+    #[arg(long, default_value_t = 5000)]
+    pub pool_endpoints: usize,
+    /// Pool comparison: endpoints per batch.
+    #[arg(long, default_value_t = 500)]
+    pub pool_batch: usize,
+    /// Pool comparison: latency injected on every ES request (ms).
+    #[arg(long, default_value_t = 200)]
+    pub es_latency_ms: u64,
+    /// Skip the pool comparison.
+    #[arg(long)]
+    pub no_pool: bool,
+    /// Python interpreter with the `elasticsearch` package, for the peer.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    #[arg(long, default_value = "tests/python/peer_bulk.py")]
+    pub peer_script: PathBuf,
+    /// Skip the Python peer.
+    #[arg(long)]
+    pub no_peer: bool,
+    /// Skip the publication phase and the publication ceiling (e.g. to measure uploads at
+    /// 1 M endpoints when draining the backlog would take too long on this machine).
+    #[arg(long)]
+    pub no_publication: bool,
+    /// Give up waiting for publication after this many seconds (the emulator's page reads
+    /// grow with the execution size, so a 1 M drain there takes hours).
+    #[arg(long, default_value_t = 6 * 3600)]
+    pub publish_timeout: u64,
+}
+
+impl Opts {
+    /// Environment defaults, then the quick mode's sizes.
+    fn resolve(&mut self) {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        self.admin_url = self
+            .admin_url
+            .take()
+            .or_else(|| env("STORAGE_TEST_DATABASE_URL"));
+        self.database_url = self
+            .database_url
+            .take()
+            .or_else(|| env("SCANSTORE_DATABASE_URL"));
+        self.es_url = self.es_url.take().or_else(|| env("SCANSTORE_ES_URL"));
+        if self.quick {
+            self.sizes = vec![10_000];
+            self.batch = self.batch.min(500);
+            self.pool_endpoints = 500;
+            self.pool_batch = 250;
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let mut opts = Opts::parse();
+    opts.resolve();
+    match run(&opts) {
+        Ok(path) => {
+            println!("report: {}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("scanstore-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(opts: &Opts) -> Result<PathBuf, String> {
+    for bin in [&opts.scanstore_bin, &opts.emulator_bin] {
+        if !bin.exists() && (bin == &opts.scanstore_bin || opts.es_url.is_none()) {
+            return Err(format!(
+                "{} not found (build it, or pass --scanstore-bin/--emulator-bin)",
+                bin.display()
+            ));
+        }
+    }
+    let logs = opts.out.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    let started = chrono::Utc::now();
+    let mut sizes = Vec::new();
+    for &size in &opts.sizes {
+        eprintln!("== size {size}: ceiling, peer, upload, publication");
+        sizes.push(scenario::size_run(opts, size, &logs)?);
+    }
+    let mut pools = Vec::new();
+    if !opts.no_pool {
+        for pool in [16, 1] {
+            eprintln!(
+                "== pool_size {pool}: {} scanners, ES latency {} ms",
+                opts.pool_scanners, opts.es_latency_ms
+            );
+            pools.push(scenario::pool_run(opts, pool, &logs)?);
+        }
+    }
+    let results = report::Results {
+        started,
+        finished: chrono::Utc::now(),
+        sizes,
+        pools,
+    };
+    let pngs = plot::all(&results, &opts.out);
+    report::write(opts, &results, &pngs)
+}

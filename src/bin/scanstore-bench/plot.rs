@@ -1,0 +1,209 @@
+//! PNG plots drawn by the tool itself (plotters, bitmap backend; text through ab_glyph with
+//! a TrueType font found on the system): latency percentiles per class and size, and
+//! throughput against the ceiling and the peer. No font, no plots — the report says so.
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use crate::report::{quantiles, Results};
+use crate::scanner::CLASSES;
+
+const FONTS: [&str; 3] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
+
+fn register_font() -> bool {
+    for f in FONTS {
+        if let Ok(bytes) = std::fs::read(f) {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Draws every plot into `out`; returns the files written (errors go to stderr).
+pub fn all(r: &Results, out: &Path) -> Vec<PathBuf> {
+    if !register_font() {
+        eprintln!("no TrueType font found (install fonts-dejavu-core): plots skipped");
+        return Vec::new();
+    }
+    let mut files = Vec::new();
+    for (name, f) in [
+        (
+            "latency.png",
+            latency as fn(&Results, &Path) -> Result<(), String>,
+        ),
+        ("throughput.png", throughput),
+    ] {
+        let p = out.join(name);
+        match f(r, &p) {
+            Ok(()) => files.push(p),
+            Err(e) => eprintln!("plot {name}: {e}"),
+        }
+    }
+    files
+}
+
+fn err<E: std::fmt::Debug>(e: E) -> String {
+    format!("{e:?}")
+}
+
+fn latency(r: &Results, path: &Path) -> Result<(), String> {
+    let mut lines = Vec::new();
+    for s in &r.sizes {
+        for (ci, c) in CLASSES.iter().enumerate() {
+            let h = &s.upload.latencies.0[c];
+            if h.is_empty() {
+                continue;
+            }
+            let q = quantiles(h);
+            lines.push((format!("{c} @ {} endpoints", s.size), ci, q));
+        }
+    }
+    let max = lines.iter().flat_map(|l| l.2).fold(1.0f64, f64::max) * 1.5;
+    let min = lines
+        .iter()
+        .flat_map(|l| l.2)
+        .fold(f64::MAX, f64::min)
+        .max(0.01)
+        / 1.5;
+    let root = BitMapBackend::new(path, (1100, 650)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Upload latency per class (client side)", ("sans-serif", 24))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.2f64..3.2f64, (min..max).log_scale())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_labels(4)
+        .x_label_formatter(&|x| {
+            ["p50", "p95", "p99", "max"]
+                .get(x.round() as usize)
+                .unwrap_or(&"")
+                .to_string()
+        })
+        .y_desc("milliseconds (log)")
+        .draw()
+        .map_err(err)?;
+    let sizes: Vec<usize> = r.sizes.iter().map(|s| s.size).collect();
+    for (label, ci, q) in lines {
+        let size_i = sizes
+            .iter()
+            .position(|s| label.ends_with(&format!("@ {s} endpoints")))
+            .unwrap_or(0);
+        let color = Palette99::pick(ci).to_rgba();
+        let width = 1 + size_i as u32 * 2;
+        let pts: Vec<(f64, f64)> = q
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i as f64, v.max(min)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(width)))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width))
+            });
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
+fn throughput(r: &Results, path: &Path) -> Result<(), String> {
+    let names = [
+        "scanstore upload",
+        "ceiling upload",
+        "scanstore publication",
+        "ceiling publication",
+        "Python peer",
+    ];
+    let groups: Vec<(usize, [f64; 5])> = r
+        .sizes
+        .iter()
+        .map(|s| {
+            // Skipped measurements draw as empty slots.
+            let peer = s.peer.as_ref().map(|p| p.endpoints_per_s()).unwrap_or(0.0);
+            (
+                s.size,
+                [
+                    s.upload_eps(),
+                    s.ceiling_upload.endpoints_per_s(),
+                    s.publish_eps(),
+                    s.ceiling_publish.endpoints_per_s(),
+                    peer,
+                ],
+            )
+        })
+        .collect();
+    let top = groups.iter().flat_map(|g| g.1).fold(1.0f64, f64::max) * 1.15;
+    let width = groups.len() as f64 * 6.0;
+    let root = BitMapBackend::new(path, (1100, 650)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Throughput (endpoints/s) against the raw-bulk ceiling and the Python peer",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..width, 0f64..top)
+        .map_err(err)?;
+    let labels: Vec<(f64, String)> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (i as f64 * 6.0 + 3.0, format!("{} endpoints", g.0)))
+        .collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(groups.len() * 6 + 1)
+        .x_label_formatter(&|x| {
+            labels
+                .iter()
+                .find(|(c, _)| (c - x).abs() < 0.5)
+                .map(|l| l.1.clone())
+                .unwrap_or_default()
+        })
+        .y_desc("endpoints per second")
+        .draw()
+        .map_err(err)?;
+    for (k, name) in names.iter().enumerate() {
+        let color = Palette99::pick(k).to_rgba();
+        chart
+            .draw_series(groups.iter().enumerate().map(|(i, g)| {
+                let x0 = i as f64 * 6.0 + 0.5 + k as f64;
+                Rectangle::new([(x0, 0.0), (x0 + 0.9, g.1[k])], color.filled())
+            }))
+            .map_err(err)?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}

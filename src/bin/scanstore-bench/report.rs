@@ -1,0 +1,517 @@
+//! The report: `report.md` with the machine, the command, every measured number, the
+//! targets of issue 9 (met or not) and how each number was made.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use crate::logs::{pct, LogStats};
+use crate::scanner::{Latencies, CLASSES};
+use crate::scenario::{PoolResult, SizeResult};
+use crate::Opts;
+
+pub struct Results {
+    pub started: DateTime<Utc>,
+    pub finished: DateTime<Utc>,
+    pub sizes: Vec<SizeResult>,
+    pub pools: Vec<PoolResult>,
+}
+
+/// (p50, p95, p99, max) in ms of a microsecond histogram.
+pub fn quantiles(h: &Histogram<u64>) -> [f64; 4] {
+    let q = |x: f64| h.value_at_quantile(x) as f64 / 1000.0;
+    [q(0.50), q(0.95), q(0.99), h.max() as f64 / 1000.0]
+}
+
+pub struct Machine {
+    pub cpus: usize,
+    pub mem_gib: f64,
+    pub cpu_model: String,
+}
+
+pub fn machine() -> Machine {
+    let mem_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("MemTotal:")
+                    .map(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })?
+        })
+        .unwrap_or(0.0);
+    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_else(|| "unknown".into());
+    Machine {
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        mem_gib: mem_kib / 1024.0 / 1024.0,
+        cpu_model,
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+fn yes(ok: bool) -> &'static str {
+    if ok {
+        "**met**"
+    } else {
+        "**missed**"
+    }
+}
+
+/// The targets of issue 9 as (target, measured, met).
+pub fn targets(r: &Results) -> Vec<(String, String, Option<bool>)> {
+    let mut t = Vec::new();
+    for s in r.sizes.iter().filter(|s| s.published > 0) {
+        let c = ratio(s.publish_eps(), s.ceiling_publish.endpoints_per_s());
+        t.push((
+            format!("publication ≥ 0.8 × ceiling ({} endpoints)", s.size),
+            format!("{c:.2} ×"),
+            Some(c >= 0.8),
+        ));
+        match &s.peer {
+            Ok(p) => {
+                let x = ratio(s.publish_eps(), p.endpoints_per_s());
+                t.push((
+                    format!("publication ≥ 2 × Python peer ({} endpoints)", s.size),
+                    format!("{x:.2} ×"),
+                    Some(x >= 2.0),
+                ));
+            }
+            Err(e) => t.push((
+                format!("publication ≥ 2 × Python peer ({} endpoints)", s.size),
+                format!("not measured: {e}"),
+                None,
+            )),
+        }
+    }
+    let final_p99 = |s: &SizeResult| quantiles(&s.upload.latencies.0["final"])[2];
+    match (r.sizes.first(), r.sizes.last()) {
+        (Some(a), Some(b)) if r.sizes.len() > 1 => {
+            let x = ratio(final_p99(b), final_p99(a));
+            t.push((
+                format!("final p99 at {} ≤ 1.5 × at {}", b.size, a.size),
+                format!(
+                    "{:.1} ms vs {:.1} ms = {x:.2} ×",
+                    final_p99(b),
+                    final_p99(a)
+                ),
+                Some(x <= 1.5),
+            ));
+        }
+        _ => t.push((
+            "final p99 at 1 M ≤ 1.5 × at 10 k".into(),
+            "not measured (one size in this run)".into(),
+            None,
+        )),
+    }
+    for p in &r.pools {
+        match p.latency_ms {
+            Some(l) => {
+                let l = l as f64;
+                let n = p.logs.holds_at_least(l);
+                let systematic = p.logs.stages_with_median_hold_at_least(l);
+                let long: Vec<String> = p
+                    .logs
+                    .long_holds_by_stage(l)
+                    .iter()
+                    .map(|(s, n)| format!("{s} {n}"))
+                    .collect();
+                let (measured, met) = if !systematic.is_empty() {
+                    (format!("median hold ≥ {l} ms in stage(s) {}: connections are held across ES I/O", systematic.join(", ")), Some(false))
+                } else if n == 0 {
+                    (format!("0 checkouts held ≥ {l} ms while every ES request took ≥ {l} ms, so none spanned ES I/O; longest hold {:.1} ms", p.logs.max_hold_outside_migrate()), Some(true))
+                } else {
+                    (format!("not proven by this run: {n} checkouts held ≥ {l} ms ({}) — as long as an ES request, so they may have spanned one, or waited on PostgreSQL/CPU; every stage's median hold stays below {l} ms", long.join(", ")), None)
+                };
+                t.push((
+                    format!(
+                        "zero connection hold during ES I/O (pool_size {})",
+                        p.pool_size
+                    ),
+                    measured,
+                    met,
+                ));
+            }
+            None => t.push((
+                "zero connection hold during ES I/O".into(),
+                "not measured (real ES: no latency injection)".into(),
+                None,
+            )),
+        }
+    }
+    if let (Some(p16), Some(p1)) = (
+        r.pools.iter().find(|p| p.pool_size == 16),
+        r.pools.iter().find(|p| p.pool_size == 1),
+    ) {
+        let x = ratio(p1.upload_eps(), p16.upload_eps());
+        t.push((
+            "pool_size 1 / pool_size 16 upload throughput ≥ 0.9".into(),
+            format!("{x:.2}"),
+            Some(x >= 0.9),
+        ));
+    }
+    t
+}
+
+fn latency_table(out: &mut String, l: &Latencies, server: &LogStats) {
+    let _ = writeln!(out, "| class | requests | p50 ms | p95 ms | p99 ms | max ms | server p99 ms |\n|---|---:|---:|---:|---:|---:|---:|");
+    for c in CLASSES {
+        let h = &l.0[c];
+        let [p50, p95, p99, max] = quantiles(h);
+        let sp99 = server
+            .server_upload_ms
+            .get(c)
+            .map(|v| pct(v, 99.0))
+            .unwrap_or(0.0);
+        let _ = writeln!(
+            out,
+            "| {c} | {} | {p50:.1} | {p95:.1} | {p99:.1} | {max:.1} | {sp99:.1} |",
+            h.len()
+        );
+    }
+}
+
+fn dist(v: &[f64]) -> String {
+    if v.is_empty() {
+        return "—".into();
+    }
+    format!(
+        "{:.0} / {:.0} / {:.0} / {:.0}",
+        pct(v, 50.0),
+        pct(v, 95.0),
+        pct(v, 99.0),
+        pct(v, 100.0)
+    )
+}
+
+fn pool_table(out: &mut String, name: &str, s: &LogStats) {
+    let waits = s.all_waits();
+    let _ = writeln!(out, "\n**{name}** — pool wait over all checkouts: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({} checkouts, {} pool timeouts)\n",
+        pct(&waits, 50.0), pct(&waits, 99.0), pct(&waits, 100.0), waits.len(), s.pool_timeouts);
+    let _ = writeln!(out, "| stage | checkouts | wait p99 ms | hold p50 ms | hold p99 ms | hold max ms |\n|---|---:|---:|---:|---:|---:|");
+    for (stage, holds) in &s.hold_ms {
+        let w = s.wait_ms.get(stage).map(|v| pct(v, 99.0)).unwrap_or(0.0);
+        let _ = writeln!(
+            out,
+            "| {stage} | {} | {w:.3} | {:.3} | {:.3} | {:.3} |",
+            holds.len(),
+            pct(holds, 50.0),
+            pct(holds, 99.0),
+            pct(holds, 100.0)
+        );
+    }
+}
+
+pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, String> {
+    let m = machine();
+    let mut o = String::new();
+    let cmd: Vec<String> = std::env::args().collect();
+    let debug = opts.scanstore_bin.to_string_lossy().contains("/debug/");
+    let _ = writeln!(o, "# scanstore benchmark report\n");
+    let _ = writeln!(
+        o,
+        "- run: {} → {} ({:.0} s)",
+        r.started.format("%Y-%m-%d %H:%M:%S UTC"),
+        r.finished.format("%H:%M:%S UTC"),
+        (r.finished - r.started).num_milliseconds() as f64 / 1000.0
+    );
+    let _ = writeln!(
+        o,
+        "- machine: {} CPUs (`nproc`), {:.1} GiB memory, {}",
+        m.cpus, m.mem_gib, m.cpu_model
+    );
+    let _ = writeln!(o, "- command: `{}`", cmd.join(" "));
+    let _ = writeln!(
+        o,
+        "- binaries: `{}`{}; ES: {}",
+        opts.scanstore_bin.display(),
+        if debug {
+            " (**debug build: numbers are not representative**)"
+        } else {
+            ""
+        },
+        opts.es_url
+            .as_deref()
+            .map(|u| format!("`{u}`"))
+            .unwrap_or_else(|| "a fresh `scanstore-es-emulator` per scenario".into())
+    );
+    let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}",
+        opts.scanners, opts.dns_every, opts.batch, opts.retry_every, opts.pool_size, opts.bulk_concurrency, opts.bulk_batch_size, opts.page_size, opts.workers);
+    if opts.quick {
+        let _ = writeln!(o, "- **quick mode**: 10 k endpoints only, small pool comparison; this checks the tool, not the product's limits");
+    }
+    let _ = writeln!(o, "\n## Targets\n\n| target | measured | |\n|---|---|---|");
+    for (name, measured, ok) in targets(r) {
+        let _ = writeln!(
+            o,
+            "| {name} | {measured} | {} |",
+            ok.map(yes).unwrap_or("not measured")
+        );
+    }
+
+    let _ = writeln!(o, "\n## Throughput against the ceiling and the peer\n");
+    let _ = writeln!(o, "| endpoints | upload endpoints/s | ceiling (upload docs) | ratio | publication endpoints/s | ceiling (asset merges) | ratio | Python peer | ratio |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for s in &r.sizes {
+        let (peer, pr) = match &s.peer {
+            Ok(p) => (
+                format!("{:.0}", p.endpoints_per_s()),
+                format!("{:.2}", ratio(s.publish_eps(), p.endpoints_per_s())),
+            ),
+            Err(e) => (format!("— ({e})"), "—".into()),
+        };
+        let publication = if s.published > 0 {
+            format!(
+                "{:.0} | {:.0} | {:.2}",
+                s.publish_eps(),
+                s.ceiling_publish.endpoints_per_s(),
+                ratio(s.publish_eps(), s.ceiling_publish.endpoints_per_s())
+            )
+        } else {
+            "skipped | — | —".to_string()
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {:.0} | {:.0} | {:.2} | {publication} | {peer} | {pr} |",
+            s.size,
+            s.upload_eps(),
+            s.ceiling_upload.endpoints_per_s(),
+            ratio(s.upload_eps(), s.ceiling_upload.endpoints_per_s()),
+        );
+    }
+    for s in &r.sizes {
+        let _ = writeln!(o, "\n- {}: upload {} endpoints ({} observations, {} requests) in {:.2} s; ceiling upload {} ops in {} requests, {:.1} MB, {:.2} s; publication {} endpoints in {:.2} s ({} pages); ceiling publication {} ops in {} requests, {:.1} MB, {:.2} s{}",
+            s.size, s.upload.endpoints, s.upload.observations, s.upload.requests, s.upload.wall.as_secs_f64(),
+            s.ceiling_upload.ops, s.ceiling_upload.requests, s.ceiling_upload.bytes as f64 / 1e6, s.ceiling_upload.seconds,
+            s.published, s.publish_seconds, s.publish_logs.pages,
+            s.ceiling_publish.ops, s.ceiling_publish.requests, s.ceiling_publish.bytes as f64 / 1e6, s.ceiling_publish.seconds,
+            match &s.peer { Ok(p) => format!("; peer (elasticsearch-py {}) {} ops in {:.2} s", p.client, p.ops, p.seconds), Err(_) => String::new() });
+    }
+
+    let _ = writeln!(o, "\n## Upload latency per class (client side)\n");
+    for s in &r.sizes {
+        let _ = writeln!(
+            o,
+            "\n### {} endpoints ({} scanners, {} endpoints per execution)\n",
+            s.size, s.scanners, s.execution_endpoints
+        );
+        latency_table(&mut o, &s.upload.latencies, &s.upload_logs);
+    }
+
+    let _ = writeln!(o, "\n## Memory\n\n| endpoints | scanstore peak RSS (VmHWM), upload phase | publication phase |\n|---:|---:|---:|");
+    for s in &r.sizes {
+        let f = |k: Option<u64>| {
+            k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+                .unwrap_or("—".into())
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} |",
+            s.size,
+            f(s.rss_upload_kib),
+            f(s.rss_publish_kib)
+        );
+    }
+
+    let _ = writeln!(o, "\n## ES bulk request sizes (from `ElasticsearchBulkCompleted`)\n\np50 / p95 / p99 / max\n\n| endpoints | caller | requests | bytes | operations |\n|---:|---|---:|---|---|");
+    for s in &r.sizes {
+        let _ = writeln!(
+            o,
+            "| {} | upload | {} | {} | {} |",
+            s.size,
+            s.upload_logs.upload_bulk_bytes.len(),
+            dist(&s.upload_logs.upload_bulk_bytes),
+            dist(&s.upload_logs.upload_bulk_ops)
+        );
+        let _ = writeln!(
+            o,
+            "| {} | publication | {} | {} | {} |",
+            s.size,
+            s.publish_logs.publish_bulk_bytes.len(),
+            dist(&s.publish_logs.publish_bulk_bytes),
+            dist(&s.publish_logs.publish_bulk_ops)
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\n## Connection pool: wait and hold (from `ScanWriteConnectionAcquired/Released`)"
+    );
+    for s in &r.sizes {
+        pool_table(
+            &mut o,
+            &format!("{} endpoints, upload phase", s.size),
+            &s.upload_logs,
+        );
+        pool_table(
+            &mut o,
+            &format!("{} endpoints, publication phase", s.size),
+            &s.publish_logs,
+        );
+    }
+
+    if !r.pools.is_empty() {
+        let _ = writeln!(o, "\n## pool_size 1 vs 16 with slow ES\n");
+        let _ = writeln!(o, "{} scanners × {} endpoints (batches of {}), publishers on, ES latency {} on every request, `bulk_max_concurrency` {}.\n",
+            opts.pool_scanners, opts.pool_endpoints, opts.pool_batch,
+            r.pools[0].latency_ms.map(|l| format!("{l} ms")).unwrap_or("not injected (real ES)".into()), (opts.pool_scanners * 2).min(64));
+        let _ = writeln!(o, "| pool_size | upload endpoints/s | publication endpoints/s | batch p99 ms | final p99 ms | pool wait p99 ms | holds ≥ ES latency | longest hold ms | 503s |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for p in &r.pools {
+            let l = p.latency_ms.unwrap_or(0) as f64;
+            let _ = writeln!(
+                o,
+                "| {} | {:.0} | {:.0} | {:.1} | {:.1} | {:.3} | {} | {:.1} | {} |",
+                p.pool_size,
+                p.upload_eps(),
+                p.publish_eps(),
+                quantiles(&p.upload.latencies.0["normal"])[2],
+                quantiles(&p.upload.latencies.0["final"])[2],
+                pct(&p.logs.all_waits(), 99.0),
+                if l > 0.0 {
+                    p.logs.holds_at_least(l).to_string()
+                } else {
+                    "—".into()
+                },
+                p.logs.max_hold_outside_migrate(),
+                p.upload.retried_503
+            );
+        }
+        let _ = writeln!(o, "\n### Heartbeat timeliness while ES is slowed\n\n| pool_size | period | renewals | gap p50 ms | gap p99 ms | max gap ms | max lateness ms | leases lost |\n|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for p in &r.pools {
+            let g = &p.logs.heartbeat_gap_ms;
+            let period = p.heartbeat_seconds as f64 * 1000.0;
+            let late = if g.is_empty() {
+                0.0
+            } else {
+                pct(g, 100.0) - period
+            };
+            let _ = writeln!(
+                o,
+                "| {} | {} s | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+                p.pool_size,
+                p.heartbeat_seconds,
+                p.logs.renewals,
+                pct(g, 50.0),
+                pct(g, 99.0),
+                pct(g, 100.0),
+                late,
+                p.logs.lease_lost
+            );
+        }
+        for p in &r.pools {
+            pool_table(&mut o, &format!("pool_size {}", p.pool_size), &p.logs);
+        }
+    }
+
+    if !pngs.is_empty() {
+        let _ = writeln!(o, "\n## Plots\n");
+        for p in pngs {
+            let n = p
+                .file_name()
+                .map(|f| f.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let _ = writeln!(o, "![{n}]({n})");
+        }
+    }
+    o.push_str(METHOD);
+    let path = opts.out.join("report.md");
+    std::fs::write(&path, o).map_err(|e| format!("{}: {e}", path.display()))?;
+    let json = opts.out.join("summary.json");
+    let text = serde_json::to_string_pretty(&summary(r)).map_err(|e| e.to_string())?;
+    std::fs::write(&json, text).map_err(|e| format!("{}: {e}", json.display()))?;
+    Ok(path)
+}
+
+/// The headline numbers, machine-readable (the quick-mode test reads them).
+pub fn summary(r: &Results) -> Value {
+    let lat = |l: &Latencies| -> Value {
+        CLASSES
+            .iter()
+            .map(|c| {
+                let h = &l.0[c];
+                let [p50, p95, p99, max] = quantiles(h);
+                (c.to_string(), json!({"count": h.len(), "p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "max_ms": max}))
+            })
+            .collect::<serde_json::Map<String, Value>>()
+            .into()
+    };
+    json!({
+        "sizes": r.sizes.iter().map(|s| json!({
+            "endpoints": s.size,
+            "upload_endpoints_per_s": s.upload_eps(),
+            "publication_endpoints_per_s": s.publish_eps(),
+            "ceiling_upload_endpoints_per_s": s.ceiling_upload.endpoints_per_s(),
+            "ceiling_publication_endpoints_per_s": s.ceiling_publish.endpoints_per_s(),
+            "peer_endpoints_per_s": s.peer.as_ref().ok().map(|p| p.endpoints_per_s()),
+            "published": s.published,
+            "latency": lat(&s.upload.latencies),
+            "peak_rss_kib": s.rss_upload_kib.max(s.rss_publish_kib),
+            "upload_max_hold_ms": s.upload_logs.max_hold_outside_migrate(),
+        })).collect::<Vec<_>>(),
+        "pools": r.pools.iter().map(|p| json!({
+            "pool_size": p.pool_size,
+            "es_latency_ms": p.latency_ms,
+            "upload_endpoints_per_s": p.upload_eps(),
+            "publication_endpoints_per_s": p.publish_eps(),
+            "holds_at_least_es_latency": p.latency_ms.map(|l| p.logs.holds_at_least(l as f64)),
+            "stages_with_median_hold_at_least_es_latency": p.latency_ms.map(|l| p.logs.stages_with_median_hold_at_least(l as f64)),
+            "max_hold_ms": p.logs.max_hold_outside_migrate(),
+            "pool_wait_p99_ms": pct(&p.logs.all_waits(), 99.0),
+            "heartbeat_renewals": p.logs.renewals,
+            "heartbeat_max_gap_ms": pct(&p.logs.heartbeat_gap_ms, 100.0),
+        })).collect::<Vec<_>>(),
+        "targets": targets(r).into_iter().map(|(t, m, ok)| json!({"target": t, "measured": m, "met": ok})).collect::<Vec<_>>(),
+    })
+}
+
+const METHOD: &str = "
+## How the numbers are made
+
+- **Latency** is client-side: each simulated scanner thread times its own POST (request
+  written, answer read) into an HDR histogram per class: `normal` (main batch, endpoints
+  only), `final`, `confirmed_retry` (the same body re-sent after it was confirmed; must
+  answer `saved: 0`), `dns` (a mixed main batch carrying DNS records, or a DNS sidecar
+  batch). `server p99` is scanstore's own `ScanResultUpload duration_us` for comparison.
+- **Upload throughput** = endpoints uploaded / wall time of all scanners, with publication
+  switched off (`projection.workers = 0`), so uploads are measured alone.
+- **Publication throughput** = endpoints published (`sum(processed_endpoints)`) / (last
+  `processed_at` − database time just before the publishing scanstore was started on the
+  backlog). It includes reading each page back from the execution projection.
+- **Ceiling**: the same documents, built by scanstore's own code (`upload::facts::build`,
+  `projection::page::operations`) under a separate index prefix, split with the same
+  operation/byte limits, sent as raw `_bulk` requests by `bulk_max_concurrency` client
+  threads straight to the same ES target (bodies pre-built, not timed), checking only the
+  `errors` flag. Measured in the same run, before scanstore, then deleted.
+- **Peer**: `tests/python/peer_bulk.py`, the official `elasticsearch` client's
+  `helpers.streaming_bulk` (one client, as the helper works) with `chunk_size` =
+  `bulk_batch_size` and `max_chunk_bytes` = `projection_bulk_max_bytes`, loading the same
+  asset-merge operations (parsed before the clock starts) into the same ES target.
+- **Connection hold during ES I/O**: a checkout that spans an ES request is held at least as
+  long as that request. In the pool runs every ES request is slowed to the injected latency,
+  so the count of checkouts held at least that long (outside start-up migration) bounds the
+  number that could have spanned ES I/O: 0 proves none did. A long hold can also come from
+  waiting on PostgreSQL or the CPU, so a non-zero count is reported as not proven unless a
+  stage's *median* hold reaches the ES latency — what a code path that holds its connection
+  across ES I/O would show on every checkout, whatever the load (then the target is missed).
+- **Heartbeat gaps** are the times between a claim (`ScanProjectionClaimed`) and its first
+  `ScanProjectionLeaseRenewed`, and between consecutive renewals of the same claim, from the
+  log's millisecond timestamps. Lateness = largest gap − configured period.
+- **Peak RSS** is `VmHWM` of the scanstore process, read from `/proc` just before it stops.
+";

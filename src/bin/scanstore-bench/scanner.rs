@@ -1,0 +1,223 @@
+//! Simulated scanners: one thread per scanner POSTs its execution's batches in order,
+//! re-sends every `retry_every`-th confirmed batch (a confirmed retry, which must answer
+//! `saved: 0`), and times every request on the client side into an HDR histogram per
+//! class: normal batch, final, confirmed retry, DNS/mixed.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::workload::{Batch, ExecutionPlan};
+
+pub const CLASSES: [&str; 4] = ["normal", "final", "confirmed_retry", "dns"];
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(600)))
+        .max_idle_connections_per_host(256)
+        .build()
+        .into()
+}
+
+/// Microsecond histograms, one per class.
+#[derive(Clone)]
+pub struct Latencies(pub BTreeMap<&'static str, Histogram<u64>>);
+
+impl Latencies {
+    pub fn new() -> Latencies {
+        Latencies(
+            CLASSES
+                .iter()
+                .map(|c| {
+                    (
+                        *c,
+                        Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds"),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn record(&mut self, class: &'static str, d: Duration) {
+        let us = (d.as_micros() as u64).max(1);
+        if let Some(h) = self.0.get_mut(class) {
+            h.saturating_record(us);
+        }
+    }
+
+    pub fn merge(&mut self, other: &Latencies) {
+        for (k, h) in &other.0 {
+            if let Some(mine) = self.0.get_mut(k) {
+                let _ = mine.add(h);
+            }
+        }
+    }
+}
+
+/// One scanner's work: its token, its execution and what to upload.
+pub struct Job {
+    pub token: String,
+    pub execution_id: Uuid,
+    pub plan: ExecutionPlan,
+}
+
+#[derive(Clone)]
+pub struct UploadOutcome {
+    pub latencies: Latencies,
+    pub wall: Duration,
+    pub endpoints: usize,
+    pub observations: usize,
+    pub requests: usize,
+    /// 503 answers (pool timeout) that were retried after `Retry-After`.
+    pub retried_503: usize,
+}
+
+fn class_of(b: &Batch) -> &'static str {
+    if b.is_final {
+        "final"
+    } else if b.dns > 0 {
+        "dns"
+    } else {
+        "normal"
+    }
+}
+
+/// POSTs one body until it is not a 503; returns (status, saved, client latency of the
+/// answered attempt, 503s seen).
+fn post(
+    agent: &ureq::Agent,
+    url: &str,
+    token: &str,
+    body: &[u8],
+) -> Result<(u64, Duration, usize), String> {
+    let mut busy = 0;
+    loop {
+        let started = Instant::now();
+        let mut resp = agent
+            .post(url)
+            .header("Authorization", &format!("Bearer {token}"))
+            .header("Content-Type", "application/json")
+            .send(body)
+            .map_err(|e| format!("POST {url}: {e}"))?;
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        let took = started.elapsed();
+        match status {
+            200 => {
+                let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                return Ok((v["saved"].as_u64().unwrap_or(u64::MAX), took, busy));
+            }
+            503 if busy < 20 => {
+                busy += 1;
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            _ => {
+                return Err(format!(
+                    "POST {url}: {status} {}",
+                    &text[..text.len().min(300)]
+                ))
+            }
+        }
+    }
+}
+
+fn upload(
+    base: &str,
+    job: &Job,
+    retry_every: usize,
+    bar: &ProgressBar,
+) -> Result<UploadOutcome, String> {
+    let agent = agent();
+    let url = format!(
+        "{base}/api/v1/scanner/executions/{}/batches",
+        job.execution_id
+    );
+    let mut out = UploadOutcome {
+        latencies: Latencies::new(),
+        wall: Duration::ZERO,
+        endpoints: 0,
+        observations: 0,
+        requests: 0,
+        retried_503: 0,
+    };
+    for b in job.plan.batches(Uuid::new_v4()) {
+        let (saved, took, busy) = post(&agent, &url, &job.token, &b.body)?;
+        out.retried_503 += busy;
+        out.requests += 1;
+        if saved != (b.endpoints + b.dns) as u64 {
+            return Err(format!(
+                "batch {} {}: saved {saved}, sent {}",
+                b.stream,
+                b.index,
+                b.endpoints + b.dns
+            ));
+        }
+        out.latencies.record(class_of(&b), took);
+        out.endpoints += b.endpoints;
+        out.observations += b.endpoints + b.dns;
+        bar.inc(b.endpoints as u64);
+        // The first batch and every `retry_every`-th after it, so small executions retry too.
+        if retry_every > 0
+            && b.stream == "main"
+            && !b.is_final
+            && b.index as usize % retry_every == 0
+        {
+            let (saved, took, busy) = post(&agent, &url, &job.token, &b.body)?;
+            out.retried_503 += busy;
+            out.requests += 1;
+            if saved != 0 {
+                return Err(format!(
+                    "confirmed retry of batch {} saved {saved}, not 0",
+                    b.index
+                ));
+            }
+            out.latencies.record("confirmed_retry", took);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs every job on its own thread at once and merges the outcomes.
+pub fn run(
+    base: &str,
+    jobs: Vec<Job>,
+    retry_every: usize,
+    bar: &ProgressBar,
+) -> Result<UploadOutcome, String> {
+    let started = Instant::now();
+    let results: Vec<Result<UploadOutcome, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = jobs
+            .iter()
+            .map(|job| s.spawn(move || upload(base, job, retry_every, bar)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("scanner thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut total = UploadOutcome {
+        latencies: Latencies::new(),
+        wall: started.elapsed(),
+        endpoints: 0,
+        observations: 0,
+        requests: 0,
+        retried_503: 0,
+    };
+    for r in results {
+        let r = r?;
+        total.latencies.merge(&r.latencies);
+        total.endpoints += r.endpoints;
+        total.observations += r.observations;
+        total.requests += r.requests;
+        total.retried_503 += r.retried_503;
+    }
+    Ok(total)
+}

@@ -1,0 +1,375 @@
+//! The scenarios. A size run: ceiling and peer first (their own index prefixes, deleted
+//! afterwards), then scanstore with publication off while the scanners upload, then
+//! scanstore restarted with publishers to drain the backlog. A pool run: 16 scanners
+//! against ES slowed on every request, publishers on, at a given `pool_size`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use indicatif::{ProgressBar, ProgressStyle};
+use postgres::Client;
+use uuid::Uuid;
+
+use crate::ceiling::{self, Sent};
+use crate::logs::{self, LogStats};
+use crate::peer::{self, PeerResult};
+use crate::scanner::{self, Job, UploadOutcome};
+use crate::stack::{self, Database, Proc, ServeCfg};
+use crate::workload::ExecutionPlan;
+use crate::{factory, Opts};
+
+pub struct SizeResult {
+    pub size: usize,
+    pub scanners: usize,
+    pub execution_endpoints: usize,
+    pub upload: UploadOutcome,
+    pub upload_logs: LogStats,
+    pub published: i64,
+    pub publish_seconds: f64,
+    pub publish_logs: LogStats,
+    pub ceiling_upload: Sent,
+    pub ceiling_publish: Sent,
+    pub peer: Result<PeerResult, String>,
+    pub rss_upload_kib: Option<u64>,
+    pub rss_publish_kib: Option<u64>,
+}
+
+impl SizeResult {
+    pub fn upload_eps(&self) -> f64 {
+        self.upload.endpoints as f64 / self.upload.wall.as_secs_f64().max(1e-9)
+    }
+
+    pub fn publish_eps(&self) -> f64 {
+        self.published as f64 / self.publish_seconds.max(1e-9)
+    }
+}
+
+pub struct PoolResult {
+    pub pool_size: u32,
+    pub latency_ms: Option<u64>,
+    pub heartbeat_seconds: u64,
+    pub upload: UploadOutcome,
+    pub published: i64,
+    pub publish_seconds: f64,
+    pub logs: LogStats,
+}
+
+impl PoolResult {
+    pub fn upload_eps(&self) -> f64 {
+        self.upload.endpoints as f64 / self.upload.wall.as_secs_f64().max(1e-9)
+    }
+
+    pub fn publish_eps(&self) -> f64 {
+        self.published as f64 / self.publish_seconds.max(1e-9)
+    }
+}
+
+pub fn bar(len: u64, what: &str) -> ProgressBar {
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template("{prefix:>22} [{elapsed_precise}] {wide_bar} {pos}/{len} endpoints ({per_sec}, eta {eta})")
+            .expect("template"),
+    );
+    b.set_prefix(what.to_string());
+    b
+}
+
+fn es_target(opts: &Opts, dir: &Path, name: &str) -> Result<(Option<Proc>, String), String> {
+    match &opts.es_url {
+        Some(u) => Ok((None, u.trim_end_matches('/').to_string())),
+        None => {
+            let p = stack::emulator(opts, &stack::log_path(dir, &format!("{name}-emulator")))?;
+            let u = p.url.clone();
+            Ok((Some(p), u))
+        }
+    }
+}
+
+fn prefix() -> String {
+    format!("bench{}", &Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// Scanner rows and one running execution each; `size` endpoints split over `n` scanners.
+fn jobs(
+    c: &mut Client,
+    owner: Uuid,
+    n: usize,
+    size: usize,
+    batch: usize,
+    dns_every: usize,
+) -> Result<Vec<Job>, String> {
+    let per = size / n.max(1);
+    (0..n)
+        .map(|i| {
+            let mixed = i % 2 == 1;
+            let s = factory::scanner(c)?;
+            let e = factory::execution(c, owner, s.id, if mixed { "mixed" } else { "port_scan" })?;
+            let endpoints = if i + 1 == n {
+                size - per * (n - 1)
+            } else {
+                per
+            };
+            Ok(Job {
+                token: s.token,
+                execution_id: e.execution_id,
+                plan: ExecutionPlan {
+                    first: i * per,
+                    endpoints,
+                    batch,
+                    mixed,
+                    dns_every,
+                },
+            })
+        })
+        .collect()
+}
+
+fn db_now(c: &mut Client) -> Result<DateTime<Utc>, String> {
+    c.query_one("SELECT now()", &[])
+        .map(|r| r.get(0))
+        .map_err(|e| e.to_string())
+}
+
+/// Waits until every execution outbox row is processed; returns (endpoints published,
+/// seconds from `t0` to the last `processed_at`).
+fn wait_published(
+    c: &mut Client,
+    t0: DateTime<Utc>,
+    expected: u64,
+    timeout: Duration,
+    what: &str,
+) -> Result<(i64, f64), String> {
+    let b = bar(expected, what);
+    let deadline = Instant::now() + timeout;
+    loop {
+        let r = c
+            .query_one(
+                "SELECT count(*) FILTER (WHERE processed_at IS NULL), coalesce(sum(processed_endpoints), 0)::bigint,
+                        max(processed_at), count(*)
+                   FROM scan_projection_outbox WHERE kind = 'execution'",
+                &[],
+            )
+            .map_err(|e| e.to_string())?;
+        let (pending, done, last, rows): (i64, i64, Option<DateTime<Utc>>, i64) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        b.set_position(done.max(0) as u64);
+        if rows > 0 && pending == 0 {
+            b.finish_and_clear();
+            let last = last.unwrap_or(t0);
+            return Ok((
+                done,
+                (last - t0).num_microseconds().unwrap_or(0) as f64 / 1e6,
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "publication not done after {timeout:?}: {pending} of {rows} rows pending"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, String> {
+    let name = format!("size{size}");
+    let db = Database::open(opts)?;
+    let (_emulator, es_url) = es_target(opts, dir, &name)?;
+    let prefix = prefix();
+    let mut cfg = ServeCfg {
+        pool_size: opts.pool_size,
+        workers: 0,
+        worker_threads: (opts.scanners * 2).max(16),
+        bulk_max_concurrency: opts.bulk_concurrency,
+        lease_seconds: 120,
+        heartbeat_seconds: 20,
+    };
+    let mut up = stack::scanstore(
+        opts,
+        &db,
+        &es_url,
+        &prefix,
+        &cfg,
+        dir,
+        &format!("{name}-upload"),
+    )?;
+    let mut c = db.connect()?;
+    let owner = factory::owner(&mut c)?;
+    let jobs = jobs(
+        &mut c,
+        owner,
+        opts.scanners,
+        size,
+        opts.batch,
+        opts.dns_every,
+    )?;
+    let threads = opts.bulk_concurrency;
+
+    // The ceiling: the same documents, raw, into indices of their own.
+    let cp = format!("{prefix}-ceiling");
+    ceiling::install(&es_url, &cp)?;
+    let reqs =
+        ceiling::upload_requests(&cp, owner, &jobs, opts.bulk_batch_size, opts.bulk_max_bytes)?;
+    let ceiling_upload = ceiling::send(&es_url, &reqs, threads)?;
+    let mut written = reqs.indices.clone();
+    drop(reqs);
+    let reqs = if opts.no_publication {
+        ceiling::Requests::default()
+    } else {
+        ceiling::publication_requests(
+            &cp,
+            owner,
+            &jobs,
+            opts.page_size,
+            opts.bulk_batch_size,
+            opts.bulk_max_bytes,
+        )?
+    };
+    let ceiling_publish = ceiling::send(&es_url, &reqs, threads)?;
+    written.extend(reqs.indices.iter().cloned());
+    drop(reqs);
+    ceiling::delete(&es_url, &cp, &written);
+
+    // The peer: the same asset operations through the Python client.
+    let peer = if opts.no_peer || opts.no_publication {
+        Err("skipped".to_string())
+    } else {
+        let pp = format!("{prefix}-peer");
+        ceiling::install(&es_url, &pp)?;
+        let reqs = ceiling::publication_requests(
+            &pp,
+            owner,
+            &jobs,
+            opts.page_size,
+            opts.bulk_batch_size,
+            opts.bulk_max_bytes,
+        )?;
+        let file = dir.join(format!("{name}-peer.ndjson"));
+        let r = peer::run(
+            &opts.python,
+            &opts.peer_script,
+            &es_url,
+            &reqs,
+            opts.bulk_batch_size,
+            opts.bulk_max_bytes,
+            &file,
+        );
+        ceiling::delete(&es_url, &pp, &reqs.indices);
+        r
+    };
+
+    // Uploads, with publication off so that both are measured alone.
+    let b = bar(size as u64, &format!("upload {size}"));
+    let upload = scanner::run(&up.url, jobs, opts.retry_every, &b)?;
+    b.finish_and_clear();
+    let rss_upload_kib = up.peak_rss_kib();
+    up.stop();
+    let upload_logs = LogStats::from_events(&logs::read(&stack::log_path(
+        dir,
+        &format!("{name}-upload"),
+    )));
+
+    // Publication of the backlog.
+    let (mut published, mut publish_seconds, mut rss_publish_kib) = (0, 0.0, None);
+    let mut publish_logs = LogStats::default();
+    if !opts.no_publication {
+        cfg.workers = opts.workers;
+        let t0 = db_now(&mut c)?;
+        let mut publisher = stack::scanstore(
+            opts,
+            &db,
+            &es_url,
+            &prefix,
+            &cfg,
+            dir,
+            &format!("{name}-publish"),
+        )?;
+        (published, publish_seconds) = wait_published(
+            &mut c,
+            t0,
+            size as u64,
+            Duration::from_secs(opts.publish_timeout),
+            &format!("publish {size}"),
+        )?;
+        rss_publish_kib = publisher.peak_rss_kib();
+        publisher.stop();
+        publish_logs = LogStats::from_events(&logs::read(&stack::log_path(
+            dir,
+            &format!("{name}-publish"),
+        )));
+        if published != size as i64 {
+            return Err(format!("published {published} endpoints, expected {size}"));
+        }
+    }
+    Ok(SizeResult {
+        size,
+        scanners: opts.scanners,
+        execution_endpoints: size / opts.scanners.max(1),
+        upload,
+        upload_logs,
+        published,
+        publish_seconds,
+        publish_logs,
+        ceiling_upload,
+        ceiling_publish,
+        peer,
+        rss_upload_kib,
+        rss_publish_kib,
+    })
+}
+
+pub fn pool_run(opts: &Opts, pool_size: u32, dir: &Path) -> Result<PoolResult, String> {
+    let name = format!("pool{pool_size}");
+    let db = Database::open(opts)?;
+    let (emulator, es_url) = es_target(opts, dir, &name)?;
+    let cfg = ServeCfg {
+        pool_size,
+        workers: opts.workers,
+        worker_threads: opts.pool_scanners * 2,
+        bulk_max_concurrency: (opts.pool_scanners * 2).min(64),
+        lease_seconds: 10,
+        heartbeat_seconds: 1,
+    };
+    let mut server = stack::scanstore(opts, &db, &es_url, &prefix(), &cfg, dir, &name)?;
+    let mut c = db.connect()?;
+    let owner = factory::owner(&mut c)?;
+    let n = opts.pool_scanners;
+    let total = n * opts.pool_endpoints;
+    let jobs = jobs(&mut c, owner, n, total, opts.pool_batch, opts.dns_every)?;
+    let latency_ms = if emulator.is_some() {
+        let fault = serde_json::json!({"kind": "latency", "path": "*", "ms": opts.es_latency_ms});
+        let r = scanner::agent()
+            .post(format!("{es_url}/_emulator/faults"))
+            .header("Content-Type", "application/json")
+            .send(fault.to_string().as_bytes())
+            .map_err(|e| format!("inject latency: {e}"))?;
+        if r.status() != 200 {
+            return Err(format!("inject latency: {}", r.status()));
+        }
+        Some(opts.es_latency_ms)
+    } else {
+        None
+    };
+    let t0 = db_now(&mut c)?;
+    let b = bar(total as u64, &format!("pool_size {pool_size}"));
+    let upload = scanner::run(&server.url, jobs, opts.retry_every, &b)?;
+    b.finish_and_clear();
+    let (published, publish_seconds) = wait_published(
+        &mut c,
+        t0,
+        total as u64,
+        Duration::from_secs(opts.publish_timeout),
+        &format!("publish pool {pool_size}"),
+    )?;
+    server.stop();
+    let logs = LogStats::from_events(&logs::read(&stack::log_path(dir, &name)));
+    Ok(PoolResult {
+        pool_size,
+        latency_ms,
+        heartbeat_seconds: cfg.heartbeat_seconds,
+        upload,
+        published,
+        publish_seconds,
+        logs,
+    })
+}

@@ -1,0 +1,228 @@
+//! The system under test for one scenario: a database (a fresh one in the given cluster,
+//! or the given database as is), an ES target (a fresh emulator process, or a real URL),
+//! and `scanstore serve` processes started from a generated config, each with its log
+//! captured to a file. Everything started here is stopped on drop.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls};
+use uuid::Uuid;
+
+use crate::Opts;
+
+/// What a scenario changes in scanstore's configuration.
+#[derive(Clone, Debug)]
+pub struct ServeCfg {
+    pub pool_size: u32,
+    pub workers: usize,
+    pub worker_threads: usize,
+    pub bulk_max_concurrency: usize,
+    pub lease_seconds: u64,
+    pub heartbeat_seconds: u64,
+}
+
+pub struct Database {
+    pub url: String,
+    admin: Option<(String, String)>,
+}
+
+impl Database {
+    /// A fresh database in the cluster of `admin_url`, or `url` as is.
+    pub fn open(opts: &Opts) -> Result<Database, String> {
+        if let Some(url) = &opts.database_url {
+            return Ok(Database {
+                url: url.clone(),
+                admin: None,
+            });
+        }
+        let admin = opts
+            .admin_url
+            .clone()
+            .ok_or("no database: give --admin-url or --database-url")?;
+        let name = format!("scanstore_bench_{}", Uuid::new_v4().simple());
+        let mut c = Client::connect(&admin, NoTls).map_err(|e| format!("connect {admin}: {e}"))?;
+        c.batch_execute(&format!("CREATE DATABASE \"{name}\""))
+            .map_err(|e| format!("create database: {e}"))?;
+        let mut cfg: postgres::Config = admin.parse().map_err(|e| format!("{e}"))?;
+        cfg.dbname(&name);
+        let host = match cfg.get_hosts().first() {
+            Some(postgres::config::Host::Tcp(h)) => h.clone(),
+            _ => "127.0.0.1".into(),
+        };
+        let port = cfg.get_ports().first().copied().unwrap_or(5432);
+        let user = cfg.get_user().unwrap_or("postgres").to_string();
+        let url = match cfg.get_password() {
+            Some(p) => format!(
+                "postgresql://{user}:{}@{host}:{port}/{name}",
+                String::from_utf8_lossy(p)
+            ),
+            None => format!("postgresql://{user}@{host}:{port}/{name}"),
+        };
+        Ok(Database {
+            url,
+            admin: Some((admin, name)),
+        })
+    }
+
+    pub fn connect(&self) -> Result<Client, String> {
+        Client::connect(&self.url, NoTls).map_err(|e| format!("connect: {e}"))
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if let Some((admin, name)) = &self.admin {
+            if let Ok(mut c) = Client::connect(admin, NoTls) {
+                let _ =
+                    c.batch_execute(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"));
+            }
+        }
+    }
+}
+
+/// A child process that is stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Proc {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Peak resident set (VmHWM) in KiB, read from /proc.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    }
+
+    /// Graceful stop: SIGTERM and wait (scanstore flushes its log and drains workers).
+    pub fn stop(&mut self) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: signals our own child, which has not been reaped yet.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+/// Starts `cmd`, stderr to `log`, and waits for the first `http://…` URL on its stdout.
+fn spawn_announcing(mut cmd: Command, log: &Path, what: &str) -> Result<Proc, String> {
+    let err = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start {what}: {e}"))?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("http://") {
+                let _ = tx.send(line[at..].trim().to_string());
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(url) => Ok(Proc { child, url }),
+        Err(_) => {
+            let _ = child.kill();
+            let tail = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: String = tail.lines().rev().take(20).collect::<Vec<_>>().join("\n");
+            Err(format!(
+                "{what} did not announce its URL; log tail:\n{tail}"
+            ))
+        }
+    }
+}
+
+/// A fresh emulator process.
+pub fn emulator(opts: &Opts, log: &Path) -> Result<Proc, String> {
+    let mut cmd = Command::new(&opts.emulator_bin);
+    cmd.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--threads",
+        &opts.emulator_threads.to_string(),
+    ]);
+    spawn_announcing(cmd, log, "scanstore-es-emulator")
+}
+
+/// Writes the config and starts `scanstore serve`; returns once `/readyz` answers 200.
+pub fn scanstore(
+    opts: &Opts,
+    db: &Database,
+    es_url: &str,
+    prefix: &str,
+    cfg: &ServeCfg,
+    dir: &Path,
+    name: &str,
+) -> Result<Proc, String> {
+    let config = dir.join(format!("{name}.toml"));
+    let text = format!(
+        "# Generated by scanstore-bench; the URLs come from the environment.\n\
+         [server]\nlisten = \"127.0.0.1:0\"\nworker_threads = {}\nmax_observations = 5000\nshutdown_grace_seconds = 10\n\
+         [database]\npool_size = {}\npool_timeout_ms = 30000\n\
+         [elasticsearch]\nindex_prefix = \"{prefix}\"\nbulk_batch_size = {}\nbulk_max_concurrency = {}\n\
+         request_timeout_ms = 120000\nprojection_page_size = {}\nprojection_bulk_max_bytes = {}\n\
+         projection_pages_per_tick = 4\nprojection_lease_seconds = {}\nprojection_heartbeat_seconds = {}\n\
+         [projection]\nworkers = {}\n",
+        cfg.worker_threads,
+        cfg.pool_size,
+        opts.bulk_batch_size,
+        cfg.bulk_max_concurrency,
+        opts.page_size,
+        opts.bulk_max_bytes,
+        cfg.lease_seconds,
+        cfg.heartbeat_seconds,
+        cfg.workers,
+    );
+    std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
+    let mut cmd = Command::new(&opts.scanstore_bin);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .env("SCANSTORE_DATABASE_URL", &db.url)
+        .env("SCANSTORE_ES_URL", es_url)
+        .env("RUST_LOG", "info");
+    let proc = spawn_announcing(cmd, &log_path(dir, name), "scanstore")?;
+    let agent = crate::scanner::agent();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = agent.get(format!("{}/readyz", proc.url)).call() {
+            if r.status() == 200 {
+                return Ok(proc);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("scanstore never became ready".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn log_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.log"))
+}

@@ -1,0 +1,138 @@
+//! The simulated scanners' data: deterministic endpoint and DNS observations, and batch
+//! request bodies whose checksum is the SHA-256 of the exact bytes of their observations
+//! array (the protocol of `upload::batch`). Pure; no I/O.
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+/// The observation time of every generated observation (one facts month per run).
+pub const OBSERVED_AT: &str = "2026-11-29T10:00:00Z";
+
+const PORTS: [u16; 3] = [22, 80, 443];
+
+/// The i-th endpoint of the run: three ports per address, addresses counted up from
+/// 10.0.0.0 (documentation data only; nothing is ever sent to these addresses).
+pub fn endpoint(i: usize) -> Value {
+    let a = i / PORTS.len();
+    let ip = format!("10.{}.{}.{}", (a >> 16) & 255, (a >> 8) & 255, a & 255);
+    let port = PORTS[i % PORTS.len()];
+    json!({"type": "endpoint", "ip": ip, "port": port, "transport": "tcp",
+           "service": if port == 22 { "ssh" } else { "http" }, "product": "nginx", "version": "1.25.3",
+           "banner": format!("HTTP/1.1 200 OK server=bench-{}", i % 97), "observed_at": OBSERVED_AT})
+}
+
+/// The i-th DNS record of the run.
+pub fn dns(i: usize) -> Value {
+    json!({"type": "dns", "name": format!("host{i}.bench.example"), "record_type": "A",
+           "value": format!("192.0.2.{}", i % 250 + 1), "observed_at": OBSERVED_AT})
+}
+
+/// One batch of an upload: identity, class and exact body.
+#[derive(Clone)]
+pub struct Batch {
+    pub stream: &'static str,
+    pub index: u32,
+    pub is_final: bool,
+    pub endpoints: usize,
+    pub dns: usize,
+    pub body: Vec<u8>,
+}
+
+/// The exact request body, checksum over the serialised observations.
+pub fn body(upload_id: Uuid, stream: &str, index: u32, is_final: bool, obs: &[Value]) -> Vec<u8> {
+    let observations = serde_json::to_string(obs).expect("observations serialise");
+    let checksum = hex::encode(Sha256::digest(observations.as_bytes()));
+    format!(
+        r#"{{"protocol_version":2,"upload_id":"{upload_id}","stream":"{stream}","batch_index":{index},"is_final":{is_final},"checksum":"sha256:{checksum}","observations":{observations}}}"#
+    )
+    .into_bytes()
+}
+
+/// What one execution uploads: `endpoints` endpoints from `first`, in main batches of
+/// `batch` observations; the last main batch is the final. A mixed execution also puts
+/// one DNS record per ten endpoints into its main batches and sends a DNS sidecar batch
+/// after every `dns_every`-th main batch.
+#[derive(Clone, Debug)]
+pub struct ExecutionPlan {
+    pub first: usize,
+    pub endpoints: usize,
+    pub batch: usize,
+    pub mixed: bool,
+    pub dns_every: usize,
+}
+
+impl ExecutionPlan {
+    /// The main-stream batches in order (the last is the final), each followed by its DNS
+    /// sidecar batch where one is due. Built lazily, one at a time, so a 1 M-endpoint
+    /// execution never sits in memory as request bodies.
+    pub fn batches(&self, upload_id: Uuid) -> impl Iterator<Item = Batch> + '_ {
+        let n_main = self.endpoints.div_ceil(self.batch).max(1);
+        (0..n_main).flat_map(move |k| {
+            let from = self.first + k * self.batch;
+            let to = (from + self.batch).min(self.first + self.endpoints);
+            let mut obs: Vec<Value> = (from..to).map(endpoint).collect();
+            let mut dns_n = 0;
+            if self.mixed {
+                for j in (from..to).step_by(10) {
+                    obs.push(dns(j));
+                    dns_n += 1;
+                }
+            }
+            let is_final = k + 1 == n_main;
+            let main = Batch {
+                stream: "main",
+                index: k as u32,
+                is_final,
+                endpoints: to - from,
+                dns: dns_n,
+                body: body(upload_id, "main", k as u32, is_final, &obs),
+            };
+            let sidecar =
+                (self.mixed && !is_final && self.dns_every > 0 && (k + 1) % self.dns_every == 0)
+                    .then(|| {
+                        let recs: Vec<Value> = (0..50).map(|j| dns(from + j * 7 + 1)).collect();
+                        Batch {
+                            stream: "dns",
+                            index: k as u32,
+                            is_final: false,
+                            endpoints: 0,
+                            dns: recs.len(),
+                            body: body(upload_id, "dns", k as u32, false, &recs),
+                        }
+                    });
+            std::iter::once(main).chain(sidecar)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_covers_the_exact_observation_bytes() {
+        let b = body(Uuid::nil(), "main", 0, false, &[endpoint(1)]);
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        let obs = serde_json::to_string(&v["observations"]).unwrap();
+        let want = format!("sha256:{}", hex::encode(Sha256::digest(obs.as_bytes())));
+        assert_eq!(v["checksum"], want);
+    }
+
+    #[test]
+    fn plan_ends_with_one_final_and_sidecars_inside_the_main_range() {
+        let p = ExecutionPlan {
+            first: 0,
+            endpoints: 25,
+            batch: 10,
+            mixed: true,
+            dns_every: 1,
+        };
+        let b: Vec<Batch> = p.batches(Uuid::nil()).collect();
+        let finals: Vec<_> = b.iter().filter(|x| x.is_final).collect();
+        assert_eq!(finals.len(), 1);
+        assert!(b.last().unwrap().is_final);
+        assert_eq!(b.iter().map(|x| x.endpoints).sum::<usize>(), 25);
+        assert!(b.iter().filter(|x| x.stream == "dns").all(|x| x.index < 2));
+    }
+}
