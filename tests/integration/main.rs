@@ -10,5 +10,6 @@ mod foundation;
 mod observability;
 pub mod projection;
 mod read;
+mod reliability;
 mod targets;
 mod upload;
