@@ -44,6 +44,7 @@ pub enum Point {
 }
 
 impl Point {
+    #[allow(dead_code)]
     pub const ALL: [Point; 9] = [
         Point::AfterTxA,
         Point::DuringBulk,
