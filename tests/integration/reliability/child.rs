@@ -72,7 +72,6 @@ pub fn log_dir() -> PathBuf {
 pub struct Serve {
     child: Option<Child>,
     pub base: String,
-    pub log: PathBuf,
     config: PathBuf,
 }
 
@@ -111,7 +110,6 @@ impl Serve {
         Serve {
             child: Some(child),
             base,
-            log,
             config,
         }
     }
@@ -136,10 +134,6 @@ impl Serve {
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 
