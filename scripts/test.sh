@@ -58,7 +58,7 @@ cargo test -- --include-ignored "$@"
 # examples and time; fails on server errors (5xx) and on answers that break the schema.
 if [ $# -eq 0 ]; then
   if ! python3 -c 'import schemathesis' 2>/dev/null; then
-    python3 -m pip install --quiet --disable-pip-version-check 'schemathesis>=3,<5'
+    python3 -m pip install --quiet --disable-pip-version-check 'schemathesis>=4,<5'
   fi
   bash tests/python/schemathesis.sh
 fi

@@ -42,7 +42,7 @@ token=$(SCANSTORE_DATABASE_URL=$SCANSTORE_DATABASE_URL scripts/scanstore-admin o
 echo "schemathesis: $url (examples $examples, at most ${seconds}s)"
 timeout "$seconds" schemathesis run src/http/openapi.json --url "$url" \
   --header "Authorization: Bearer $token" \
-  --hypothesis-max-examples "$examples" \
+  --max-examples "$examples" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
-  --hypothesis-seed 1 2>&1 | tail -n 40
+  --seed 1 2>&1 | tail -n 40
 exit "${PIPESTATUS[0]}"
