@@ -53,3 +53,12 @@ if [ $# -eq 0 ]; then
   echo "scripts/dev.sh: demo uploaded and published"
 fi
 cargo test -- --include-ignored "$@"
+
+# Schemathesis (PyPI) against a running server, driven by src/http/openapi.json: bounded
+# examples and time; fails on server errors (5xx) and on answers that break the schema.
+if [ $# -eq 0 ]; then
+  if ! python3 -c 'import schemathesis' 2>/dev/null; then
+    python3 -m pip install --quiet --disable-pip-version-check 'schemathesis>=4,<5'
+  fi
+  bash tests/python/schemathesis.sh
+fi

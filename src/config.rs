@@ -230,6 +230,48 @@ fn checked(key: &str, value: u64) -> Result<u64, ConfigError> {
     }
 }
 
+/// A configuration file that holds a secret (a database URL with a password) must not be
+/// readable by every local user: start-up is refused, naming the file, its mode and the fix.
+/// Group-readable files (`0640`, root:scanstore) are fine; so is a world-readable file
+/// without a password (the password can come from `$SCANSTORE_DATABASE_URL`).
+pub fn check_secret_permissions(path: &Path, raw: &RawConfig) -> Result<(), ConfigError> {
+    let has_password = raw.database.url.as_deref().is_some_and(url_has_password);
+    if !has_password {
+        return Ok(());
+    }
+    let mode = file_mode(path).unwrap_or(0);
+    if mode & 0o004 != 0 {
+        return Err(refuse(
+            "config file",
+            format!("{} (mode {:04o})", path.display(), mode & 0o7777),
+            format!(
+                "not world-readable while database.url contains a password: \
+                 chmod o-r {} (or move the URL to ${ENV_DATABASE_URL})",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// True when a postgres URL or key=value string carries a password.
+pub fn url_has_password(url: &str) -> bool {
+    url.parse::<postgres::Config>()
+        .map(|c| c.get_password().is_some_and(|p| !p.is_empty()))
+        .unwrap_or(false)
+}
+
+#[cfg(unix)]
+fn file_mode(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).ok().map(|m| m.permissions().mode())
+}
+
+#[cfg(not(unix))]
+fn file_mode(_: &Path) -> Option<u32> {
+    None
+}
+
 fn to_usize(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
@@ -246,6 +288,7 @@ impl Config {
         })?;
         let raw: RawConfig = toml::from_str(&text)
             .map_err(|e| refuse("config file", path.display(), format!("valid TOML: {e}")))?;
+        check_secret_permissions(path, &raw)?;
         Config::from_raw(raw, &|name| std::env::var(name).ok())
     }
 
@@ -566,5 +609,57 @@ mod tests {
             let field = key.split_once('.').map(|(_, f)| f).unwrap_or(key);
             assert!(text.contains(&format!("{field} =")), "example lacks {key}");
         }
+    }
+
+    fn file_with_mode(body: &str, mode: u32) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = std::env::temp_dir().join(format!("scanstore-perm-{}.toml", uuid::Uuid::new_v4()));
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+
+    const WITH_PASSWORD: &str = "[database]\nurl = \"postgresql://u:s3cret@127.0.0.1/db\"\n";
+    const WITHOUT_PASSWORD: &str = "[database]\nurl = \"postgresql://u@127.0.0.1/db\"\n";
+
+    #[test]
+    fn password_in_a_world_readable_file_is_refused() {
+        let p = file_with_mode(WITH_PASSWORD, 0o644);
+        let e = Config::load(&p).unwrap_err();
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(e.key, "config file");
+        assert!(e.value.contains("mode 0644"), "{e}");
+        assert!(e.allowed.contains("chmod o-r"), "{e}");
+        assert!(
+            !e.to_string().contains("s3cret"),
+            "the message leaks the password: {e}"
+        );
+    }
+
+    #[test]
+    fn password_in_an_owner_or_group_readable_file_is_accepted() {
+        for mode in [0o600, 0o640] {
+            let p = file_with_mode(WITH_PASSWORD, mode);
+            let r = Config::load(&p);
+            std::fs::remove_file(&p).unwrap();
+            assert!(r.is_ok(), "mode {mode:o}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn world_readable_file_without_a_password_is_accepted() {
+        let p = file_with_mode(WITHOUT_PASSWORD, 0o644);
+        let r = Config::load(&p);
+        std::fs::remove_file(&p).unwrap();
+        assert!(r.is_ok(), "{r:?}");
+    }
+
+    #[test]
+    fn passwords_are_found_in_urls_and_key_value_strings() {
+        assert!(url_has_password("postgresql://u:p@h/db"));
+        assert!(url_has_password("host=h user=u password=p"));
+        assert!(!url_has_password("postgresql://u@h/db"));
+        assert!(!url_has_password("postgresql://u:@h/db"));
+        assert!(!url_has_password("host=h user=u"));
     }
 }

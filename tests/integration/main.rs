@@ -12,5 +12,6 @@ mod observability;
 mod ops;
 pub mod projection;
 mod read;
+mod reliability;
 mod targets;
 mod upload;

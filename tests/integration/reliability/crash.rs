@@ -1,0 +1,373 @@
+//! `kill -9` of `scanstore serve` at known points of the write path and of the publisher,
+//! then a new process on the same database and ES; the scanner retries the batch it was
+//! sending, as the protocol says (same identity, same bytes). The end state must equal a
+//! fault-free run of the same upload on a second database and index prefix: receipts,
+//! streams, execution and task rows, outbox and every ES document, byte for byte apart
+//! from the fields `VOLATILE` and `*_at` (wall-clock times, serial ids, lease bookkeeping).
+//!
+//! A point is reached by pausing the emulator on the request that follows it (`/_bulk`,
+//! `*/_refresh`, `*/_count`), or, for "before transaction B" and "after the page's bulk,
+//! before its checkpoint", by holding a row lock from another connection so that the
+//! transaction blocks, and killing the process while it waits.
+
+use std::time::Duration;
+
+use postgres::Client;
+
+use super::child::{try_post, ChildConfig, Serve};
+use super::{prefix, snapshot, wait_published, Ids, Snapshot};
+use crate::support::db::{self, TestDb};
+use crate::support::emulator::{emulator_for_faults, Emulator, Fault};
+use crate::support::scan::Batch;
+use crate::support::server::Got;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Point {
+    /// Batch 1: transaction A committed, its bulk never reaches ES.
+    AfterTxA,
+    /// Batch 1: the bulk is applied by ES, the process dies before it sees the answer.
+    DuringBulk,
+    /// Batch 1: ES done, transaction B blocked on the execution row lock.
+    BeforeTxB,
+    /// Final: during the refresh of its index scope.
+    FinalRefresh,
+    /// Final: during the count.
+    FinalCount,
+    /// Final: refresh and count done, transaction B blocked.
+    FinalBeforeTxB,
+    /// Publisher: the page's asset bulk is in flight.
+    ProjectionMidPage,
+    /// Publisher: the page's bulk succeeded, the checkpoint is blocked.
+    ProjectionBeforeCheckpoint,
+    /// Publisher: during the final refresh of the asset indices.
+    ProjectionRefresh,
+}
+
+impl Point {
+    #[allow(dead_code)]
+    pub const ALL: [Point; 9] = [
+        Point::AfterTxA,
+        Point::DuringBulk,
+        Point::BeforeTxB,
+        Point::FinalRefresh,
+        Point::FinalCount,
+        Point::FinalBeforeTxB,
+        Point::ProjectionMidPage,
+        Point::ProjectionBeforeCheckpoint,
+        Point::ProjectionRefresh,
+    ];
+
+    fn batch(self) -> Option<usize> {
+        match self {
+            Point::AfterTxA | Point::DuringBulk | Point::BeforeTxB => Some(1),
+            Point::FinalRefresh | Point::FinalCount | Point::FinalBeforeTxB => Some(3),
+            _ => None,
+        }
+    }
+}
+
+fn pause(path: &str) -> Fault {
+    Fault::Pause {
+        path: path.into(),
+        method: None,
+        count: Some(1),
+    }
+}
+
+/// Posts until 200, honouring `Retry-After` on 503 (at most 30 tries).
+pub fn post_until_ok(base: &str, token: &str, exec: uuid::Uuid, b: &Batch) -> Got {
+    let body = b.body();
+    for _ in 0..30 {
+        match try_post(base, token, exec, &body) {
+            Ok(r) if r.status == 200 => return r,
+            Ok(r) if r.status == 503 || r.status == 502 => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Ok(r) => panic!("batch {}: {} {}", b.index, r.status, r.body),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+    panic!("batch {} never accepted", b.index)
+}
+
+fn config(db: &TestDb, emu: &Emulator, prefix: &str, workers: u32) -> ChildConfig {
+    let mut c = ChildConfig::new(&db.url, emu.url(), prefix);
+    c.workers = workers;
+    // Small pages: the publisher needs several pages and checkpoints for 55 endpoints.
+    c.extra_es = "projection_page_size = 20\n".into();
+    c
+}
+
+/// Waits until a backend of this database waits on a lock (the blocked transaction).
+fn wait_lock_waiter(c: &mut Client, db: &TestDb) {
+    for _ in 0..300 {
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+                &[&db.name],
+            )
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no transaction blocked on the held lock");
+}
+
+/// The fault-free run: every batch once, published.
+pub fn reference(emu: &Emulator, ids: &Ids) -> Snapshot {
+    let db = db::fresh();
+    let mut c = db.connect();
+    ids.seed(&mut c);
+    let p = prefix("ra");
+    let s = Serve::start(&config(&db, emu, &p, 1));
+    for b in ids.plan() {
+        let r = post_until_ok(&s.base, &ids.scanner_token, ids.execution, &b);
+        assert_eq!(r.body["saved"], b.observations.len(), "{}", r.body);
+    }
+    wait_published(&mut c, ids.execution, Duration::from_secs(60));
+    snapshot(&mut c, &emu.es(), &p, ids.execution)
+}
+
+/// One crash run; returns the snapshot after recovery.
+pub fn crash_run(emu: &Emulator, ids: &Ids, point: Point) -> Snapshot {
+    let db = db::fresh();
+    let mut c = db.connect();
+    ids.seed(&mut c);
+    let p = prefix("rb");
+    let exec = ids.execution;
+    let tok = ids.scanner_token.clone();
+    let plan = ids.plan();
+    let mut locker = db.connect();
+
+    if let Some(k) = point.batch() {
+        let mut s = Serve::start(&config(&db, emu, &p, 1));
+        for b in &plan[..k] {
+            post_until_ok(&s.base, &tok, exec, b);
+        }
+        match point {
+            Point::AfterTxA => {
+                // Paused and then failed: the bulk is never applied.
+                emu.add_fault(pause("/_bulk"));
+                emu.add_fault(Fault::fail(
+                    "/_bulk",
+                    1,
+                    503,
+                    "unavailable_shards_exception",
+                ));
+            }
+            Point::DuringBulk | Point::BeforeTxB | Point::FinalBeforeTxB => {
+                emu.add_fault(pause("/_bulk"));
+            }
+            Point::FinalRefresh => {
+                emu.add_fault(pause("*/_refresh"));
+            }
+            Point::FinalCount => {
+                emu.add_fault(pause("*/_count"));
+            }
+            _ => unreachable!(),
+        }
+        let base = s.base.clone();
+        let body = plan[k].body();
+        let tok2 = tok.clone();
+        let inflight = std::thread::spawn(move || try_post(&base, &tok2, exec, &body));
+        emu.wait_paused(1, Duration::from_secs(30));
+        // Transaction A has committed: the receipt is pending.
+        let pending: i64 = c
+            .query_one(
+                "SELECT count(*) FROM scan_upload_receipts WHERE execution_id = $1 AND batch_index = $2 AND status = 'pending'",
+                &[&exec, &(k as i32)],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(pending, 1, "{point:?}: no pending receipt before the kill");
+        let mut tx = None;
+        if matches!(point, Point::BeforeTxB | Point::FinalBeforeTxB) {
+            let mut t = locker.transaction().unwrap();
+            t.execute(
+                "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE",
+                &[&exec],
+            )
+            .unwrap();
+            tx = Some(t);
+            emu.release_all();
+            wait_lock_waiter(&mut c, &db);
+        }
+        s.kill9();
+        let answer = inflight.join().unwrap();
+        assert!(
+            answer.as_ref().map(|r| r.status != 200).unwrap_or(true),
+            "{point:?}: the killed process answered 200"
+        );
+        if let Some(t) = tx {
+            t.rollback().unwrap();
+        }
+        emu.clear_faults();
+        emu.release_all();
+        // The dead process's transaction is gone with its connection; the receipt waits.
+        let status: String = c
+            .query_one(
+                "SELECT status FROM scan_upload_receipts WHERE execution_id = $1 AND batch_index = $2",
+                &[&exec, &(k as i32)],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(status, "pending", "{point:?}");
+        let s2 = Serve::start(&config(&db, emu, &p, 1));
+        let r = post_until_ok(&s2.base, &tok, exec, &plan[k]);
+        assert_eq!(
+            r.body["saved"],
+            plan[k].observations.len(),
+            "{point:?}: the retry of a pending batch completes it: {}",
+            r.body
+        );
+        for b in &plan[k + 1..] {
+            let r = post_until_ok(&s2.base, &tok, exec, b);
+            assert_eq!(r.body["saved"], b.observations.len(), "{}", r.body);
+        }
+        // A second retry of every batch is a no-op.
+        for b in &plan {
+            let r = post_until_ok(&s2.base, &tok, exec, b);
+            assert_eq!(r.body["saved"], 0, "{point:?}: confirmed retry {}", r.body);
+        }
+        wait_published(&mut c, exec, Duration::from_secs(60));
+        return snapshot(&mut c, &emu.es(), &p, exec);
+    }
+
+    // Publisher points: upload everything with no publisher, then start one that dies.
+    {
+        let s = Serve::start(&config(&db, emu, &p, 0));
+        for b in &plan {
+            post_until_ok(&s.base, &tok, exec, b);
+        }
+    }
+    match point {
+        Point::ProjectionMidPage | Point::ProjectionBeforeCheckpoint => {
+            emu.add_fault(pause("/_bulk"));
+        }
+        Point::ProjectionRefresh => {
+            emu.add_fault(pause("*/_refresh"));
+        }
+        _ => unreachable!(),
+    }
+    let mut s = Serve::start(&config(&db, emu, &p, 1));
+    emu.wait_paused(1, Duration::from_secs(30));
+    let claimed: bool = c
+        .query_one(
+            "SELECT claim_token IS NOT NULL AND processed_at IS NULL FROM scan_projection_outbox WHERE execution_id = $1",
+            &[&exec],
+        )
+        .unwrap()
+        .get(0);
+    assert!(claimed, "{point:?}: the row is not claimed at the pause");
+    let mut tx = None;
+    if point == Point::ProjectionBeforeCheckpoint {
+        let mut t = locker.transaction().unwrap();
+        t.execute(
+            "SELECT 1 FROM scan_projection_outbox WHERE execution_id = $1 FOR UPDATE",
+            &[&exec],
+        )
+        .unwrap();
+        tx = Some(t);
+        emu.release_all();
+        wait_lock_waiter(&mut c, &db);
+    }
+    s.kill9();
+    if let Some(t) = tx {
+        t.rollback().unwrap();
+    }
+    emu.clear_faults();
+    emu.release_all();
+    let processed: bool = c
+        .query_one(
+            "SELECT processed_at IS NOT NULL FROM scan_projection_outbox WHERE execution_id = $1",
+            &[&exec],
+        )
+        .unwrap()
+        .get(0);
+    assert!(!processed, "{point:?}: processed before the kill");
+    // A new process takes over once the dead one's lease expires (10 s).
+    let _s2 = Serve::start(&config(&db, emu, &p, 1));
+    wait_published(&mut c, exec, Duration::from_secs(60));
+    snapshot(&mut c, &emu.es(), &p, exec)
+}
+
+fn check(point: Point) {
+    let Some(emu) = emulator_for_faults("crash") else {
+        return;
+    };
+    let ids = Ids::new();
+    let want = reference(&emu, &ids);
+    assert_eq!(want.es.iter().filter(|d| d.0.contains("facts")).count(), 55);
+    // 50 distinct endpoints, each in the global and the owner's asset view.
+    assert_eq!(
+        want.es.iter().filter(|d| d.0.contains("assets")).count(),
+        100
+    );
+    let got = crash_run(&emu, &ids, point);
+    assert_eq!(got.pg, want.pg, "{point:?}: PostgreSQL state differs");
+    assert_eq!(
+        got.es.len(),
+        want.es.len(),
+        "{point:?}: document count differs"
+    );
+    for (g, w) in got.es.iter().zip(&want.es) {
+        assert_eq!(g, w, "{point:?}: ES document differs");
+    }
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_after_transaction_a_before_the_bulk() {
+    check(Point::AfterTxA);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_during_the_bulk() {
+    check(Point::DuringBulk);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_before_transaction_b() {
+    check(Point::BeforeTxB);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_during_the_final_refresh() {
+    check(Point::FinalRefresh);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_during_the_final_count() {
+    check(Point::FinalCount);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_before_the_final_transaction_b() {
+    check(Point::FinalBeforeTxB);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_the_publisher_mid_page() {
+    check(Point::ProjectionMidPage);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_the_publisher_after_the_bulk_before_the_checkpoint() {
+    check(Point::ProjectionBeforeCheckpoint);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_the_publisher_during_its_refresh() {
+    check(Point::ProjectionRefresh);
+}
