@@ -174,6 +174,12 @@ pub fn try_post(base: &str, token: &str, execution: Uuid, body: &str) -> Result<
                 .get("retry-after")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
+            let request_id = resp
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
             let text = resp
                 .body_mut()
                 .read_to_string()
@@ -182,6 +188,7 @@ pub fn try_post(base: &str, token: &str, execution: Uuid, body: &str) -> Result<
             Ok(Got {
                 status,
                 retry_after,
+                request_id,
                 body,
             })
         }
