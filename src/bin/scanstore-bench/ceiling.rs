@@ -11,9 +11,11 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use scanstore::es::alias::AssetIndices;
 use scanstore::es::bulk::{self, BulkOp};
 use scanstore::es::{index, setup, EsClient};
 use scanstore::projection::page;
+use scanstore::tags::Tags;
 use scanstore::upload::{batch, facts};
 
 use crate::scanner::Job;
@@ -85,7 +87,7 @@ pub fn upload_requests(
         for b in job.plan.batches(Uuid::new_v4()) {
             let parsed =
                 batch::parse(&b.body, 100_000, Utc::now()).map_err(|e| format!("{e:?}"))?;
-            let ops = facts::build(prefix, &owning, &parsed);
+            let ops = facts::build(prefix, &owning, &parsed, &Tags::default());
             push(&mut out, &ops.facts, max_ops, max_bytes)?;
             push(&mut out, &ops.endpoints, max_ops, max_bytes)?;
             out.endpoints += b.endpoints;
@@ -94,8 +96,9 @@ pub fn upload_requests(
     Ok(out)
 }
 
-/// The execution-projection documents of a job as a publication page reads them.
-fn page_docs(job: &Job) -> Vec<Value> {
+/// The execution-projection documents of a job as a publication page reads them
+/// (id, source).
+fn page_docs(job: &Job) -> Vec<(String, Value)> {
     (job.plan.first..job.plan.first + job.plan.endpoints)
         .map(|i| {
             let mut e = crate::workload::endpoint(i);
@@ -103,7 +106,7 @@ fn page_docs(job: &Job) -> Vec<Value> {
             obj.remove("type");
             obj.insert("observed_at".into(), json!("2026-11-29T10:00:00.000Z"));
             obj.insert("execution_id".into(), json!(job.execution_id.to_string()));
-            e
+            (i.to_string(), e)
         })
         .collect()
 }
@@ -123,9 +126,10 @@ pub fn publication_requests(
         endpoints: 0,
         indices: Vec::new(),
     };
+    let targets = AssetIndices::version(prefix, setup::ASSETS_VERSION);
     for job in jobs {
         for chunk in page_docs(job).chunks(page_size.max(1)) {
-            let ops = page::operations(prefix, owner, chunk);
+            let ops = page::execution_operations(&targets, owner, chunk, &Tags::default());
             push(&mut out, &ops, max_ops, max_bytes)?;
             out.endpoints += chunk.len();
         }
