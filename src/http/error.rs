@@ -27,6 +27,8 @@ pub enum ApiError {
     PayloadTooLarge { limit: u64 },
     #[error("request body not received in time")]
     BodyTimeout,
+    #[error("the server is shutting down")]
+    ShuttingDown,
     #[error(transparent)]
     Db(#[from] DbError),
     #[error(transparent)]
@@ -122,6 +124,11 @@ impl ApiError {
             ApiError::Conflict { code, .. } => m(409, code),
             ApiError::PayloadTooLarge { .. } => m(413, "payload_too_large"),
             ApiError::BodyTimeout => m(408, "request_timeout"),
+            ApiError::ShuttingDown => Mapping {
+                status: 503,
+                code: "shutting_down",
+                retry_after: Some(2),
+            },
             ApiError::Db(e) => db(e),
             ApiError::Es(e) => es(e),
             ApiError::Upload(e) => upload(e),
@@ -166,6 +173,7 @@ fn public_message(code: &str) -> &'static str {
         "database_contention" => "database contention, retry",
         "search_backend_unavailable" => "search backend unavailable, retry",
         "search_backend_error" => "search backend rejected the request",
+        "shutting_down" => "the server is shutting down, retry",
         "search_timed_out" => "search timed out; the page would be incomplete, retry",
         "search_shards_failed" => "some search shards failed; the page would be incomplete",
         "index_name_too_long" => "index name exceeds the request-line budget; check index_prefix",

@@ -1,8 +1,10 @@
 //! The HTTP server: one tiny_http listener served by a fixed pool of blocking worker
-//! threads. A request body must arrive within a total deadline, and a client that stalls
-//! cannot pin a worker (see [`receive_body`]). A panicking handler answers 500 and its
-//! thread lives on. Shutdown stops the workers taking new requests and waits a bounded
-//! time for in-flight ones.
+//! threads. An acceptor thread hands requests to the workers; a body larger than what
+//! tiny_http buffers itself is read by a helper thread, and the request returns to the
+//! workers only once its body is in, so no worker ever waits on a client (a trickling
+//! client is cut off at the body deadline; a stalled one holds only its helper). A
+//! panicking handler answers 500 and its thread lives on. Shutdown stops the workers taking
+//! new requests and waits a bounded time for in-flight ones.
 //!
 //! Why no socket timeouts: on Linux `SO_RCVTIMEO` on the listening socket is inherited by
 //! accepted sockets, but it also makes `accept()` time out, and tiny_http 0.12's accept
@@ -34,9 +36,12 @@ pub type Handler = fn(&App, &Req) -> Result<Reply, ApiError>;
 /// How long a worker waits in `recv` before looking at the stop flag again.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Extra wait beyond the body deadline, so a reader that hit the deadline can still hand
-/// its 408 back to the worker.
-const BODY_SLACK: Duration = Duration::from_millis(250);
+/// A request whose body has been read, waiting for a worker.
+struct Pending {
+    request: tiny_http::Request,
+    req: Req,
+    started: Instant,
+}
 
 pub struct HttpServer {
     addr: SocketAddr,
@@ -60,17 +65,29 @@ pub fn start(app: Arc<App>, handler: Handler) -> io::Result<HttpServer> {
     let addr = listener.local_addr()?;
     let server = tiny_http::Server::from_listener(listener, None)
         .map_err(|e| io::Error::other(e.to_string()))?;
-    let server = Arc::new(server);
     let stop = Arc::new(AtomicBool::new(false));
     let (done_tx, done) = crossbeam_channel::unbounded();
+    // Rendezvous: the acceptor takes the next request from tiny_http only when a worker is
+    // free to take it, so waiting requests stay in tiny_http's queue.
+    let (incoming_tx, incoming) = crossbeam_channel::bounded::<tiny_http::Request>(0);
+    let (ready_tx, ready) = crossbeam_channel::unbounded::<Pending>();
+
+    let acceptor_stop = stop.clone();
+    std::thread::Builder::new()
+        .name("http-accept".into())
+        .spawn(move || accept(&server, &incoming_tx, &acceptor_stop))?;
 
     let mut workers = Vec::with_capacity(cfg.worker_threads);
     for n in 0..cfg.worker_threads {
-        let (server, app, stop, done_tx) =
-            (server.clone(), app.clone(), stop.clone(), done_tx.clone());
+        let channels = Channels {
+            incoming: incoming.clone(),
+            ready: ready.clone(),
+            ready_tx: ready_tx.clone(),
+        };
+        let (app, stop, done_tx) = (app.clone(), stop.clone(), done_tx.clone());
         let worker = std::thread::Builder::new()
             .name(format!("http-{n}"))
-            .spawn(move || work(&server, &app, handler, &stop, done_tx))?;
+            .spawn(move || work(&channels, &app, handler, &stop, done_tx))?;
         workers.push(worker);
     }
     Line::new("HttpServerStarted")
@@ -117,19 +134,13 @@ impl HttpServer {
     }
 }
 
-fn work(
-    server: &tiny_http::Server,
-    app: &App,
-    handler: Handler,
-    stop: &AtomicBool,
-    done: Sender<()>,
-) {
+/// Moves requests from tiny_http to the workers until stopped.
+fn accept(server: &tiny_http::Server, incoming: &Sender<tiny_http::Request>, stop: &AtomicBool) {
     while !stop.load(Ordering::SeqCst) {
         match server.recv_timeout(POLL) {
             Ok(Some(request)) => {
-                // Nothing a request does may take the worker down with it.
-                if catch_unwind(AssertUnwindSafe(|| serve_one(app, handler, request))).is_err() {
-                    Line::new("HttpWorkerRecovered").warn();
+                if incoming.send(request).is_err() {
+                    return;
                 }
             }
             Ok(None) => {}
@@ -139,10 +150,35 @@ fn work(
             }
         }
     }
+}
+
+/// A worker's ends of the request channels.
+struct Channels {
+    incoming: Receiver<tiny_http::Request>,
+    ready: Receiver<Pending>,
+    ready_tx: Sender<Pending>,
+}
+
+fn work(channels: &Channels, app: &App, handler: Handler, stop: &AtomicBool, done: Sender<()>) {
+    while !stop.load(Ordering::SeqCst) {
+        // Nothing a request does may take the worker down with it.
+        let served = catch_unwind(AssertUnwindSafe(|| {
+            crossbeam_channel::select! {
+                recv(channels.ready) -> p => if let Ok(p) = p { dispatch(app, handler, p) },
+                recv(channels.incoming) -> r => if let Ok(r) = r { begin(app, handler, r, &channels.ready_tx) },
+                default(POLL) => {}
+            }
+        }));
+        if served.is_err() {
+            Line::new("HttpWorkerRecovered").warn();
+        }
+    }
     let _ = done.send(());
 }
 
-fn serve_one(app: &App, handler: Handler, request: tiny_http::Request) {
+/// Starts a request: reads a small or absent body in place and serves it; hands a larger
+/// one to a body reader.
+fn begin(app: &App, handler: Handler, mut request: tiny_http::Request, ready: &Sender<Pending>) {
     let started = Instant::now();
     let method = request.method().as_str().to_string();
     let url = request.url().to_string();
@@ -158,13 +194,83 @@ fn serve_one(app: &App, handler: Handler, request: tiny_http::Request) {
         .collect();
     let req = Req::new(&method, &url, headers, Vec::new());
     let _serving = telemetry::context::enter(&req.request_id);
-    let Some((request, body)) = receive_body(request, &app.config.server, &req, started) else {
+    let cfg = &app.config.server;
+    let declared = request.body_length();
+    let chunked = request
+        .headers()
+        .iter()
+        .any(|h| h.field.equiv("Transfer-Encoding"));
+    // tiny_http buffers bodies of up to 1 KiB while parsing the head.
+    if declared.is_some_and(|n| n <= 1024) || (declared.is_none() && !chunked) {
+        match read_body(
+            request.as_reader(),
+            declared,
+            cfg.max_body_bytes,
+            cfg.body_deadline,
+        ) {
+            Ok(body) => dispatch(
+                app,
+                handler,
+                Pending {
+                    request,
+                    req: Req { body, ..req },
+                    started,
+                },
+            ),
+            Err(e) => answer(request, &req, started, Err(e)),
+        }
         return;
-    };
-    let req = Req { body, ..req };
-    let outcome = catch_unwind(AssertUnwindSafe(|| handler(app, &req)))
+    }
+    read_in_background(request, req, started, cfg, ready.clone());
+}
+
+/// Reads a large body on its own thread, within the deadline and size limit, then queues
+/// the request for the workers. A failed body is answered from this thread, because
+/// tiny_http drains the unread rest of a body when the request is dropped.
+fn read_in_background(
+    request: tiny_http::Request,
+    req: Req,
+    started: Instant,
+    cfg: &ServerConfig,
+    ready: Sender<Pending>,
+) {
+    let (limit, deadline) = (cfg.max_body_bytes, cfg.body_deadline);
+    let request_id = req.request_id.clone();
+    let spawned = std::thread::Builder::new()
+        .name("http-body".into())
+        .spawn(move || {
+            let mut request = request;
+            let _serving = telemetry::context::enter(&req.request_id);
+            let declared = request.body_length();
+            match read_body(request.as_reader(), declared, limit, deadline) {
+                Ok(body) => {
+                    let pending = Pending {
+                        request,
+                        req: Req { body, ..req },
+                        started,
+                    };
+                    // The workers are gone only when the server is shutting down.
+                    if let Err(crossbeam_channel::SendError(p)) = ready.send(pending) {
+                        answer(p.request, &p.req, p.started, Err(ApiError::ShuttingDown));
+                    }
+                }
+                Err(e) => answer(request, &req, started, Err(e)),
+            }
+        });
+    if spawned.is_err() {
+        // The request went down with the closure; tiny_http answers 500 when it drops.
+        Line::new("HttpBodyReaderUnavailable")
+            .field("request_id", request_id)
+            .warn();
+    }
+}
+
+/// Runs the handler on a request whose body is in, and answers.
+fn dispatch(app: &App, handler: Handler, p: Pending) {
+    let _serving = telemetry::context::enter(&p.req.request_id);
+    let outcome = catch_unwind(AssertUnwindSafe(|| handler(app, &p.req)))
         .unwrap_or_else(|_| Err(ApiError::Internal("handler panicked".into())));
-    answer(request, &req, started, outcome);
+    answer(p.request, &p.req, p.started, outcome);
 }
 
 /// Logs the request and sends the reply (or the error's envelope).
@@ -193,85 +299,6 @@ fn answer(
         line.info();
     }
     let _ = request.respond(to_response(reply, &req.request_id));
-}
-
-/// Reads the request body within the configured deadline and size limit; `None` when the
-/// request was already answered (a body error) or abandoned (a stalled client).
-///
-/// Small bodies (tiny_http buffers up to 1 KiB while parsing the head) and bodiless
-/// requests are read in place. Larger ones are read on a helper thread while the worker
-/// waits at most the deadline: a trickling client is cut off by the deadline check between
-/// reads, and one that stalls completely leaves only the helper blocked, not the worker.
-/// A failed body is answered by the helper too, because tiny_http drains the unread rest
-/// of the body when the request is dropped — and that drain must not run on a worker.
-fn receive_body(
-    mut request: tiny_http::Request,
-    cfg: &ServerConfig,
-    req: &Req,
-    started: Instant,
-) -> Option<(tiny_http::Request, Vec<u8>)> {
-    let declared = request.body_length();
-    let chunked = request
-        .headers()
-        .iter()
-        .any(|h| h.field.equiv("Transfer-Encoding"));
-    if declared.is_some_and(|n| n <= 1024) || (declared.is_none() && !chunked) {
-        return match read_body(
-            request.as_reader(),
-            declared,
-            cfg.max_body_bytes,
-            cfg.body_deadline,
-        ) {
-            Ok(body) => Some((request, body)),
-            Err(e) => {
-                answer(request, req, started, Err(e));
-                None
-            }
-        };
-    }
-    let (limit, deadline) = (cfg.max_body_bytes, cfg.body_deadline);
-    // A rendezvous channel: the hand-over succeeds only while the worker still waits.
-    let (tx, rx) = crossbeam_channel::bounded::<(tiny_http::Request, Vec<u8>)>(0);
-    let helper_req = req.clone();
-    let spawned = std::thread::Builder::new()
-        .name("http-body".into())
-        .spawn(move || {
-            let mut request = request;
-            let outcome = read_body(request.as_reader(), declared, limit, deadline);
-            match outcome {
-                Ok(body) => {
-                    if let Err(crossbeam_channel::SendError((request, _))) =
-                        tx.send((request, body))
-                    {
-                        answer(request, &helper_req, started, Err(ApiError::BodyTimeout));
-                    }
-                }
-                Err(e) => {
-                    drop(tx);
-                    answer(request, &helper_req, started, Err(e));
-                }
-            }
-        });
-    if spawned.is_err() {
-        // The request went down with the closure; tiny_http answers 500 when it drops.
-        Line::new("HttpBodyReaderUnavailable")
-            .field("request_id", &req.request_id)
-            .warn();
-        return None;
-    }
-    match rx.recv_timeout(deadline + BODY_SLACK) {
-        Ok(received) => Some(received),
-        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-            Line::new("HttpBodyStalled")
-                .field("request_id", &req.request_id)
-                .field("method", &req.method)
-                .field("path", &req.path)
-                .warn();
-            None
-        }
-        // The helper answered an error itself.
-        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => None,
-    }
 }
 
 fn to_response(reply: Reply, request_id: &str) -> tiny_http::Response<io::Cursor<Vec<u8>>> {
