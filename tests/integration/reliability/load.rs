@@ -463,7 +463,7 @@ fn five_hundred_idle_or_trickling_connections_do_not_stop_scanners_and_memory_st
         })
         .collect();
     let prefix = super::prefix("sc");
-    let mut cfg = ChildConfig::new(&tdb.url, emu.url(), &prefix);
+    let cfg = ChildConfig::new(&tdb.url, emu.url(), &prefix);
     // The default body deadline (60 s): trickling bodies are read by helper threads, so
     // they never hold the HTTP workers that serve the scanners.
     let serve = Serve::start(&cfg);
