@@ -209,21 +209,6 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     for h in hits.iter_mut().filter(|_| paging) {
         h.sort = sort.iter().map(|s| sort_key(s, h)).collect();
     }
-    if paging && sort.is_empty() {
-        hits.sort_by(|a, b| {
-            b.score
-                .partial_cmp(&a.score)
-                .unwrap_or(Ordering::Equal)
-                .then(a.index.cmp(b.index))
-                .then(a.doc.seq_no.cmp(&b.doc.seq_no))
-        });
-    } else if paging {
-        hits.sort_by(|a, b| {
-            cmp_sort(&sort, &a.sort, &b.sort)
-                .then(a.index.cmp(b.index))
-                .then(a.doc.seq_no.cmp(&b.doc.seq_no))
-        });
-    }
     if let Some(after) = obj.get("search_after") {
         let Some(after) = after
             .as_array()
@@ -250,6 +235,30 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         if paging {
             hits.retain(|h| cmp_sort(&sort, &h.sort, &after) == Ordering::Greater);
         }
+    }
+    // Only the first `from + size` hits in order are returned: select them, then sort just
+    // those (a page read costs O(matches), not O(matches · log matches)).
+    let window = (from + size) as usize;
+    let by_score = |a: &Hit, b: &Hit| {
+        b.score
+            .partial_cmp(&a.score)
+            .unwrap_or(Ordering::Equal)
+            .then(a.index.cmp(b.index))
+            .then(a.doc.seq_no.cmp(&b.doc.seq_no))
+    };
+    let by_sort = |a: &Hit, b: &Hit| {
+        cmp_sort(&sort, &a.sort, &b.sort)
+            .then(a.index.cmp(b.index))
+            .then(a.doc.seq_no.cmp(&b.doc.seq_no))
+    };
+    if paging {
+        let cmp: &dyn Fn(&Hit, &Hit) -> Ordering =
+            if sort.is_empty() { &by_score } else { &by_sort };
+        if hits.len() > window {
+            hits.select_nth_unstable_by(window - 1, |a, b| cmp(a, b));
+            hits.truncate(window);
+        }
+        hits.sort_by(|a, b| cmp(a, b));
     }
     let scored = sort.is_empty()
         || obj
