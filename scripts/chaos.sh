@@ -35,12 +35,13 @@ hostile_cases=$(grep -c . tests/fixtures/hostile/corpus.jsonl)
 # Fuzzing: cargo-fuzz (libFuzzer, nightly) when installed, else the stable driver.
 if cargo +nightly fuzz --version >/dev/null 2>&1; then
   fuzz_how="cargo fuzz (libFuzzer)"
-  (cd tests/fuzz && cargo +nightly fuzz run parse -- -max_total_time="$fuzz_seconds") >"$out.fuzz" 2>&1 || status=1
-  fuzz_inputs=$(grep -oE '#[0-9]+' "$out.fuzz" | tail -n 1 | tr -d '#')
+  cargo +nightly fuzz run --fuzz-dir tests/fuzz --features libfuzzer parse -- \
+    -max_total_time="$fuzz_seconds" >"$out.fuzz" 2>&1 || status=1
+  fuzz_inputs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$out.fuzz" | tail -n 1)
 else
   fuzz_how="stable mutation driver (cargo-fuzz not installed)"
   (cd tests/fuzz && cargo run --release --bin drive -- "$fuzz_seconds") >"$out.fuzz" 2>&1 || status=1
-  fuzz_inputs=$(sed -n 's/^inputs //p' "$out.fuzz")
+  fuzz_inputs=$(sed -n 's/^inputs //p' "$out.fuzz" || true)
 fi
 
 printf '\n%-52s | %-58s | %8s | %12s | %4s | %4s\n' scenario "faults injected" requests "data checked" lost dup
