@@ -7,6 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use crate::faults::Faults;
+use crate::ranked::RankedCache;
 use crate::reqlog::RequestLog;
 use crate::store::Store;
 
@@ -34,6 +35,8 @@ pub struct App {
     /// Notified when pauses are released.
     pub released: Condvar,
     pub log: Mutex<RequestLog>,
+    /// Sorted hit lists of recent sorted searches (see `ranked`).
+    pub ranked: Mutex<RankedCache>,
     pub limits: Limits,
     /// CPU time (ns) spent serving requests and refreshing, for `bench`'s per-core figure.
     pub busy_cpu_ns: AtomicU64,
@@ -55,6 +58,7 @@ impl App {
             faults: Mutex::new(Faults::default()),
             released: Condvar::new(),
             log: Mutex::new(RequestLog::default()),
+            ranked: Mutex::new(RankedCache::default()),
             limits,
             busy_cpu_ns: AtomicU64::new(0),
             id_field_data_default,

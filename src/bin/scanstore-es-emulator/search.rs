@@ -11,11 +11,12 @@ use crate::aggs::{self, DocRef};
 use crate::app::{lock, App};
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
-use crate::mapping::{Mapping, Ty};
+use crate::mapping::Mapping;
 use crate::query::{self, Query};
 use crate::query_exec::{compile, score};
+use crate::ranked::Ranked;
 use crate::resolve::{resolve_read, IndicesOptions};
-use crate::sort::{after_value, cmp_sort, parse_sort, sort_key, sort_value_json};
+use crate::sort::{after_value, cmp_sort, parse_sort, sort_key, sort_value_json, SortSpec};
 use crate::source_filter::SourceFilter;
 use crate::store::{DocVersion, Store};
 use crate::values::Key;
@@ -43,7 +44,7 @@ const SEARCH_KEYS: [&str; 17] = [
 pub struct Hit<'a> {
     pub index: &'a str,
     pub mapping: &'a Mapping,
-    pub id: &'a str,
+    pub id: &'a Arc<str>,
     pub doc: Arc<DocVersion>,
     pub score: f32,
     pub sort: Vec<Option<Key>>,
@@ -127,6 +128,96 @@ fn parse_int(
     }
 }
 
+/// Typed `search_after` values, one per sort field.
+fn search_after(
+    store: &Store,
+    names: &[String],
+    sort: &[SortSpec],
+    v: &Value,
+) -> Result<Vec<Option<Key>>, EsError> {
+    let Some(after) = v
+        .as_array()
+        .filter(|a| a.len() == sort.len() && !sort.is_empty())
+    else {
+        return Err(EsError::bad_request(
+            "search_after has to have the same number of values as the sort fields",
+        ));
+    };
+    Ok(after
+        .iter()
+        .zip(sort)
+        .map(|(v, s)| {
+            let ty = names
+                .iter()
+                .filter_map(|n| store.indices.get(n))
+                .find_map(|i| i.mapping.resolve(&s.field).map(|r| r.field.ty));
+            after_value(v, ty)
+        })
+        .collect())
+}
+
+/// What a sorted result set depends on: the query and sort as sent, and each index's
+/// identity and refresh generation (searchable documents change only on a refresh).
+fn ranked_key(store: &Store, names: &[String], body: &Map<String, Value>) -> String {
+    let mut key = String::new();
+    for n in names {
+        match store.indices.get(n) {
+            Some(i) => key.push_str(&format!("{n}/{}/{};", i.uuid, i.refresh_gen)),
+            None => key.push_str(&format!("{n}/-;")),
+        }
+    }
+    let text = |k: &str| body.get(k).map(Value::to_string).unwrap_or_default();
+    format!("{key}|{}|{}", text("query"), text("sort"))
+}
+
+/// Orders the first `window` hits (by sort keys, or by score without a sort) and drops the
+/// rest; ties break on index name and then indexing order, as a single shard would.
+fn order(hits: &mut Vec<Hit>, sort: &[SortSpec], window: usize) {
+    let cmp = |a: &Hit, b: &Hit| {
+        let first = if sort.is_empty() {
+            b.score.partial_cmp(&a.score).unwrap_or(Ordering::Equal)
+        } else {
+            cmp_sort(sort, &a.sort, &b.sort)
+        };
+        first
+            .then(a.index.cmp(b.index))
+            .then(a.doc.seq_no.cmp(&b.doc.seq_no))
+    };
+    if window == 0 {
+        hits.clear();
+        return;
+    }
+    if hits.len() > window {
+        hits.select_nth_unstable_by(window - 1, cmp);
+        hits.truncate(window);
+    }
+    hits.sort_by(cmp);
+}
+
+/// Owned hits, so the page can be rendered (and cached) without the store lock.
+fn rank(hits: Vec<Hit>) -> Vec<Ranked> {
+    let mut names: Vec<(&str, Arc<str>)> = Vec::new();
+    hits.into_iter()
+        .map(|h| {
+            let index = match names.iter().find(|(n, _)| *n == h.index) {
+                Some((_, a)) => a.clone(),
+                None => {
+                    let a: Arc<str> = Arc::from(h.index);
+                    names.push((h.index, a.clone()));
+                    a
+                }
+            };
+            Ranked {
+                index,
+                id: h.id.clone(),
+                doc: h.doc,
+                score: h.score,
+                sort: h.sort,
+            }
+        })
+        .collect()
+}
+
 pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let started = Instant::now();
     let body = req.json_body()?.unwrap_or_else(|| json!({}));
@@ -188,78 +279,69 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let store = &*guard;
     let aggs = obj.get("aggs").or_else(|| obj.get("aggregations"));
     crate::fielddata::check(app, store, &names, &sort, aggs)?;
-    let mut hits = matching(store, &names, &q)?;
-    let total = hits.len() as i64;
-    let aggregations = match obj.get("aggs").or_else(|| obj.get("aggregations")) {
-        Some(Value::Object(spec)) => {
-            let docs: Vec<DocRef> = hits
-                .iter()
-                .map(|h| DocRef {
-                    mapping: h.mapping,
-                    source: &h.doc.source,
-                })
-                .collect();
-            Some(aggs::run(spec, &docs, true)?)
-        }
-        Some(_) => return Err(EsError::parsing("[aggs] must be an object")),
+    let after = match obj.get("search_after") {
+        Some(v) => Some(search_after(store, &names, &sort, v)?),
         None => None,
     };
+    let shards = shards_header(store, &names);
     // With `size: 0` (aggregation-only searches) there is no page to order.
     let paging = size > 0;
-    for h in hits.iter_mut().filter(|_| paging) {
-        h.sort = sort.iter().map(|s| sort_key(s, h)).collect();
-    }
-    if let Some(after) = obj.get("search_after") {
-        let Some(after) = after
-            .as_array()
-            .filter(|a| a.len() == sort.len() && !sort.is_empty())
-        else {
-            return Err(EsError::bad_request(
-                "search_after has to have the same number of values as the sort fields",
-            ));
-        };
-        let types: Vec<Option<Ty>> = sort
-            .iter()
-            .map(|s| {
-                names
-                    .iter()
-                    .filter_map(|n| store.indices.get(n))
-                    .find_map(|i| i.mapping.resolve(&s.field).map(|r| r.field.ty))
-            })
-            .collect();
-        let after: Vec<Option<Key>> = after
-            .iter()
-            .zip(types)
-            .map(|(v, t)| after_value(v, t))
-            .collect();
-        if paging {
-            hits.retain(|h| cmp_sort(&sort, &h.sort, &after) == Ordering::Greater);
+    // A sorted page walk (no aggregations) reuses the fully sorted hits of its earlier pages.
+    let cache_key =
+        (paging && !sort.is_empty() && aggs.is_none()).then(|| ranked_key(store, &names, &obj));
+    let cached = cache_key.as_ref().and_then(|k| lock(&app.ranked).get(k));
+    let (ranked, total, aggregations) = match cached {
+        Some(ranked) => {
+            let total = ranked.len() as i64;
+            (ranked, total, None)
         }
-    }
-    // Only the first `from + size` hits in order are returned: select them, then sort just
-    // those (a page read costs O(matches), not O(matches · log matches)).
-    let window = (from + size) as usize;
-    let by_score = |a: &Hit, b: &Hit| {
-        b.score
-            .partial_cmp(&a.score)
-            .unwrap_or(Ordering::Equal)
-            .then(a.index.cmp(b.index))
-            .then(a.doc.seq_no.cmp(&b.doc.seq_no))
-    };
-    let by_sort = |a: &Hit, b: &Hit| {
-        cmp_sort(&sort, &a.sort, &b.sort)
-            .then(a.index.cmp(b.index))
-            .then(a.doc.seq_no.cmp(&b.doc.seq_no))
-    };
-    if paging {
-        let cmp: &dyn Fn(&Hit, &Hit) -> Ordering =
-            if sort.is_empty() { &by_score } else { &by_sort };
-        if hits.len() > window {
-            hits.select_nth_unstable_by(window - 1, |a, b| cmp(a, b));
-            hits.truncate(window);
+        None => {
+            let mut hits = matching(store, &names, &q)?;
+            let total = hits.len() as i64;
+            let aggregations = match aggs {
+                Some(Value::Object(spec)) => {
+                    let docs: Vec<DocRef> = hits
+                        .iter()
+                        .map(|h| DocRef {
+                            mapping: h.mapping,
+                            source: &h.doc.source,
+                        })
+                        .collect();
+                    Some(aggs::run(spec, &docs, true)?)
+                }
+                Some(_) => return Err(EsError::parsing("[aggs] must be an object")),
+                None => None,
+            };
+            if paging {
+                for h in hits.iter_mut() {
+                    h.sort = sort.iter().map(|s| sort_key(s, h)).collect();
+                }
+                // Uncached, only the first `from + size` hits after `search_after` matter:
+                // select them before sorting (O(matches) rather than O(matches · log)).
+                let window = match (&cache_key, &after) {
+                    (Some(_), _) => hits.len(),
+                    (None, Some(after)) => {
+                        hits.retain(|h| cmp_sort(&sort, &h.sort, after) == Ordering::Greater);
+                        (from + size) as usize
+                    }
+                    (None, None) => (from + size) as usize,
+                };
+                order(&mut hits, &sort, window);
+            } else {
+                hits.clear();
+            }
+            let ranked = Arc::new(rank(hits));
+            if let Some(k) = cache_key {
+                lock(&app.ranked).put(k, ranked.clone());
+            }
+            (ranked, total, aggregations)
         }
-        hits.sort_by(|a, b| cmp(a, b));
-    }
+    };
+    drop(guard);
+    let start = after.as_ref().map_or(0, |after| {
+        ranked.partition_point(|r| cmp_sort(&sort, &r.sort, after) != Ordering::Greater)
+    });
+    let hits = &ranked[start..];
     let scored = sort.is_empty()
         || obj
             .get("track_scores")
@@ -271,8 +353,8 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         .take(size as usize)
         .map(|h| {
             let mut m = Map::new();
-            m.insert("_index".into(), json!(h.index));
-            m.insert("_id".into(), json!(h.id));
+            m.insert("_index".into(), json!(&*h.index));
+            m.insert("_id".into(), json!(&*h.id));
             m.insert(
                 "_score".into(),
                 if scored { json!(h.score) } else { Value::Null },
@@ -328,7 +410,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let mut out = json!({
         "took": started.elapsed().as_millis() as u64,
         "timed_out": false,
-        "_shards": shards_header(store, &names),
+        "_shards": shards,
         "hits": hits_obj,
     });
     if let Some(a) = aggregations {

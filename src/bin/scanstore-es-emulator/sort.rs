@@ -52,7 +52,7 @@ pub fn parse_sort(v: Option<&Value>) -> Result<Vec<SortSpec>, EsError> {
 
 pub fn sort_key(s: &SortSpec, h: &Hit) -> Option<Key> {
     match s.field.as_str() {
-        "_id" => Some(Key::Str(h.id.to_owned())),
+        "_id" => Some(Key::Str(h.id.to_string())),
         "_index" => Some(Key::Str(h.index.to_owned())),
         "_score" => Some(Key::Double(f64::from(h.score))),
         "_doc" => Some(Key::Long(h.doc.seq_no)),

@@ -115,6 +115,71 @@ fn queries_select_the_right_documents() {
     assert_eq!(status, 400, "{v}");
 }
 
+/// One `search_after` page of `(host, name)`-sorted ids, with the cursor of its last hit.
+fn page_after(es: &Es, idx: &str, after: Option<&Value>, size: u64) -> (Vec<String>, Value, u64) {
+    let mut body = json!({"size": size, "sort": ["host", "name"], "query": {"bool": {"filter": [{"exists": {"field": "host"}}]}}});
+    if let Some(a) = after {
+        body["search_after"] = a.clone();
+    }
+    let (status, v) = es.post(&format!("/{idx}/_search"), &body);
+    assert_eq!(status, 200, "{v}");
+    let hits = v["hits"]["hits"].as_array().cloned().unwrap_or_default();
+    let ids = hits
+        .iter()
+        .filter_map(|h| h["_id"].as_str().map(str::to_owned))
+        .collect();
+    let cursor = hits.last().map_or(Value::Null, |h| h["sort"].clone());
+    (
+        ids,
+        cursor,
+        v["hits"]["total"]["value"].as_u64().unwrap_or(0),
+    )
+}
+
+// A page walk must see what a refresh published between its pages (and nothing that is not
+// refreshed yet), even though the emulator reuses the sorted result of earlier pages.
+#[test]
+fn search_after_walk_sees_refreshed_writes_between_pages() {
+    let t = target();
+    let es = t.es();
+    let idx = seed(&es);
+    let (first, cursor, total) = page_after(&es, &idx, None, 2);
+    assert_eq!(first, ["d1", "d2"]);
+    assert_eq!(total, 5);
+    // Written but not refreshed: invisible to the next page.
+    let (_, v) = es.bulk(
+        &format!("/{idx}/_bulk"),
+        &[
+            json!({"index": {"_id": "d6"}}),
+            json!({"name": "d6", "host": "b.example"}),
+            json!({"delete": {"_id": "d5"}}),
+        ],
+    );
+    assert_eq!(v["errors"], false, "{v}");
+    let (second, _, total) = page_after(&es, &idx, Some(&cursor), 2);
+    assert_eq!(second, ["d3", "d5"]);
+    assert_eq!(total, 5);
+    // Refreshed: the same page now has the new document and not the deleted one.
+    let (status, _) = es.post(&format!("/{idx}/_refresh"), &json!({}));
+    assert_eq!(status, 200);
+    let (second, cursor, total) = page_after(&es, &idx, Some(&cursor), 2);
+    assert_eq!(second, ["d3", "d6"]);
+    assert_eq!(total, 5);
+    let (third, _, _) = page_after(&es, &idx, Some(&cursor), 2);
+    assert_eq!(third, ["d4"]);
+    // A different query over the same index is not answered from the first one's result.
+    let (status, v) = es.post(
+        &format!("/{idx}/_search"),
+        &json!({"size": 10, "sort": ["host", "name"], "query": {"term": {"host": "b.example"}}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let got: Vec<&str> = v["hits"]["hits"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|x| x["_id"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(got, ["d3", "d6"]);
+}
+
 #[test]
 fn sorting_and_search_after_page_through_everything() {
     let t = target();
