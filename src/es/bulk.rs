@@ -3,7 +3,8 @@
 
 use std::ops::Range;
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use super::error::EsError;
 
@@ -31,22 +32,61 @@ pub struct BulkOp {
     pub ndjson: Vec<u8>,
 }
 
+/// An action line's metadata (field order as ES writes it back).
+#[derive(Serialize)]
+struct Meta<'a> {
+    #[serde(rename = "_id")]
+    id: &'a str,
+    #[serde(rename = "_index")]
+    index: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_on_conflict: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct Script<'a, P> {
+    id: &'a str,
+    params: P,
+}
+
+#[derive(Serialize)]
+struct ScriptedUpsert<'a, P> {
+    script: Script<'a, P>,
+    scripted_upsert: bool,
+    upsert: Map<String, Value>,
+}
+
+#[derive(Serialize)]
+struct PartialDoc<'a, D> {
+    doc: &'a D,
+}
+
+/// Concurrent merges of one document (two executions publishing the same asset) conflict
+/// on its version; ES re-runs the script this many times before failing the item.
+const RETRY_ON_CONFLICT: u32 = 3;
+
 impl BulkOp {
+    /// Serialises straight from borrowed data: publication encodes two operations per
+    /// endpoint, so no intermediate `Value` tree is built.
     fn encode(
         kind: OpKind,
         index: &str,
         id: &str,
-        action_extra: Option<(&str, Value)>,
-        source: &Value,
+        retry_on_conflict: Option<u32>,
+        source: &impl Serialize,
     ) -> BulkOp {
-        let mut meta = json!({ "_index": index, "_id": id });
-        if let Some((k, v)) = action_extra {
-            meta[k] = v;
-        }
+        let meta = Meta {
+            id,
+            index,
+            retry_on_conflict,
+        };
         let mut ndjson = Vec::with_capacity(256);
-        // Serialising a Value cannot fail: it holds only JSON.
-        let _ = serde_json::to_writer(&mut ndjson, &json!({ kind.as_str(): meta }));
-        ndjson.push(b'\n');
+        ndjson.extend_from_slice(b"{\"");
+        ndjson.extend_from_slice(kind.as_str().as_bytes());
+        ndjson.extend_from_slice(b"\":");
+        // Serialising these types into memory cannot fail: no maps with non-string keys.
+        let _ = serde_json::to_writer(&mut ndjson, &meta);
+        ndjson.extend_from_slice(b"}\n");
         let _ = serde_json::to_writer(&mut ndjson, source);
         ndjson.push(b'\n');
         BulkOp {
@@ -58,34 +98,36 @@ impl BulkOp {
     }
 
     /// Whole-document write: a retry overwrites with the same content.
-    pub fn index(index: &str, id: &str, source: &Value) -> BulkOp {
+    pub fn index(index: &str, id: &str, source: &impl Serialize) -> BulkOp {
         BulkOp::encode(OpKind::Index, index, id, None, source)
     }
 
     /// A scripted upsert through a stored script (the script decides create or merge).
-    pub fn scripted_upsert(index: &str, id: &str, script_id: &str, params: Value) -> BulkOp {
-        let body = json!({
-            "scripted_upsert": true,
-            "script": { "id": script_id, "params": params },
-            "upsert": {}
-        });
-        BulkOp::encode(
-            OpKind::Update,
-            index,
-            id,
-            Some(("retry_on_conflict", json!(3))),
-            &body,
-        )
+    pub fn scripted_upsert(
+        index: &str,
+        id: &str,
+        script_id: &str,
+        params: impl Serialize,
+    ) -> BulkOp {
+        let body = ScriptedUpsert {
+            script: Script {
+                id: script_id,
+                params,
+            },
+            scripted_upsert: true,
+            upsert: Map::new(),
+        };
+        BulkOp::encode(OpKind::Update, index, id, Some(RETRY_ON_CONFLICT), &body)
     }
 
     /// A partial document update; ES reports `noop` when nothing changes.
-    pub fn partial_update(index: &str, id: &str, doc: &Value) -> BulkOp {
+    pub fn partial_update(index: &str, id: &str, doc: &impl Serialize) -> BulkOp {
         BulkOp::encode(
             OpKind::Update,
             index,
             id,
-            Some(("retry_on_conflict", json!(3))),
-            &json!({ "doc": doc }),
+            Some(RETRY_ON_CONFLICT),
+            &PartialDoc { doc },
         )
     }
 
@@ -141,6 +183,7 @@ pub fn body(ops: &[BulkOp]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn op(id: usize, filler: usize) -> BulkOp {
         BulkOp::index("i", &id.to_string(), &json!({ "f": "x".repeat(filler) }))

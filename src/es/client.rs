@@ -46,6 +46,52 @@ impl EsResponse {
     }
 }
 
+/// A response whose body is still bytes, for callers that parse it into their own types
+/// (a 1000-item bulk answer is cheaper to read typed than as a `Value` tree).
+#[derive(Debug, Clone)]
+pub struct RawResponse {
+    pub status: u16,
+    pub bytes: Vec<u8>,
+}
+
+impl RawResponse {
+    /// The body as JSON (`Value::Null` when empty).
+    pub fn json(self) -> Result<EsResponse, EsError> {
+        let status = self.status;
+        let body = if self.bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&self.bytes).map_err(|e| {
+                if (200..300).contains(&status) {
+                    EsError::BadResponse(format!("unparseable JSON body: {e}"))
+                } else {
+                    EsError::Status {
+                        status,
+                        error_type: String::new(),
+                        reason: String::from_utf8_lossy(&self.bytes)
+                            .chars()
+                            .take(200)
+                            .collect(),
+                    }
+                }
+            })?
+        };
+        Ok(EsResponse { status, body })
+    }
+
+    /// A 2xx response as it is; any other status as the error its JSON body describes.
+    pub fn ok(self) -> Result<RawResponse, EsError> {
+        if (200..300).contains(&self.status) {
+            return Ok(self);
+        }
+        let status = self.status;
+        Err(match self.json().and_then(EsResponse::ok) {
+            Err(e) => e,
+            Ok(_) => EsError::BadResponse(format!("status {status} read as success")),
+        })
+    }
+}
+
 impl EsClient {
     pub fn new(base_url: &str, timeout: Duration) -> EsClient {
         let config = ureq::Agent::config_builder()
@@ -64,13 +110,24 @@ impl EsClient {
         &self.base
     }
 
-    /// Sends one request; `path` starts with `/` and is already URL-encoded.
+    /// Sends one request and parses its body as JSON; `path` starts with `/` and is
+    /// already URL-encoded.
     pub fn request(
         &self,
         method: &str,
         path: &str,
         body: Option<(&str, &[u8])>,
     ) -> Result<EsResponse, EsError> {
+        self.send(method, path, body)?.json()
+    }
+
+    /// Sends one request and reads its whole body.
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &[u8])>,
+    ) -> Result<RawResponse, EsError> {
         let url = format!("{}{}", self.base, path);
         let result = match (method, body) {
             ("GET", None) => self.agent.get(&url).call(),
@@ -96,22 +153,7 @@ impl EsClient {
             .limit(MAX_RESPONSE_BYTES)
             .read_to_vec()
             .map_err(|e| EsError::Transport(e.to_string()))?;
-        let body = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes).map_err(|e| {
-                if (200..300).contains(&status) {
-                    EsError::BadResponse(format!("unparseable JSON body: {e}"))
-                } else {
-                    EsError::Status {
-                        status,
-                        error_type: String::new(),
-                        reason: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
-                    }
-                }
-            })?
-        };
-        Ok(EsResponse { status, body })
+        Ok(RawResponse { status, bytes })
     }
 
     /// JSON request helper.

@@ -2,6 +2,9 @@
 //! count, order, operation, `_index`, `_id` and status of every item. ES answers 200 even
 //! when items failed, so nothing is taken on trust.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::bulk::{BulkOp, OpKind};
@@ -16,10 +19,68 @@ pub struct Verified {
     pub es_took_ms: u64,
 }
 
+/// The parts of a bulk response that verification reads, borrowed from the body where
+/// possible; absent fields stay `None` so that their absence is reported, not defaulted.
+#[derive(Deserialize)]
+struct BulkResponse<'a> {
+    took: Option<u64>,
+    errors: Option<bool>,
+    #[serde(borrow)]
+    items: Option<Vec<BulkItem<'a>>>,
+}
+
+/// One item: an object keyed by the operation it answers.
+#[derive(Deserialize)]
+struct BulkItem<'a> {
+    #[serde(borrow)]
+    index: Option<ItemResult<'a>>,
+    #[serde(borrow)]
+    update: Option<ItemResult<'a>>,
+    #[serde(borrow)]
+    create: Option<ItemResult<'a>>,
+    #[serde(borrow)]
+    delete: Option<ItemResult<'a>>,
+}
+
+impl<'a> BulkItem<'a> {
+    fn result(&self, kind: OpKind) -> Option<&ItemResult<'a>> {
+        match kind {
+            OpKind::Index => self.index.as_ref(),
+            OpKind::Update => self.update.as_ref(),
+        }
+    }
+
+    fn answered(&self) -> &'static str {
+        [
+            (self.index.is_some(), "index"),
+            (self.update.is_some(), "update"),
+            (self.create.is_some(), "create"),
+            (self.delete.is_some(), "delete"),
+        ]
+        .into_iter()
+        .find_map(|(present, name)| present.then_some(name))
+        .unwrap_or("nothing")
+    }
+}
+
+#[derive(Deserialize)]
+struct ItemResult<'a> {
+    #[serde(rename = "_index", borrow)]
+    index: Option<Cow<'a, str>>,
+    #[serde(rename = "_id", borrow)]
+    id: Option<Cow<'a, str>>,
+    status: Option<u64>,
+    #[serde(borrow)]
+    result: Option<Cow<'a, str>>,
+    error: Option<Value>,
+}
+
 /// Checks every item; the first structural mismatch or the failed items become an error.
-pub fn verify(ops: &[BulkOp], response: &Value) -> Result<Verified, EsError> {
+pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
     let bad = |m: String| Err(EsError::BadResponse(m));
-    let Some(items) = response["items"].as_array() else {
+    let response: BulkResponse = serde_json::from_slice(body)
+        .map_err(|e| EsError::BadResponse(format!("unreadable bulk response: {e}")))?;
+    let Some(items) = response.items else {
         return bad("bulk response has no items array".into());
     };
     if items.len() != ops.len() {
@@ -32,60 +93,61 @@ pub fn verify(ops: &[BulkOp], response: &Value) -> Result<Verified, EsError> {
     let mut verified = Verified {
         items: items.len(),
         noops: 0,
-        es_took_ms: response["took"].as_u64().unwrap_or(0),
+        es_took_ms: response.took.unwrap_or(0),
     };
     let mut failed: Vec<(u16, String, String)> = Vec::new();
-    for (n, (op, item)) in ops.iter().zip(items).enumerate() {
-        let Some(result) = item.get(op.kind.as_str()) else {
+    for (n, (op, item)) in ops.iter().zip(&items).enumerate() {
+        let Some(result) = item.result(op.kind) else {
             return bad(format!(
-                "item {n}: expected a {:?} result",
-                op.kind.as_str()
+                "item {n}: expected a {:?} result, got {}",
+                op.kind.as_str(),
+                item.answered()
             ));
         };
-        if result["_id"].as_str() != Some(op.id.as_str()) {
+        if result.id.as_deref() != Some(op.id.as_str()) {
             return bad(format!(
-                "item {n}: _id {} instead of {}",
-                result["_id"], op.id
+                "item {n}: _id {:?} instead of {}",
+                result.id, op.id
             ));
         }
-        if result["_index"].as_str() != Some(op.index.as_str()) {
+        if result.index.as_deref() != Some(op.index.as_str()) {
             return bad(format!(
-                "item {n}: _index {} instead of {}",
-                result["_index"], op.index
+                "item {n}: _index {:?} instead of {}",
+                result.index, op.index
             ));
         }
-        let Some(status) = result["status"]
-            .as_u64()
-            .and_then(|s| u16::try_from(s).ok())
-        else {
+        let Some(status) = result.status.and_then(|s| u16::try_from(s).ok()) else {
             return bad(format!("item {n}: no status"));
         };
         let ok = match op.kind {
             OpKind::Index => status == 200 || status == 201,
             OpKind::Update => status == 200 || status == 201,
         };
-        if ok && result.get("error").is_none() {
-            if result["result"] == "noop" {
-                verified.noops += 1;
+        match (&result.error, ok) {
+            (None, true) => {
+                if result.result.as_deref() == Some("noop") {
+                    verified.noops += 1;
+                }
             }
-        } else {
-            let error = &result["error"];
-            failed.push((
-                status,
-                error["type"].as_str().unwrap_or("unknown").to_string(),
-                error["reason"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .chars()
-                    .take(300)
-                    .collect(),
-            ));
+            (error, _) => {
+                let error = error.as_ref().unwrap_or(&Value::Null);
+                failed.push((
+                    status,
+                    error["type"].as_str().unwrap_or("unknown").to_string(),
+                    error["reason"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(300)
+                        .collect(),
+                ));
+            }
         }
     }
-    if response["errors"].as_bool() != Some(!failed.is_empty()) {
+    if response.errors != Some(!failed.is_empty()) {
         return bad(format!(
-            "bulk response says errors={} but {} items failed",
-            response["errors"],
+            "bulk response says errors={:?} but {} items failed",
+            response.errors,
             failed.len()
         ));
     }
@@ -122,6 +184,10 @@ mod tests {
         ]
     }
 
+    fn check(response: &Value) -> Result<Verified, EsError> {
+        verify(&ops(), &serde_json::to_vec(response).unwrap())
+    }
+
     fn ok_response() -> Value {
         json!({"took": 7, "errors": false, "items": [
             {"index": {"_index": "i1", "_id": "a", "status": 201, "result": "created"}},
@@ -131,7 +197,7 @@ mod tests {
 
     #[test]
     fn a_clean_response_verifies() {
-        let v = verify(&ops(), &ok_response()).unwrap();
+        let v = check(&ok_response()).unwrap();
         assert_eq!(
             v,
             Verified {
@@ -146,31 +212,31 @@ mod tests {
     fn missing_or_extra_items_are_rejected() {
         let mut r = ok_response();
         r["items"].as_array_mut().unwrap().pop();
-        assert!(matches!(verify(&ops(), &r), Err(EsError::BadResponse(_))));
+        assert!(matches!(check(&r), Err(EsError::BadResponse(_))));
         let mut r = ok_response();
         let extra = r["items"][0].clone();
         r["items"].as_array_mut().unwrap().push(extra);
-        assert!(matches!(verify(&ops(), &r), Err(EsError::BadResponse(_))));
+        assert!(matches!(check(&r), Err(EsError::BadResponse(_))));
     }
 
     #[test]
     fn wrong_id_index_or_op_is_rejected() {
         let mut r = ok_response();
         r["items"][0]["index"]["_id"] = json!("zzz");
-        assert!(matches!(verify(&ops(), &r), Err(EsError::BadResponse(_))));
+        assert!(matches!(check(&r), Err(EsError::BadResponse(_))));
         let mut r = ok_response();
         r["items"][1]["update"]["_index"] = json!("other");
-        assert!(matches!(verify(&ops(), &r), Err(EsError::BadResponse(_))));
+        assert!(matches!(check(&r), Err(EsError::BadResponse(_))));
         let mut r = ok_response();
         r["items"][0] = json!({"create": r["items"][0]["index"].clone()});
-        assert!(matches!(verify(&ops(), &r), Err(EsError::BadResponse(_))));
+        assert!(matches!(check(&r), Err(EsError::BadResponse(_))));
     }
 
     #[test]
     fn swapped_items_are_rejected() {
         let mut r = ok_response();
         r["items"].as_array_mut().unwrap().swap(0, 1);
-        assert!(verify(&ops(), &r).is_err());
+        assert!(check(&r).is_err());
     }
 
     #[test]
@@ -180,12 +246,12 @@ mod tests {
         r["items"][0]["index"]["status"] = json!(429);
         r["items"][0]["index"]["error"] =
             json!({"type": "es_rejected_execution_exception", "reason": "busy"});
-        let e = verify(&ops(), &r).unwrap_err();
+        let e = check(&r).unwrap_err();
         assert_eq!(e.class(), ErrorClass::Transient);
         r["items"][1]["update"]["status"] = json!(400);
         r["items"][1]["update"]["error"] =
             json!({"type": "mapper_parsing_exception", "reason": "bad"});
-        let e = verify(&ops(), &r).unwrap_err();
+        let e = check(&r).unwrap_err();
         assert_eq!(e.class(), ErrorClass::Permanent);
         assert!(matches!(
             e,
@@ -202,6 +268,6 @@ mod tests {
     fn errors_flag_must_agree() {
         let mut r = ok_response();
         r["errors"] = json!(true);
-        assert!(matches!(verify(&ops(), &r), Err(EsError::BadResponse(_))));
+        assert!(matches!(check(&r), Err(EsError::BadResponse(_))));
     }
 }

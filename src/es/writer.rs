@@ -73,9 +73,9 @@ impl Writer<'_> {
             let sent = Instant::now();
             let result = self
                 .es
-                .request("POST", "/_bulk", Some(("application/x-ndjson", body)))
+                .send("POST", "/_bulk", Some(("application/x-ndjson", body)))
                 .and_then(|r| r.ok())
-                .and_then(|r| verify::verify(ops, &r.body));
+                .and_then(|r| verify::verify(ops, &r.bytes));
             request_time += sent.elapsed();
             drop(permit);
             match result {

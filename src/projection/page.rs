@@ -4,6 +4,8 @@
 //! document) plus, where the owner has tags for the address, the owner document's tags.
 //! For a tags row, each of the owner's asset documents in scope gets its current tags.
 
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -32,6 +34,37 @@ const FIELDS: [&str; 9] = [
     "execution_id",
 ];
 
+/// The parts of a search response a page reads (parsed typed: a page is a large body).
+#[derive(Deserialize)]
+struct SearchResponse {
+    timed_out: Option<bool>,
+    #[serde(rename = "_shards", default)]
+    shards: Shards,
+    #[serde(default)]
+    hits: Hits,
+}
+
+#[derive(Deserialize, Default)]
+struct Shards {
+    failed: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct Hits {
+    #[serde(default)]
+    hits: Vec<SearchHit>,
+}
+
+#[derive(Deserialize)]
+struct SearchHit {
+    #[serde(rename = "_id", default)]
+    id: String,
+    #[serde(rename = "_source", default)]
+    source: Value,
+    #[serde(default)]
+    sort: Value,
+}
+
 /// Reads the page of `index` matching `filter` after `cursor`. The sort (ip, port,
 /// transport) is unique per endpoint of one execution and per asset of one owner, so
 /// pages neither overlap nor skip.
@@ -55,28 +88,19 @@ pub fn read(
         query["search_after"] = after;
     }
     let path = format!("/{}/_search", index::encode_path(index_name));
-    let r = es.json("POST", &path, &query)?.ok()?;
-    if r.body["timed_out"].as_bool() == Some(true)
-        || r.body["_shards"]["failed"].as_u64().unwrap_or(0) > 0
-    {
+    let body = serde_json::to_vec(&query).map_err(|e| EsError::Refused(e.to_string()))?;
+    let raw = es
+        .send("POST", &path, Some(("application/json", &body)))?
+        .ok()?;
+    let r: SearchResponse = serde_json::from_slice(&raw.bytes)
+        .map_err(|e| EsError::BadResponse(format!("unreadable search response: {e}")))?;
+    if r.timed_out == Some(true) || r.shards.failed.unwrap_or(0) > 0 {
         return Err(EsError::BadResponse(
             "partial search result (timed out or failed shards)".into(),
         ));
     }
-    let hits = r.body["hits"]["hits"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let cursor = hits.last().map(|h| h["sort"].to_string());
-    let docs = hits
-        .into_iter()
-        .map(|mut h| {
-            (
-                h["_id"].as_str().unwrap_or_default().to_string(),
-                h["_source"].take(),
-            )
-        })
-        .collect();
+    let cursor = r.hits.hits.last().map(|h| h.sort.to_string());
+    let docs = r.hits.hits.into_iter().map(|h| (h.id, h.source)).collect();
     Ok(Page { docs, cursor })
 }
 
@@ -113,6 +137,34 @@ pub fn addresses(docs: &[(String, Value)]) -> Vec<&str> {
     docs.iter().map(|(_, d)| endpoint_key(d).0).collect()
 }
 
+/// The asset-merge script's `params.obs`: the [`FIELDS`] the projection document has, plus
+/// the owner on the owner's copy. Serialised from the page's documents without copying them.
+struct Observation<'a> {
+    doc: &'a Value,
+    owner_id: Option<&'a str>,
+}
+
+impl Serialize for Observation<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        for f in FIELDS {
+            let v = &self.doc[f];
+            if !v.is_null() {
+                map.serialize_entry(f, v)?;
+            }
+        }
+        if let Some(owner) = self.owner_id {
+            map.serialize_entry("owner_id", owner)?;
+        }
+        map.end()
+    }
+}
+
+#[derive(Serialize)]
+struct MergeParams<'a> {
+    obs: Observation<'a>,
+}
+
 /// Merge updates into physical asset indices (`targets`: where the aliases point, or a
 /// rebuild's new version; written directly so that every item's `_index` can be
 /// verified), with deterministic ids.
@@ -124,27 +176,31 @@ pub fn execution_operations(
 ) -> Vec<BulkOp> {
     let (global, user) = (&targets.global, &targets.user);
     let mut ops = Vec::with_capacity(docs.len() * 2);
+    let owner = owner_id.to_string();
     for (_, e) in docs {
         let (ip, transport, port) = endpoint_key(e);
-        let mut obs = json!({});
-        for f in FIELDS {
-            if !e[f].is_null() {
-                obs[f] = e[f].clone();
-            }
-        }
         ops.push(BulkOp::scripted_upsert(
             global,
             &index::global_asset_id(ip, transport, port),
             painless::ASSET_MERGE_ID,
-            json!({ "obs": obs.clone() }),
+            MergeParams {
+                obs: Observation {
+                    doc: e,
+                    owner_id: None,
+                },
+            },
         ));
-        obs["owner_id"] = json!(owner_id.to_string());
         let user_id = index::user_asset_id(owner_id, ip, transport, port);
         ops.push(BulkOp::scripted_upsert(
             user,
             &user_id,
             painless::ASSET_MERGE_ID,
-            json!({ "obs": obs }),
+            MergeParams {
+                obs: Observation {
+                    doc: e,
+                    owner_id: Some(&owner),
+                },
+            },
         ));
         let tags = tags.for_ip(ip);
         if !tags.is_empty() {
