@@ -23,6 +23,23 @@ fn list(v: &Value) -> Vec<String> {
     }
 }
 
+/// Whether `child` is a dotted descendant of `parent` (`a.b` of `a`).
+fn is_under(child: &str, parent: &str) -> bool {
+    child.len() > parent.len()
+        && child.starts_with(parent)
+        && child.as_bytes()[parent.len()] == b'.'
+}
+
+/// Whether include pattern `pattern` selects `path`: the field itself or anything under it.
+/// Runs for every field of every hit, so the common literal pattern allocates nothing.
+fn includes(pattern: &str, path: &str) -> bool {
+    if pattern.contains('*') {
+        glob_match(pattern, path) || glob_match(&format!("{pattern}.*"), path)
+    } else {
+        pattern == path || is_under(path, pattern)
+    }
+}
+
 impl SourceFilter {
     pub fn all() -> SourceFilter {
         SourceFilter {
@@ -96,12 +113,7 @@ impl SourceFilter {
         if self.excludes.iter().any(|e| glob_match(e, path)) {
             return (false, false);
         }
-        if self.includes.is_empty()
-            || self
-                .includes
-                .iter()
-                .any(|i| glob_match(i, path) || glob_match(&format!("{i}.*"), path))
-        {
+        if self.includes.is_empty() || self.includes.iter().any(|i| includes(i, path)) {
             return (true, false);
         }
         // An object whose descendants may match an include is walked into.
@@ -109,7 +121,7 @@ impl SourceFilter {
             && self
                 .includes
                 .iter()
-                .any(|i| i.starts_with(&format!("{path}.")) || i.starts_with('*'));
+                .any(|i| is_under(i, path) || i.starts_with('*'));
         (false, partial)
     }
 
@@ -165,5 +177,11 @@ mod tests {
         );
         let f = SourceFilter::from_body(Some(&json!("b.*")));
         assert_eq!(f.apply(&src), Some(json!({"b": {"c": 2, "d": 3}})));
+        let f = SourceFilter::from_body(Some(&json!(["b"])));
+        assert_eq!(f.apply(&src), Some(json!({"b": {"c": 2, "d": 3}})));
+        let f = SourceFilter::from_body(Some(&json!(["b.d", "bb"])));
+        assert_eq!(f.apply(&src), Some(json!({"b": {"d": 3}})));
+        let f = SourceFilter::from_body(Some(&json!(["*.c"])));
+        assert_eq!(f.apply(&src), Some(json!({"b": {"c": 2}})));
     }
 }
