@@ -108,6 +108,17 @@ fn ingest(
             ));
         }
     }
+    // Ingest is done when the documents are searchable: the refresh (postings included) is
+    // part of the cost.
+    let status = agent
+        .post(format!("{base}/_refresh"))
+        .send_empty()
+        .map_err(|e| format!("refresh: {e}"))?
+        .status()
+        .as_u16();
+    if status != 200 {
+        return Err(format!("refresh failed: status {status}"));
+    }
     let secs = started.elapsed().as_secs_f64();
     // Server-side CPU only (request handling and refreshes, not the benchmark's client).
     let cpu = app

@@ -230,11 +230,12 @@ impl Index {
         if self.dirty.is_empty() {
             return false;
         }
-        // Only fields that term queries have used carry postings (see `postings`).
-        let fields: Vec<_> = crate::postings::keyword_fields(&self.mapping)
-            .into_iter()
-            .filter(|(name, _)| self.postings.contains_key(name))
-            .collect();
+        // Every keyword field carries postings, as every keyword field of a real index is
+        // indexed at ingest; a field new to the mapping starts from the visible documents.
+        let fields = crate::postings::keyword_fields(&self.mapping);
+        for (name, _) in &fields {
+            crate::postings::ensure(self, name);
+        }
         for id in std::mem::take(&mut self.dirty) {
             // Deleted ids keep their slot (a tombstone holding the version), as ES keeps
             // delete tombstones, so a re-create continues the version sequence.
