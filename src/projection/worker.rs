@@ -134,6 +134,7 @@ impl Worker {
         if let (false, Some(filter)) = (claim.refreshing, filter) {
             let mut cursor = claim.cursor.clone();
             let mut processed = claim.processed_endpoints;
+            let mut prefetched: Option<page::Page> = None;
             loop {
                 if heartbeat.is_lost() {
                     return Err(ProjectionError::LeaseLost);
@@ -144,13 +145,16 @@ impl Worker {
                     return Ok(TickOutcome::Yielded { pages });
                 }
                 let started = Instant::now();
-                let page = page::read(
-                    &app.es,
-                    &source,
-                    filter.clone(),
-                    cursor.as_deref(),
-                    cfg.projection_page_size,
-                )?;
+                let page = match prefetched.take() {
+                    Some(page) => page,
+                    None => page::read(
+                        &app.es,
+                        &source,
+                        filter.clone(),
+                        cursor.as_deref(),
+                        cfg.projection_page_size,
+                    )?,
+                };
                 let Some(next) = page.cursor.clone() else {
                     break;
                 };
@@ -169,7 +173,30 @@ impl Worker {
                     }
                     Work::Tags(_) => page::retag_operations(&targets, &page.docs, &tags),
                 };
-                writer.write(&ops)?;
+                // An execution's next page is read while this one is written: its source,
+                // the execution projection, is not what publication writes, and the cursor
+                // of the next read is already known. A failed read-ahead is simply redone
+                // (and reported) at the top of the loop. Tag pages read the index they
+                // write, so they stay strictly one after the other.
+                let read_ahead = matches!(claim.work, Work::Execution(_))
+                    && page.docs.len() == cfg.projection_page_size
+                    && pages + 1 < cfg.projection_pages_per_tick;
+                let (written, ahead) = std::thread::scope(|s| {
+                    let ahead = read_ahead.then(|| {
+                        s.spawn(|| {
+                            page::read(
+                                &app.es,
+                                &source,
+                                filter.clone(),
+                                Some(&next),
+                                cfg.projection_page_size,
+                            )
+                        })
+                    });
+                    (writer.write(&ops), ahead.map(|h| h.join()))
+                });
+                written?;
+                prefetched = ahead.and_then(|r| r.ok()).and_then(|r| r.ok());
                 if heartbeat.is_lost() {
                     return Err(ProjectionError::LeaseLost);
                 }
