@@ -161,16 +161,49 @@ pub fn update(
     }
 }
 
-/// Ids that can match `c` (a superset of the matches), or `None` when every document must
-/// be checked.
-pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a str>> {
+/// The ids a clause admits, borrowed from the postings where possible: a keyword `term`
+/// or `terms` is the union of its terms' id sets, never copied.
+enum View<'a> {
+    Terms(Vec<&'a FxHashSet<Arc<str>>>),
+    Ids(HashSet<&'a str>),
+}
+
+impl<'a> View<'a> {
+    /// An upper bound of the ids (exact for one term), to pick the cheapest to walk.
+    fn len(&self) -> usize {
+        match self {
+            View::Terms(sets) => sets.iter().map(|s| s.len()).sum(),
+            View::Ids(ids) => ids.len(),
+        }
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        match self {
+            View::Terms(sets) => sets.iter().any(|s| s.contains(id)),
+            View::Ids(ids) => ids.contains(id),
+        }
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(&'a str)) {
+        match self {
+            View::Terms(sets) => {
+                for set in sets.iter().copied() {
+                    set.iter().for_each(|i| f(i));
+                }
+            }
+            View::Ids(ids) => ids.iter().for_each(|i| f(i)),
+        }
+    }
+}
+
+fn view<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<View<'a>> {
     match c {
-        Compiled::Nothing => Some(HashSet::new()),
-        Compiled::Ids(ids) => Some(
+        Compiled::Nothing => Some(View::Ids(HashSet::new())),
+        Compiled::Ids(ids) => Some(View::Ids(
             ids.iter()
                 .filter_map(|i| idx.docs.get_key_value(i.as_str()).map(|(k, _)| k.as_ref()))
                 .collect(),
-        ),
+        )),
         Compiled::Keys {
             name,
             field,
@@ -178,39 +211,73 @@ pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a s
             cidrs,
         } if field.ty == Ty::Keyword && cidrs.is_empty() => {
             let terms = idx.postings.get(name)?;
-            let mut out = HashSet::new();
+            let mut sets = Vec::with_capacity(keys.len());
             for k in keys {
-                let key =
-                    match k {
-                        Key::Str(s) => s.clone(),
-                        other => to_key(Ty::Keyword, &other.to_json())
-                            .ok()
-                            .flatten()
-                            .map(|k| match k {
-                                Key::Str(s) => s,
-                                _ => String::new(),
-                            })?,
-                    };
-                if let Some(ids) = terms.get(&key) {
-                    out.extend(ids.iter().map(|i| i.as_ref()));
-                }
+                let key = match k {
+                    Key::Str(s) => s.clone(),
+                    other => match to_key(Ty::Keyword, &other.to_json()).ok().flatten()? {
+                        Key::Str(s) => s,
+                        _ => String::new(),
+                    },
+                };
+                sets.extend(terms.get(&key));
             }
-            Some(out)
+            Some(View::Terms(sets))
         }
         Compiled::Bool { must, filter, .. } => {
-            let mut acc: Option<HashSet<&'a str>> = None;
-            for clause in must.iter().chain(filter.iter()) {
-                if let Some(set) = candidates(clause, idx) {
-                    acc = Some(match acc {
-                        None => set,
-                        Some(prev) => prev.intersection(&set).copied().collect(),
-                    });
+            let views: Vec<View<'a>> = must
+                .iter()
+                .chain(filter.iter())
+                .filter_map(|clause| view(clause, idx))
+                .collect();
+            // Walk the smallest clause and keep what every other clause admits: a page of
+            // one execution's DNS answers costs its own size, not the index's.
+            let smallest = (0..views.len()).min_by_key(|&i| views[i].len())?;
+            let mut out = HashSet::new();
+            views[smallest].for_each(&mut |id| {
+                if views
+                    .iter()
+                    .enumerate()
+                    .all(|(i, v)| i == smallest || v.contains(id))
+                {
+                    out.insert(id);
                 }
-            }
-            acc
+            });
+            Some(View::Ids(out))
         }
         _ => None,
     }
+}
+
+/// Ids that can match `c` (a superset of the matches), or `None` when every document must
+/// be checked.
+pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a str>> {
+    match view(c, idx)? {
+        View::Ids(ids) => Some(ids),
+        View::Terms(sets) => {
+            let mut out = HashSet::with_capacity(sets.iter().map(|s| s.len()).sum());
+            sets.iter().flat_map(|s| s.iter()).for_each(|i| {
+                out.insert(i.as_ref());
+            });
+            Some(out)
+        }
+    }
+}
+
+/// How many documents match `c` when the postings answer it exactly (keyword terms and
+/// `bool`s of them); one term is its postings size, as a real index answers `_count`.
+pub fn exact_count(c: &Compiled, idx: &IndexView<'_>) -> Option<usize> {
+    exact_score(c)?;
+    Some(match view(c, idx)? {
+        View::Terms(sets) if sets.len() == 1 => sets[0].len(),
+        // A document with several of the terms is counted once.
+        View::Terms(sets) => sets
+            .iter()
+            .flat_map(|s| s.iter())
+            .collect::<HashSet<_>>()
+            .len(),
+        View::Ids(ids) => ids.len(),
+    })
 }
 
 /// Keyword fields whose postings `candidates` would consult for `c`.
@@ -354,5 +421,23 @@ mod tests {
         );
         let m = compiled(json!({"match": {"t": "x"}}), &idx.mapping);
         assert!(candidates(&m, &IndexView::of(idx)).is_none());
+        assert_eq!(exact_count(&m, &IndexView::of(idx)), None);
+        // Counts straight from the postings: one term, several terms (a document holding
+        // two of them counted once), and a bool intersection walked from its smallest side.
+        idx.put("11", Some(json!({"e": ["e1", "e2"]})), 1, None);
+        idx.refresh();
+        let count = |q: Value, idx: &crate::store::Index| {
+            exact_count(&compiled(q, &idx.mapping), &IndexView::of(idx))
+        };
+        assert_eq!(count(json!({"term": {"e": "e1"}}), idx), Some(4));
+        assert_eq!(count(json!({"terms": {"e": ["e1", "e2"]}}), idx), Some(7));
+        assert_eq!(
+            count(
+                json!({"bool": {"filter": [{"terms": {"e": ["e1", "e2"]}}, {"term": {"e": "e2"}}]}}),
+                idx
+            ),
+            Some(4)
+        );
+        assert_eq!(count(json!({"term": {"e": "nothing"}}), idx), Some(0));
     }
 }

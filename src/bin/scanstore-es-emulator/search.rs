@@ -449,13 +449,10 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
         };
         let c = compile(&q, &idx.mapping)?;
         let view = crate::index_view::IndexView::of(idx);
-        n += match (
-            crate::postings::candidates(&c, &view),
-            crate::postings::exact_score(&c),
-        ) {
-            // Postings index only searchable documents: the candidate count is the count.
-            (Some(ids), Some(_)) => ids.len(),
-            _ => matching(store, std::slice::from_ref(name), &q)?.len(),
+        // Postings index only searchable documents: an exact answer from them is the count.
+        n += match crate::postings::exact_count(&c, &view) {
+            Some(count) => count,
+            None => matching(store, std::slice::from_ref(name), &q)?.len(),
         };
     }
     Ok(Reply::ok(

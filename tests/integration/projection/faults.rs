@@ -258,3 +258,59 @@ fn errors_are_classified_and_backed_off() {
     assert_eq!(w.tick().unwrap(), TickOutcome::Idle, "not due again yet");
     assert!(row["processed_at"].is_null(), "never dropped");
 }
+
+// The next page is read while the current one is written; a failed read-ahead is redone
+// in line and costs the row nothing (no error, no attempt, no skipped page).
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_failed_read_ahead_is_read_again_not_recorded() {
+    let Some(s) = Stack::with_faults("projection_read_ahead", "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        cfg.elasticsearch.projection_page_size = 10;
+        cfg.elasticsearch.projection_pages_per_tick = 2;
+    }) else {
+        return;
+    };
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    let w = worker(&s);
+    // Hold the first page read so that the failure lands on the read-ahead, not on it.
+    let pause = s.emulator().add_fault(Fault::Pause {
+        path: "*/_search".into(),
+        method: None,
+        count: None,
+    });
+    let ticking = {
+        let w = worker(&s);
+        std::thread::spawn(move || w.tick().unwrap())
+    };
+    s.emulator().wait_paused(1, Duration::from_secs(10));
+    s.emulator().add_fault(Fault::fail(
+        "*/_search",
+        1,
+        503,
+        "search_phase_execution_exception",
+    ));
+    s.emulator().remove_fault(pause);
+    s.emulator().release_all();
+    assert_eq!(ticking.join().unwrap(), TickOutcome::Yielded { pages: 2 });
+    let searches = s.emulator().requests(Some("POST"), Some("*/_search"));
+    let statuses: Vec<u16> = searches.requests.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses,
+        [200, 503, 200],
+        "page 1, its failed read-ahead, page 2 read again"
+    );
+    let row = outbox_row(&s, s.execution());
+    assert_eq!(
+        (
+            row["processed_endpoints"].as_i64(),
+            row["attempts"].as_i64()
+        ),
+        (Some(20), Some(0)),
+        "{row}"
+    );
+    assert!(row["last_error"].is_null());
+    tick_until_done(&w, &s, s.execution(), 3);
+    assert_eq!(assets(&s, "global").len(), 25);
+    assert_eq!(outbox_row(&s, s.execution())["processed_endpoints"], 25);
+}
