@@ -187,7 +187,7 @@ impl<'a> View<'a> {
     fn for_each(&self, f: &mut dyn FnMut(&'a str)) {
         match self {
             View::Terms(sets) => {
-                for set in sets.iter().copied() {
+                for set in sets {
                     set.iter().for_each(|i| f(i));
                 }
             }
