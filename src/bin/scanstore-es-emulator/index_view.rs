@@ -1,13 +1,14 @@
 //! A borrowed view of the parts of an index that candidate lookup needs.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use crate::postings::Postings;
 use crate::store::{Index, Slot};
 
 pub struct IndexView<'a> {
-    pub docs: &'a HashMap<Arc<str>, Slot>,
+    pub docs: &'a FxHashMap<Arc<str>, Slot>,
     pub postings: &'a Postings,
 }
 

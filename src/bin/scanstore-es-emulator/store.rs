@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap;
 use serde_json::{json, Map, Value};
 
 use crate::error::EsError;
@@ -49,8 +50,9 @@ pub struct Index {
     pub settings: Map<String, Value>,
     pub mapping: Mapping,
     pub aliases: BTreeMap<String, AliasMeta>,
-    /// Ids are shared (`Arc<str>`) between this map, the dirty list and the postings.
-    pub docs: HashMap<Arc<str>, Slot>,
+    /// Ids are shared (`Arc<str>`) between this map, the dirty list and the postings; Fx
+    /// hashing because every write, refresh and candidate lookup goes through it.
+    pub docs: FxHashMap<Arc<str>, Slot>,
     pub dirty: Vec<Arc<str>>,
     pub next_seq_no: i64,
     pub last_refresh: Instant,
@@ -195,7 +197,7 @@ impl Store {
             settings,
             mapping,
             aliases,
-            docs: HashMap::new(),
+            docs: FxHashMap::default(),
             dirty: Vec::new(),
             next_seq_no: 0,
             last_refresh: Instant::now(),
