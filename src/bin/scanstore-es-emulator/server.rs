@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tiny_http::{Header, Request, Response, Server};
@@ -139,9 +139,23 @@ fn content_type_error(rq: &Request) -> Option<Reply> {
     Some(Reply::json(406, &json!({"error": msg, "status": 406})))
 }
 
+/// A request slower than this is reported on stderr (the benchmark keeps the emulator's
+/// stderr): a client-side timeout with no such line points at the transport, not a handler.
+const SLOW_REQUEST: Duration = Duration::from_secs(1);
+
 fn handle(app: &Arc<App>, rq: Request) {
     let cpu = thread_cpu_ns();
+    let started = Instant::now();
+    let what = format!(
+        "{} {}",
+        rq.method(),
+        rq.url().split('?').next().unwrap_or("")
+    );
     serve(app, rq);
+    let took = started.elapsed();
+    if took >= SLOW_REQUEST {
+        eprintln!("slow request: {what} took {} ms", took.as_millis());
+    }
     app.add_busy(cpu);
 }
 
