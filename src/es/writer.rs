@@ -60,6 +60,44 @@ impl Writer<'_> {
         Ok(report)
     }
 
+    /// Like [`Writer::write`], but the requests go out together (each still under a
+    /// concurrency permit), for operations that touch distinct documents so their order
+    /// cannot matter. The first failure is returned once every request has ended.
+    pub fn write_concurrently(&self, ops: &[BulkOp]) -> Result<WriteReport, EsError> {
+        let ranges = bulk::split(ops, self.policy.max_ops, self.policy.max_bytes)?;
+        if ranges.len() < 2 {
+            return self.write(ops);
+        }
+        let results: Vec<Result<(Verified, usize), EsError>> = std::thread::scope(|s| {
+            let sends: Vec<_> = ranges
+                .into_iter()
+                .map(|range| {
+                    s.spawn(move || {
+                        let part = &ops[range];
+                        let body = bulk::body(part);
+                        self.send_with_retry(part, &body).map(|v| (v, body.len()))
+                    })
+                })
+                .collect();
+            sends
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(EsError::Transport("bulk sender panicked".into())))
+                })
+                .collect()
+        });
+        let mut report = WriteReport::default();
+        for r in results {
+            let (verified, bytes) = r?;
+            report.requests += 1;
+            report.items += verified.items;
+            report.noops += verified.noops;
+            report.bytes += bytes;
+        }
+        Ok(report)
+    }
+
     fn send_with_retry(&self, ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
         let started = Instant::now();
         let mut queue_wait = Duration::ZERO;

@@ -193,7 +193,15 @@ impl Worker {
                             )
                         })
                     });
-                    (writer.write(&ops), ahead.map(|h| h.join()))
+                    // Without tags every operation merges a distinct document, so the
+                    // page's requests can go out together; a tag update must follow the
+                    // merge that may create its document, so tagged pages keep order.
+                    let written = if tags.is_empty() {
+                        writer.write_concurrently(&ops)
+                    } else {
+                        writer.write(&ops)
+                    };
+                    (written, ahead.map(|h| h.join()))
                 });
                 written?;
                 prefetched = ahead.and_then(|r| r.ok()).and_then(|r| r.ok());

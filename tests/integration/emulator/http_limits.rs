@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::emulator::{emulator_for_faults, target, Emulator};
+use crate::support::server::keep_alive_bursts;
 
 fn send(emu: &Emulator, request: &[u8]) -> String {
     let mut s = TcpStream::connect(emu.url().trim_start_matches("http://")).expect("connect");
@@ -141,4 +142,19 @@ fn a_panicking_handler_answers_500_and_the_server_lives_on() {
         ],
     );
     assert_eq!(es.refreshed_count("after", json!({"match_all": {}})), 1);
+}
+
+// tiny_http's connection pool lost the wake-up of a connection accepted right after another
+// while a woken thread had not yet taken its task: that connection was never read while
+// keep-alive connections held the other threads (vendor/tiny_http/PATCHED.md). Connections
+// accepted back to back, with every earlier one kept open, must all be answered.
+#[test]
+fn connections_accepted_back_to_back_are_all_served_while_others_stay_open() {
+    let Some(emu) = emulator_for_faults(
+        "connections_accepted_back_to_back_are_all_served_while_others_stay_open",
+    ) else {
+        return;
+    };
+    let addr = emu.url().trim_start_matches("http://");
+    assert_eq!(keep_alive_bursts(addr, "/", 25, 6), 150);
 }

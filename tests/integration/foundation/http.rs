@@ -9,7 +9,7 @@ use scanstore::http::{router, ApiError, Reply, Req};
 
 use super::NO_ES;
 use crate::support::db;
-use crate::support::server::{config, got, http, TestServer};
+use crate::support::server::{config, got, http, keep_alive_bursts, TestServer};
 
 fn test_handler(app: &App, req: &Req) -> Result<Reply, ApiError> {
     match req.path.as_str() {
@@ -152,4 +152,15 @@ fn stalled_client_does_not_pin_the_only_worker() {
         assert_eq!(r.status, 200);
     }
     drop(stalled);
+}
+
+// The same tiny_http connection pool serves scanstore (vendor/tiny_http/PATCHED.md):
+// connections accepted back to back are all answered while earlier ones stay open.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn connections_accepted_back_to_back_are_all_served_while_others_stay_open() {
+    let t = db::fresh();
+    let server = TestServer::start(config(&t.url, NO_ES));
+    let addr = server.base.trim_start_matches("http://");
+    assert_eq!(keep_alive_bursts(addr, "/healthz", 25, 6), 150);
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::{assets, outbox_row, tick_until_done, wait_for, worker, T0};
+use crate::support::emulator::Fault;
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
@@ -176,4 +177,61 @@ fn small_executions_are_not_starved_by_a_big_one() {
             .refreshed_count(&global, serde_json::json!({"match_all": {}})),
         big_endpoints as u64 + 30
     );
+}
+
+// A page bigger than one bulk request: an untagged page sends its requests together (every
+// operation merges a distinct document), a page with a tag keeps them in order (the tag
+// update follows the merge that may create its document) — and both land whole.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn an_untagged_page_sends_its_requests_together_a_tagged_one_in_order() {
+    let Some(s) = Stack::with_faults("projection_concurrent_page", "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        cfg.elasticsearch.projection_page_size = 10;
+        cfg.elasticsearch.bulk_batch_size = 4;
+        cfg.elasticsearch.bulk_max_concurrency = 8;
+    }) else {
+        return;
+    };
+    s.sql()
+        .execute(
+            "INSERT INTO asset_tags (owner_id, kind, key, tag) VALUES ($1, 'ip', '10.0.0.15', 'web')",
+            &[&s.owner.id],
+        )
+        .unwrap();
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    let bulks_before = s.emulator().requests(Some("POST"), Some("/_bulk")).count;
+    let pause = s.emulator().add_fault(Fault::Pause {
+        path: "/_bulk".into(),
+        method: None,
+        count: None,
+    });
+    let ticking = {
+        let w = worker(&s);
+        std::thread::spawn(move || w.tick().unwrap())
+    };
+    // Page 1 (10.0.0.1–10, untagged): 20 merges in 5 requests, all in flight at once.
+    s.emulator().wait_paused(5, Duration::from_secs(10));
+    s.emulator().remove_fault(pause);
+    s.emulator().release_all();
+    assert_eq!(ticking.join().unwrap(), TickOutcome::Completed { pages: 3 });
+    // Pages of 20, 21 (one tag update) and 10 operations, by 4.
+    assert_eq!(
+        s.emulator().requests(Some("POST"), Some("/_bulk")).count - bulks_before,
+        5 + 6 + 3
+    );
+    let row = outbox_row(&s, s.execution());
+    assert_eq!(row["processed_endpoints"], 25);
+    assert!(row["last_error"].is_null(), "{row}");
+    assert_eq!(assets(&s, "global").len(), 25);
+    let user = assets(&s, "user");
+    assert_eq!(user.len(), 25);
+    for (_, doc) in &user {
+        let expected = if doc["ip"] == "10.0.0.15" {
+            serde_json::json!(["web"])
+        } else {
+            serde_json::Value::Null
+        };
+        assert_eq!(doc["tags"], expected, "{doc}");
+    }
 }

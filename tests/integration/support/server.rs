@@ -117,3 +117,44 @@ pub fn got(resp: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Got {
         body,
     }
 }
+
+/// Opens a connection, reads the start of the answer to one keep-alive `GET path`, and
+/// leaves the connection open.
+fn answered(addr: &str, path: &str) -> Result<std::net::TcpStream, String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head)
+        .map_err(|e| format!("no answer within 5 s: {e}"))?;
+    if &head != b"HTTP/1.1 200" {
+        return Err(format!("answered {:?}", String::from_utf8_lossy(&head)));
+    }
+    Ok(s)
+}
+
+/// `rounds` bursts of `burst` connections opened at once against a tiny_http server, every
+/// one kept open afterwards (keep-alive connections hold pool threads): each must be
+/// answered within 5 s. Returns how many connections ended up open.
+pub fn keep_alive_bursts(addr: &str, path: &str, rounds: usize, burst: usize) -> usize {
+    let mut open = Vec::new();
+    for round in 0..rounds {
+        let clients: Vec<_> = (0..burst)
+            .map(|_| {
+                let (addr, path) = (addr.to_owned(), path.to_owned());
+                std::thread::spawn(move || answered(&addr, &path))
+            })
+            .collect();
+        for c in clients {
+            match c.join() {
+                Ok(Ok(s)) => open.push(s),
+                Ok(Err(e)) => panic!("round {round}: {e} ({} connections open)", open.len()),
+                Err(_) => panic!("round {round}: client thread panicked"),
+            }
+        }
+    }
+    open.len()
+}
