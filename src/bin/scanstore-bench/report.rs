@@ -500,7 +500,9 @@ const METHOD: &str = "
   `projection::page::operations`) under a separate index prefix, split with the same
   operation/byte limits, sent as raw `_bulk` requests by `bulk_max_concurrency` client
   threads straight to the same ES target (bodies pre-built, not timed), checking only the
-  `errors` flag. Measured in the same run, before scanstore, then deleted.
+  `errors` flag. Measured in the same run: the upload ceiling before scanstore's uploads,
+  the publication ceiling right after them, so that each meets the ES target holding the
+  same data as the scanstore phase it is compared with; each deleted afterwards.
 - **Peer**: `tests/python/peer_bulk.py`, the official `elasticsearch` client's
   `helpers.streaming_bulk` (one client, as the helper works) with `chunk_size` =
   `bulk_batch_size` and `max_chunk_bytes` = `projection_bulk_max_bytes`, loading the same

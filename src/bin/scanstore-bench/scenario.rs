@@ -214,9 +214,11 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     let reqs =
         ceiling::upload_requests(&cp, owner, &jobs, opts.bulk_batch_size, opts.bulk_max_bytes)?;
     let ceiling_upload = ceiling::send(&es_url, &reqs, threads)?;
-    let mut written = reqs.indices.clone();
+    ceiling::delete(&es_url, &cp, &reqs.indices);
     drop(reqs);
-    let reqs = if opts.no_publication {
+    // Built now (the upload consumes the jobs), sent after the uploads: the publication
+    // ceiling then meets the emulator holding what scanstore's publication meets.
+    let publish_reqs = if opts.no_publication {
         ceiling::Requests::default()
     } else {
         ceiling::publication_requests(
@@ -228,10 +230,6 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
             opts.bulk_max_bytes,
         )?
     };
-    let ceiling_publish = ceiling::send(&es_url, &reqs, threads)?;
-    written.extend(reqs.indices.iter().cloned());
-    drop(reqs);
-    ceiling::delete(&es_url, &cp, &written);
 
     // The peer: the same asset operations through the Python client.
     let peer = if opts.no_peer || opts.no_publication {
@@ -271,6 +269,10 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
         dir,
         &format!("{name}-upload"),
     )));
+
+    let ceiling_publish = ceiling::send(&es_url, &publish_reqs, threads)?;
+    ceiling::delete(&es_url, &cp, &publish_reqs.indices);
+    drop(publish_reqs);
 
     // Publication of the backlog.
     let (mut published, mut publish_seconds, mut rss_publish_kib) = (0, 0.0, None);
