@@ -2,7 +2,8 @@
 //! scanstore's own code (`upload::facts::build` for uploads, `projection::page::operations`
 //! for publication) under a separate index prefix, split by the same operation and byte
 //! limits, and sent as raw `_bulk` requests straight to the same ES target — no
-//! PostgreSQL, no queue, no per-item verification beyond the `errors` flag.
+//! PostgreSQL, no queue, no per-item verification beyond the `errors` flag — then one
+//! `_refresh` of what they wrote, since scanstore's work too ends with its documents visible.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -196,8 +197,16 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
             .map(|h| h.join().unwrap_or_else(|_| Err("panic".into())))
             .collect()
     });
-    let seconds = started.elapsed().as_secs_f64();
     results.into_iter().collect::<Result<Vec<()>, String>>()?;
+    // Done means searchable, as for scanstore (whose final and publication end with one).
+    if !req.indices.is_empty() {
+        let es = EsClient::new(es_url, Duration::from_secs(120));
+        let names: Vec<String> = req.indices.iter().map(|n| index::encode_path(n)).collect();
+        es.request("POST", &format!("/{}/_refresh", names.join(",")), None)
+            .and_then(|r| r.ok())
+            .map_err(|e| format!("refresh: {e}"))?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
     Ok(Sent {
         ops: req.ops,
         endpoints: req.endpoints,

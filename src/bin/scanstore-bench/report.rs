@@ -500,7 +500,8 @@ const METHOD: &str = "
   `projection::page::operations`) under a separate index prefix, split with the same
   operation/byte limits, sent as raw `_bulk` requests by `bulk_max_concurrency` client
   threads straight to the same ES target (bodies pre-built, not timed), checking only the
-  `errors` flag. Measured in the same run: the upload ceiling before scanstore's uploads,
+  `errors` flag, then one `_refresh` of the indices written (timed: scanstore's finals and
+  publication also end with their documents visible). Measured in the same run: the upload ceiling before scanstore's uploads,
   the publication ceiling right after them, so that each meets the ES target holding the
   same data as the scanstore phase it is compared with; each deleted afterwards.
 - **Peer**: `tests/python/peer_bulk.py`, the official `elasticsearch` client's

@@ -1,5 +1,6 @@
-//! Ranked hits (owned, so a page renders after the store lock is released) and the cache of
-//! fully sorted hit lists that lets a `search_after` walk sort once per refresh, not per page.
+//! Search hits (owned, so sort keys, ordering and rendering happen after the store lock is
+//! released) and the cache of fully sorted hit lists that lets a `search_after` walk sort
+//! once per refresh, not per page.
 //!
 //! A real shard answers a sorted page from doc values without touching every match; the
 //! emulator's equivalent is to remember the last few sorted result sets. An entry is keyed by
@@ -9,12 +10,14 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::mapping::Mapping;
 use crate::store::DocVersion;
 use crate::values::Key;
 
-/// One hit in its final order: what a page needs to render it.
-pub struct Ranked {
+/// One matching document: where it is, what it is, and (once computed) its sort keys.
+pub struct Hit {
     pub index: Arc<str>,
+    pub mapping: Arc<Mapping>,
     pub id: Arc<str>,
     pub doc: Arc<DocVersion>,
     pub score: f32,
@@ -29,11 +32,11 @@ const MAX_HITS: usize = 4_000_000;
 #[derive(Default)]
 pub struct RankedCache {
     /// Most recently used last.
-    entries: VecDeque<(String, Arc<Vec<Ranked>>)>,
+    entries: VecDeque<(String, Arc<Vec<Hit>>)>,
 }
 
 impl RankedCache {
-    pub fn get(&mut self, key: &str) -> Option<Arc<Vec<Ranked>>> {
+    pub fn get(&mut self, key: &str) -> Option<Arc<Vec<Hit>>> {
         let pos = self.entries.iter().position(|(k, _)| k == key)?;
         let entry = self.entries.remove(pos)?;
         let hits = entry.1.clone();
@@ -41,7 +44,7 @@ impl RankedCache {
         Some(hits)
     }
 
-    pub fn put(&mut self, key: String, hits: Arc<Vec<Ranked>>) {
+    pub fn put(&mut self, key: String, hits: Arc<Vec<Hit>>) {
         if hits.len() > MAX_HITS {
             return;
         }
@@ -61,7 +64,7 @@ impl RankedCache {
 mod tests {
     use super::*;
 
-    fn hits(n: usize) -> Arc<Vec<Ranked>> {
+    fn hits(n: usize) -> Arc<Vec<Hit>> {
         let doc = Arc::new(DocVersion {
             source: serde_json::Value::Null,
             version: 1,
@@ -70,8 +73,9 @@ mod tests {
         });
         Arc::new(
             (0..n)
-                .map(|i| Ranked {
+                .map(|i| Hit {
                     index: Arc::from("i"),
+                    mapping: Arc::new(Mapping::empty()),
                     id: Arc::from(i.to_string().as_str()),
                     doc: doc.clone(),
                     score: 1.0,

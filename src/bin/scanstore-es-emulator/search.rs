@@ -14,11 +14,11 @@ use crate::http::{HandlerResult, Reply, Req};
 use crate::mapping::Mapping;
 use crate::query::{self, Query};
 use crate::query_exec::{compile, score};
-use crate::ranked::Ranked;
+use crate::ranked::Hit;
 use crate::resolve::{resolve_read, IndicesOptions};
 use crate::sort::{after_value, cmp_sort, parse_sort, sort_key, sort_value_json, SortSpec};
 use crate::source_filter::SourceFilter;
-use crate::store::{DocVersion, Store};
+use crate::store::Store;
 use crate::values::Key;
 
 const SEARCH_KEYS: [&str; 17] = [
@@ -40,15 +40,6 @@ const SEARCH_KEYS: [&str; 17] = [
     "explain",
     "profile",
 ];
-
-pub struct Hit<'a> {
-    pub index: &'a str,
-    pub mapping: &'a Mapping,
-    pub id: &'a Arc<str>,
-    pub doc: Arc<DocVersion>,
-    pub score: f32,
-    pub sort: Vec<Option<Key>>,
-}
 
 fn shards_header(store: &Store, names: &[String]) -> Value {
     let total: u64 = names
@@ -74,13 +65,16 @@ fn prepare(store: &mut Store, names: &[String], q: &Query) -> Result<(), EsError
     Ok(())
 }
 
-/// Runs `q` over every refreshed document of `names`.
-fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<Hit<'a>>, EsError> {
+/// Runs `q` over every refreshed document of `names`. The hits share what they need, so
+/// the caller can release the store lock before ordering them.
+fn matching(store: &Store, names: &[String], q: &Query) -> Result<Vec<Hit>, EsError> {
     let mut hits = Vec::new();
     for n in names {
         let Some(idx) = store.indices.get(n) else {
             continue;
         };
+        let (index, mapping): (Arc<str>, Arc<Mapping>) =
+            (Arc::from(idx.name.as_str()), Arc::new(idx.mapping.clone()));
         let c = compile(q, &idx.mapping)?;
         let candidates = crate::postings::candidates(&c, &crate::index_view::IndexView::of(idx));
         // Postings are exact for keyword terms: no need to re-check each candidate's source.
@@ -94,9 +88,9 @@ fn matching<'a>(store: &'a Store, names: &'a [String], q: &Query) -> Result<Vec<
             let Some(doc) = &slot.visible else { continue };
             if let Some(score) = exact.or_else(|| score(&c, &idx.mapping, id, doc)) {
                 hits.push(Hit {
-                    index: &idx.name,
-                    mapping: &idx.mapping,
-                    id,
+                    index: index.clone(),
+                    mapping: mapping.clone(),
+                    id: id.clone(),
                     doc: doc.clone(),
                     score,
                     sort: Vec::new(),
@@ -180,7 +174,7 @@ fn order(hits: &mut Vec<Hit>, sort: &[SortSpec], window: usize) {
             cmp_sort(sort, &a.sort, &b.sort)
         };
         first
-            .then(a.index.cmp(b.index))
+            .then(a.index.cmp(&b.index))
             .then(a.doc.seq_no.cmp(&b.doc.seq_no))
     };
     if window == 0 {
@@ -192,30 +186,6 @@ fn order(hits: &mut Vec<Hit>, sort: &[SortSpec], window: usize) {
         hits.truncate(window);
     }
     hits.sort_by(cmp);
-}
-
-/// Owned hits, so the page can be rendered (and cached) without the store lock.
-fn rank(hits: Vec<Hit>) -> Vec<Ranked> {
-    let mut names: Vec<(&str, Arc<str>)> = Vec::new();
-    hits.into_iter()
-        .map(|h| {
-            let index = match names.iter().find(|(n, _)| *n == h.index) {
-                Some((_, a)) => a.clone(),
-                None => {
-                    let a: Arc<str> = Arc::from(h.index);
-                    names.push((h.index, a.clone()));
-                    a
-                }
-            };
-            Ranked {
-                index,
-                id: h.id.clone(),
-                doc: h.doc,
-                score: h.score,
-                sort: h.sort,
-            }
-        })
-        .collect()
 }
 
 pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
@@ -290,20 +260,26 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let cache_key =
         (paging && !sort.is_empty() && aggs.is_none()).then(|| ranked_key(store, &names, &obj));
     let cached = cache_key.as_ref().and_then(|k| lock(&app.ranked).get(k));
+    let fresh = match cached {
+        Some(_) => None,
+        None => Some(matching(store, &names, &q)?),
+    };
+    // Sort keys, ordering and rendering need no store: other requests go on meanwhile.
+    drop(guard);
     let (ranked, total, aggregations) = match cached {
         Some(ranked) => {
             let total = ranked.len() as i64;
             (ranked, total, None)
         }
         None => {
-            let mut hits = matching(store, &names, &q)?;
+            let mut hits = fresh.unwrap_or_default();
             let total = hits.len() as i64;
             let aggregations = match aggs {
                 Some(Value::Object(spec)) => {
                     let docs: Vec<DocRef> = hits
                         .iter()
                         .map(|h| DocRef {
-                            mapping: h.mapping,
+                            mapping: &h.mapping,
                             source: &h.doc.source,
                         })
                         .collect();
@@ -330,14 +306,13 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             } else {
                 hits.clear();
             }
-            let ranked = Arc::new(rank(hits));
+            let ranked = Arc::new(hits);
             if let Some(k) = cache_key {
                 lock(&app.ranked).put(k, ranked.clone());
             }
             (ranked, total, aggregations)
         }
     };
-    drop(guard);
     let start = after.as_ref().map_or(0, |after| {
         ranked.partition_point(|r| cmp_sort(&sort, &r.sort, after) != Ordering::Greater)
     });

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::error::EsError;
 use crate::mapping::Ty;
-use crate::search::Hit;
+use crate::ranked::Hit;
 use crate::values::{cmp_keys, parse_date, parse_ip, Key};
 
 pub struct SortSpec {
@@ -53,7 +53,7 @@ pub fn parse_sort(v: Option<&Value>) -> Result<Vec<SortSpec>, EsError> {
 pub fn sort_key(s: &SortSpec, h: &Hit) -> Option<Key> {
     match s.field.as_str() {
         "_id" => Some(Key::Str(h.id.to_string())),
-        "_index" => Some(Key::Str(h.index.to_owned())),
+        "_index" => Some(Key::Str(h.index.to_string())),
         "_score" => Some(Key::Double(f64::from(h.score))),
         "_doc" => Some(Key::Long(h.doc.seq_no)),
         f => {
