@@ -8,7 +8,7 @@ use serde_json::json;
 use scanstore::es::error::ErrorClass;
 use scanstore::projection::worker::TickOutcome;
 
-use super::{assets, outbox_row, tick_until_done, worker, T0};
+use super::{assets, outbox_row, tick_holding, tick_until_done, worker, T0};
 use crate::support::emulator::{Corruption, Fault};
 use crate::support::scan;
 use crate::support::stack::Stack;
@@ -274,25 +274,15 @@ fn a_failed_read_ahead_is_read_again_not_recorded() {
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
     let w = worker(&s);
     // Hold the first page read so that the failure lands on the read-ahead, not on it.
-    let pause = s.emulator().add_fault(Fault::Pause {
-        path: "*/_search".into(),
-        method: None,
-        count: None,
+    let outcome = tick_holding(&s, "*/_search", 1, || {
+        s.emulator().add_fault(Fault::fail(
+            "*/_search",
+            1,
+            503,
+            "search_phase_execution_exception",
+        ));
     });
-    let ticking = {
-        let w = worker(&s);
-        std::thread::spawn(move || w.tick().unwrap())
-    };
-    s.emulator().wait_paused(1, Duration::from_secs(10));
-    s.emulator().add_fault(Fault::fail(
-        "*/_search",
-        1,
-        503,
-        "search_phase_execution_exception",
-    ));
-    s.emulator().remove_fault(pause);
-    s.emulator().release_all();
-    assert_eq!(ticking.join().unwrap(), TickOutcome::Yielded { pages: 2 });
+    assert_eq!(outcome, TickOutcome::Yielded { pages: 2 });
     let searches = s.emulator().requests(Some("POST"), Some("*/_search"));
     let statuses: Vec<u16> = searches.requests.iter().map(|r| r.status).collect();
     assert_eq!(

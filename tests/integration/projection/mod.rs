@@ -31,6 +31,32 @@ pub fn worker(s: &Stack) -> scanstore::projection::worker::Worker {
     scanstore::projection::worker::Worker::new(Arc::clone(&s.server.app_arc()))
 }
 
+/// One tick on another thread with every request matching `path` held: once `paused` of
+/// them wait, `meanwhile` runs, then they are let go. Returns the tick's outcome.
+pub fn tick_holding(
+    s: &Stack,
+    path: &str,
+    paused: usize,
+    meanwhile: impl FnOnce(),
+) -> scanstore::projection::worker::TickOutcome {
+    let hold = s
+        .emulator()
+        .add_fault(crate::support::emulator::Fault::Pause {
+            path: path.into(),
+            method: None,
+            count: None,
+        });
+    let ticking = {
+        let w = worker(s);
+        std::thread::spawn(move || w.tick().unwrap())
+    };
+    s.emulator().wait_paused(paused, Duration::from_secs(10));
+    meanwhile();
+    s.emulator().remove_fault(hold);
+    s.emulator().release_all();
+    ticking.join().unwrap()
+}
+
 /// The outbox row of an execution as JSON (for before/after comparisons).
 pub fn outbox_row(s: &Stack, execution: Uuid) -> Value {
     let text: String = s

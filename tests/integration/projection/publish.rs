@@ -4,8 +4,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{assets, outbox_row, tick_until_done, wait_for, worker, T0};
-use crate::support::emulator::Fault;
+use super::{assets, outbox_row, tick_holding, tick_until_done, wait_for, worker, T0};
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
@@ -201,20 +200,9 @@ fn an_untagged_page_sends_its_requests_together_a_tagged_one_in_order() {
         .unwrap();
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
     let bulks_before = s.emulator().requests(Some("POST"), Some("/_bulk")).count;
-    let pause = s.emulator().add_fault(Fault::Pause {
-        path: "/_bulk".into(),
-        method: None,
-        count: None,
-    });
-    let ticking = {
-        let w = worker(&s);
-        std::thread::spawn(move || w.tick().unwrap())
-    };
     // Page 1 (10.0.0.1–10, untagged): 20 merges in 5 requests, all in flight at once.
-    s.emulator().wait_paused(5, Duration::from_secs(10));
-    s.emulator().remove_fault(pause);
-    s.emulator().release_all();
-    assert_eq!(ticking.join().unwrap(), TickOutcome::Completed { pages: 3 });
+    let outcome = tick_holding(&s, "/_bulk", 5, || {});
+    assert_eq!(outcome, TickOutcome::Completed { pages: 3 });
     // Pages of 20, 21 (one tag update) and 10 operations, by 4.
     assert_eq!(
         s.emulator().requests(Some("POST"), Some("/_bulk")).count - bulks_before,
