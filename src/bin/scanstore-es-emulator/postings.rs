@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::extract::FieldRef;
-use crate::extract::{any_value, to_key};
+use crate::extract::{any_value, source_values, to_key};
 use crate::index_view::IndexView;
 use crate::mapping::{Field, Mapping, Ty};
 use crate::query_exec::Compiled;
@@ -145,6 +145,14 @@ pub fn update(
             (None, Some(new)) => each_term(f, &new.source, &mut |t| add(terms, t, id)),
             (Some(old), None) => each_term(f, &old.source, &mut |t| remove(terms, t, id)),
             (Some(old), Some(new)) => {
+                // An update (an asset merge) rarely changes a keyword field: compare the raw
+                // values first, without building any term.
+                let (mut raw_old, mut raw_new) = (Vec::new(), Vec::new());
+                source_values(&old.source, &f.path, &mut raw_old);
+                source_values(&new.source, &f.path, &mut raw_new);
+                if raw_old == raw_new {
+                    continue;
+                }
                 let (before, after) = (values(f, &old.source), values(f, &new.source));
                 if before == after {
                     continue;
@@ -439,5 +447,14 @@ mod tests {
             Some(4)
         );
         assert_eq!(count(json!({"term": {"e": "nothing"}}), idx), Some(0));
+        // Updates: an unchanged keyword keeps its postings, a changed one moves.
+        idx.put("7", Some(json!({"e": "e1", "t": "changed text"})), 2, None);
+        idx.put("1", Some(json!({"e": "e2"})), 2, None);
+        idx.refresh();
+        assert_eq!(
+            sorted(candidates(&term, &IndexView::of(idx))),
+            ["10", "11", "7"]
+        );
+        assert_eq!(count(json!({"term": {"e": "e2"}}), idx), Some(5));
     }
 }
