@@ -2,6 +2,7 @@
 //! concurrency permit, transient failures retried with backoff (cancellable), every
 //! response verified, and one `ElasticsearchBulkCompleted` event per request.
 
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -44,52 +45,57 @@ pub struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    /// Writes every operation or fails; a failed write may have applied some requests,
-    /// which is why every caller's operations are idempotent.
+    /// Writes every operation, one request after the other, or fails at the first failed
+    /// request; a failed write may have applied some requests, which is why every caller's
+    /// operations are idempotent.
     pub fn write(&self, ops: &[BulkOp]) -> Result<WriteReport, EsError> {
-        let mut report = WriteReport::default();
-        for range in bulk::split(ops, self.policy.max_ops, self.policy.max_bytes)? {
-            let part = &ops[range];
-            let body = bulk::body(part);
-            let verified = self.send_with_retry(part, &body)?;
-            report.requests += 1;
-            report.items += verified.items;
-            report.noops += verified.noops;
-            report.bytes += body.len();
-        }
-        Ok(report)
+        self.write_parts(ops, false)
     }
 
     /// Like [`Writer::write`], but the requests go out together (each still under a
     /// concurrency permit), for operations that touch distinct documents so their order
     /// cannot matter. The first failure is returned once every request has ended.
     pub fn write_concurrently(&self, ops: &[BulkOp]) -> Result<WriteReport, EsError> {
+        self.write_parts(ops, true)
+    }
+
+    fn write_parts(&self, ops: &[BulkOp], together: bool) -> Result<WriteReport, EsError> {
         let ranges = bulk::split(ops, self.policy.max_ops, self.policy.max_bytes)?;
-        if ranges.len() < 2 {
-            return self.write(ops);
-        }
-        let results: Vec<Result<(Verified, usize), EsError>> = std::thread::scope(|s| {
-            let sends: Vec<_> = ranges
-                .into_iter()
-                .map(|range| {
-                    s.spawn(move || {
-                        let part = &ops[range];
-                        let body = bulk::body(part);
-                        self.send_with_retry(part, &body).map(|v| (v, body.len()))
+        let send = |range: Range<usize>| {
+            let part = &ops[range];
+            let body = bulk::body(part);
+            self.send_with_retry(part, &body).map(|v| (v, body.len()))
+        };
+        let sent: Vec<Result<(Verified, usize), EsError>> = if together && ranges.len() > 1 {
+            std::thread::scope(|s| {
+                let sends: Vec<_> = ranges
+                    .into_iter()
+                    .map(|range| s.spawn(move || send(range)))
+                    .collect();
+                sends
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(EsError::Transport("bulk sender panicked".into()))
+                        })
                     })
-                })
-                .collect();
-            sends
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(EsError::Transport("bulk sender panicked".into())))
-                })
-                .collect()
-        });
+                    .collect()
+            })
+        } else {
+            let mut sent = Vec::with_capacity(ranges.len());
+            for range in ranges {
+                let result = send(range);
+                let failed = result.is_err();
+                sent.push(result);
+                if failed {
+                    break;
+                }
+            }
+            sent
+        };
         let mut report = WriteReport::default();
-        for r in results {
-            let (verified, bytes) = r?;
+        for result in sent {
+            let (verified, bytes) = result?;
             report.requests += 1;
             report.items += verified.items;
             report.noops += verified.noops;

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::app::App;
 use crate::db::Stage;
-use crate::es::error::ErrorClass;
+use crate::es::bulk::BulkOp;
+use crate::es::error::{ErrorClass, EsError};
 use crate::es::retry::Backoff;
 use crate::es::writer::{WritePolicy, Writer};
 use crate::es::{alias, index};
@@ -181,30 +182,16 @@ impl Worker {
                 let read_ahead = matches!(claim.work, Work::Execution(_))
                     && page.docs.len() == cfg.projection_page_size
                     && pages + 1 < cfg.projection_pages_per_tick;
-                let (written, ahead) = std::thread::scope(|s| {
-                    let ahead = read_ahead.then(|| {
-                        s.spawn(|| {
-                            page::read(
-                                &app.es,
-                                &source,
-                                filter.clone(),
-                                Some(&next),
-                                cfg.projection_page_size,
-                            )
-                        })
-                    });
-                    // Without tags every operation merges a distinct document, so the
-                    // page's requests can go out together; a tag update must follow the
-                    // merge that may create its document, so tagged pages keep order.
-                    let written = if tags.is_empty() {
-                        writer.write_concurrently(&ops)
-                    } else {
-                        writer.write(&ops)
-                    };
-                    (written, ahead.map(|h| h.join()))
+                let read_next = read_ahead.then_some(|| {
+                    page::read(
+                        &app.es,
+                        &source,
+                        filter.clone(),
+                        Some(&next),
+                        cfg.projection_page_size,
+                    )
                 });
-                written?;
-                prefetched = ahead.and_then(|r| r.ok()).and_then(|r| r.ok());
+                prefetched = write_page(&writer, &ops, !tags.is_empty(), read_next)?;
                 if heartbeat.is_lost() {
                     return Err(ProjectionError::LeaseLost);
                 }
@@ -273,6 +260,27 @@ impl Worker {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Writes a page's operations while `read_next` (if any) reads the following page; returns
+/// that page when it was read. Without tags every operation merges a distinct document, so
+/// the page's requests go out together; a tag update must follow the merge that may create
+/// its document, so a tagged page (`in_order`) keeps its requests in order.
+fn write_page(
+    writer: &Writer,
+    ops: &[BulkOp],
+    in_order: bool,
+    read_next: Option<impl FnOnce() -> Result<page::Page, EsError> + Send>,
+) -> Result<Option<page::Page>, EsError> {
+    std::thread::scope(|s| {
+        let ahead = read_next.map(|read| s.spawn(read));
+        if in_order {
+            writer.write(ops)?;
+        } else {
+            writer.write_concurrently(ops)?;
+        }
+        Ok(ahead.and_then(|h| h.join().ok()).and_then(Result::ok))
+    })
 }
 
 /// The worker thread's loop: ticks until `stop`, idling when nothing is due. A panic in

@@ -288,21 +288,8 @@ pub fn exact_count(c: &Compiled, idx: &IndexView<'_>) -> Option<usize> {
     })
 }
 
-/// Keyword fields whose postings `candidates` would consult for `c`.
-pub fn wanted(c: &Compiled, out: &mut Vec<String>) {
-    match c {
-        Compiled::Keys {
-            name, field, cidrs, ..
-        } if field.ty == Ty::Keyword && cidrs.is_empty() => out.push(name.clone()),
-        Compiled::Bool { must, filter, .. } => must
-            .iter()
-            .chain(filter.iter())
-            .for_each(|x| wanted(x, out)),
-        _ => {}
-    }
-}
-
-/// Builds postings for `name` over the searchable documents, if it has none yet.
+/// Builds postings for `name` over the searchable documents, if it has none yet (a field
+/// new to the mapping, at the refresh that first sees it).
 pub fn ensure(idx: &mut crate::store::Index, name: &str) {
     if idx.postings.contains_key(name) {
         return;
@@ -395,9 +382,6 @@ mod tests {
             "nothing refreshed yet"
         );
         idx.refresh();
-        let mut fields = Vec::new();
-        wanted(&term, &mut fields);
-        assert_eq!(fields, vec!["e".to_owned()]);
         assert_eq!(
             sorted(candidates(&term, &IndexView::of(idx))),
             ["1", "4", "7"]

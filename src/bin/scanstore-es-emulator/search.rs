@@ -50,21 +50,6 @@ fn shards_header(store: &Store, names: &[String]) -> Value {
     json!({"total": total, "successful": total, "skipped": 0, "failed": 0})
 }
 
-/// Builds the postings the query's term filters will use (first use of a field only).
-fn prepare(store: &mut Store, names: &[String], q: &Query) -> Result<(), EsError> {
-    for n in names {
-        let Some(idx) = store.indices.get_mut(n) else {
-            continue;
-        };
-        let mut fields = Vec::new();
-        crate::postings::wanted(&compile(q, &idx.mapping)?, &mut fields);
-        for f in fields {
-            crate::postings::ensure(idx, &f);
-        }
-    }
-    Ok(())
-}
-
 /// Runs `q` over every refreshed document of `names`. The hits share what they need, so
 /// the caller can release the store lock before ordering them.
 fn matching(store: &Store, names: &[String], q: &Query) -> Result<Vec<Hit>, EsError> {
@@ -243,9 +228,8 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         req.param("_source_includes"),
         req.param("_source_excludes"),
     );
-    let mut guard = lock(&app.store);
+    let guard = lock(&app.store);
     let names = resolve_read(&guard, expr, IndicesOptions::from_req(req)?)?;
-    prepare(&mut guard, &names, &q)?;
     let store = &*guard;
     let aggs = obj.get("aggs").or_else(|| obj.get("aggregations"));
     crate::fielddata::check(app, store, &names, &sort, aggs)?;
@@ -413,9 +397,8 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
                 .unwrap_or(Query::MatchAll)
         }
     };
-    let mut guard = lock(&app.store);
+    let guard = lock(&app.store);
     let names = resolve_read(&guard, expr, IndicesOptions::from_req(req)?)?;
-    prepare(&mut guard, &names, &q)?;
     let store = &*guard;
     let mut n = 0;
     for name in &names {
