@@ -3,9 +3,13 @@
 //! updates) — only the target differs. Every bulk is verified item by item. No database
 //! connection is held across Elasticsearch I/O.
 
+use serde_json::Value;
+use uuid::Uuid;
+
 use crate::app::App;
 use crate::db::Stage;
 use crate::es::alias::AssetIndices;
+use crate::es::bulk::BulkOp;
 use crate::es::index;
 use crate::es::writer::{WritePolicy, Writer};
 use crate::projection::{page, worker::OUTBOX_BACKOFF};
@@ -41,40 +45,17 @@ pub fn execution(
     target: &AssetIndices,
     row: &ExecutionRow,
 ) -> Result<u64, RebuildError> {
-    let cfg = &app.config.elasticsearch;
-    let source = index::execution_endpoints(&cfg.index_prefix);
+    let source = index::execution_endpoints(&app.config.elasticsearch.index_prefix);
     let trace_id = format!("rebuild-v{}-outbox-{}", target.version, row.outbox_id);
-    let writer = writer(app, &trace_id);
-    let mut cursor: Option<String> = None;
-    let mut endpoints = 0;
-    loop {
-        let page = page::read(
-            &app.es,
-            &source,
-            page::execution_filter(row.execution_id),
-            cursor.as_deref(),
-            cfg.projection_page_size,
-        )?;
-        let Some(next) = page.cursor.clone() else {
-            break;
-        };
-        let tags = {
-            let mut conn = app.db.checkout(Stage::Rebuild)?;
-            tags::lookup(&mut *conn, row.owner_id, &page::addresses(&page.docs), &[])?
-        };
-        writer.write(&page::execution_operations(
-            target,
-            row.owner_id,
-            &page.docs,
-            &tags,
-        ))?;
-        endpoints += page.docs.len() as u64;
-        if page.docs.len() < cfg.projection_page_size {
-            break;
-        }
-        cursor = Some(next);
-    }
-    Ok(endpoints)
+    let filter = page::execution_filter(row.execution_id);
+    each_page(
+        app,
+        &trace_id,
+        &source,
+        &filter,
+        row.owner_id,
+        |docs, tags| page::execution_operations(target, row.owner_id, docs, tags),
+    )
 }
 
 /// Re-applies the owner's current tags to the documents of `target` within one tag
@@ -84,35 +65,55 @@ pub fn tag_change(app: &App, target: &AssetIndices, row: &TagRow) -> Result<u64,
     let Some(filter) = page::tag_scope_filter(row.owner_id, &row.scope) else {
         return Ok(0);
     };
-    let cfg = &app.config.elasticsearch;
     refresh(app, target)?;
     let trace_id = format!("rebuild-v{}-tags-{}", target.version, row.outbox_id);
-    let writer = writer(app, &trace_id);
+    each_page(
+        app,
+        &trace_id,
+        &target.user,
+        &filter,
+        row.owner_id,
+        |docs, tags| page::retag_operations(target, docs, tags),
+    )
+}
+
+/// Reads `source` page by page under `filter`, looks up the owner's tags of each page and
+/// writes the operations `ops` makes of it; returns the documents read.
+fn each_page(
+    app: &App,
+    trace_id: &str,
+    source: &str,
+    filter: &Value,
+    owner_id: Uuid,
+    ops: impl Fn(&[(String, Value)], &tags::Tags) -> Vec<BulkOp>,
+) -> Result<u64, RebuildError> {
+    let page_size = app.config.elasticsearch.projection_page_size;
+    let writer = writer(app, trace_id);
     let mut cursor: Option<String> = None;
-    let mut touched = 0;
+    let mut documents = 0;
     loop {
         let page = page::read(
             &app.es,
-            &target.user,
+            source,
             filter.clone(),
             cursor.as_deref(),
-            cfg.projection_page_size,
+            page_size,
         )?;
         let Some(next) = page.cursor.clone() else {
             break;
         };
         let tags = {
             let mut conn = app.db.checkout(Stage::Rebuild)?;
-            tags::lookup(&mut *conn, row.owner_id, &page::addresses(&page.docs), &[])?
+            tags::lookup(&mut *conn, owner_id, &page::addresses(&page.docs), &[])?
         };
-        writer.write(&page::retag_operations(target, &page.docs, &tags))?;
-        touched += page.docs.len() as u64;
-        if page.docs.len() < cfg.projection_page_size {
+        writer.write(&ops(&page.docs, &tags))?;
+        documents += page.docs.len() as u64;
+        if page.docs.len() < page_size {
             break;
         }
         cursor = Some(next);
     }
-    Ok(touched)
+    Ok(documents)
 }
 
 /// Makes everything written to `target` visible to searches.
