@@ -15,8 +15,10 @@
 //! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`rebuild`]
 //! (re-building the asset projection into a new version and switching its aliases), [`read`]
 //! (owner-side read APIs), [`auth`] (tokens to principals), [`tags`] (asset tags), [`app`]
-//! (start-up and shutdown), [`telemetry`] (events, metrics, sampler).
+//! (start-up and shutdown), [`telemetry`] (events, metrics, sampler), [`allocator`] (how
+//! long freed memory stays mapped).
 
+pub mod allocator;
 pub mod app;
 pub mod auth;
 pub mod config;

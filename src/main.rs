@@ -91,7 +91,12 @@ enum RebuildAction {
 /// Exit status of a refused switch (`PROJECTION_MISMATCH`).
 const EXIT_MISMATCH: u8 = 3;
 
+/// Memory a publisher page or an upload batch frees is reused by the next one; after this
+/// long unused it goes back to the OS (mimalloc's default, 1 s, returned it between pages).
+const KEEP_FREED_PAGES_MS: u32 = 10_000;
+
 fn main() -> ExitCode {
+    scanstore::allocator::keep_freed_pages(Some(KEEP_FREED_PAGES_MS));
     let cli = Cli::parse();
     // An interactive rebuild shows a progress bar; per-request events would bury it
     // (RUST_LOG=info brings them back). Elsewhere the journal gets every event.

@@ -51,11 +51,11 @@ impl Tags {
 pub fn lookup(
     db: &mut impl GenericClient,
     owner_id: Uuid,
-    ips: &[&str],
+    ips: &[impl AsRef<str>],
     names: &[&str],
 ) -> Result<Tags, postgres::Error> {
     let mut tags = Tags::default();
-    let mut addrs: Vec<IpAddr> = ips.iter().filter_map(|i| i.parse().ok()).collect();
+    let mut addrs: Vec<IpAddr> = ips.iter().filter_map(|i| i.as_ref().parse().ok()).collect();
     addrs.sort();
     addrs.dedup();
     if !addrs.is_empty() {

@@ -2,6 +2,7 @@
 //! a per-request timeout. Every response body is read, because ES reports meaningful
 //! conditions in 4xx bodies and `_bulk` answers 200 even when items failed.
 
+use std::io::Read;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -147,11 +148,15 @@ impl EsClient {
         };
         let mut response = result.map_err(|e| EsError::Transport(e.to_string()))?;
         let status = response.status().as_u16();
-        let bytes = response
-            .body_mut()
-            .with_config()
+        // Sized from Content-Length up front: page and bulk responses are hundreds of KiB,
+        // and growing a buffer by doubling touches (and faults in) memory twice.
+        let body = response.body_mut();
+        let expected = body.content_length().unwrap_or(0).min(MAX_RESPONSE_BYTES);
+        let mut bytes = Vec::with_capacity(expected as usize);
+        body.with_config()
             .limit(MAX_RESPONSE_BYTES)
-            .read_to_vec()
+            .reader()
+            .read_to_end(&mut bytes)
             .map_err(|e| EsError::Transport(e.to_string()))?;
         Ok(RawResponse { status, bytes })
     }

@@ -4,7 +4,9 @@
 
 use std::borrow::Cow;
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::bulk::{BulkOp, OpKind};
@@ -29,37 +31,32 @@ struct BulkResponse<'a> {
     items: Option<Vec<BulkItem<'a>>>,
 }
 
-/// One item: an object keyed by the operation it answers.
+/// One item: an object keyed by the operation it answers (serde's external tagging, so an
+/// item is one small value and a 10 000-item response is not a vector of four options each).
 #[derive(Deserialize)]
-struct BulkItem<'a> {
-    #[serde(borrow)]
-    index: Option<ItemResult<'a>>,
-    #[serde(borrow)]
-    update: Option<ItemResult<'a>>,
-    #[serde(borrow)]
-    create: Option<ItemResult<'a>>,
-    #[serde(borrow)]
-    delete: Option<ItemResult<'a>>,
+#[serde(rename_all = "lowercase")]
+enum BulkItem<'a> {
+    Index(#[serde(borrow)] ItemResult<'a>),
+    Update(#[serde(borrow)] ItemResult<'a>),
+    Create(IgnoredAny),
+    Delete(IgnoredAny),
 }
 
 impl<'a> BulkItem<'a> {
     fn result(&self, kind: OpKind) -> Option<&ItemResult<'a>> {
-        match kind {
-            OpKind::Index => self.index.as_ref(),
-            OpKind::Update => self.update.as_ref(),
+        match (kind, self) {
+            (OpKind::Index, BulkItem::Index(r)) | (OpKind::Update, BulkItem::Update(r)) => Some(r),
+            _ => None,
         }
     }
 
     fn answered(&self) -> &'static str {
-        [
-            (self.index.is_some(), "index"),
-            (self.update.is_some(), "update"),
-            (self.create.is_some(), "create"),
-            (self.delete.is_some(), "delete"),
-        ]
-        .into_iter()
-        .find_map(|(present, name)| present.then_some(name))
-        .unwrap_or("nothing")
+        match self {
+            BulkItem::Index(_) => "index",
+            BulkItem::Update(_) => "update",
+            BulkItem::Create(_) => "create",
+            BulkItem::Delete(_) => "delete",
+        }
     }
 }
 
@@ -72,7 +69,9 @@ struct ItemResult<'a> {
     status: Option<u64>,
     #[serde(borrow)]
     result: Option<Cow<'a, str>>,
-    error: Option<Value>,
+    /// Parsed only for a failed item.
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
 }
 
 /// Checks every item; the first structural mismatch or the failed items become an error.
@@ -130,7 +129,9 @@ pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
                 }
             }
             (error, _) => {
-                let error = error.as_ref().unwrap_or(&Value::Null);
+                let error: Value = error
+                    .and_then(|e| serde_json::from_str(e.get()).ok())
+                    .unwrap_or_default();
                 failed.push((
                     status,
                     error["type"].as_str().unwrap_or("unknown").to_string(),

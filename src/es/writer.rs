@@ -66,32 +66,32 @@ impl Writer<'_> {
             let body = bulk::body(part);
             self.send_with_retry(part, &body).map(|v| (v, body.len()))
         };
-        let sent: Vec<Result<(Verified, usize), EsError>> = if together && ranges.len() > 1 {
-            std::thread::scope(|s| {
-                let sends: Vec<_> = ranges
-                    .into_iter()
-                    .map(|range| s.spawn(move || send(range)))
+        let sent: Vec<Result<(Verified, usize), EsError>> = match ranges.split_first() {
+            // The first request goes from this thread: one thread fewer to start per write.
+            Some((first, rest)) if together && !rest.is_empty() => std::thread::scope(|s| {
+                let others: Vec<_> = rest
+                    .iter()
+                    .map(|range| s.spawn(|| send(range.clone())))
                     .collect();
-                sends
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(EsError::Transport("bulk sender panicked".into()))
-                        })
-                    })
-                    .collect()
-            })
-        } else {
-            let mut sent = Vec::with_capacity(ranges.len());
-            for range in ranges {
-                let result = send(range);
-                let failed = result.is_err();
-                sent.push(result);
-                if failed {
-                    break;
+                let mut sent = vec![send(first.clone())];
+                sent.extend(others.into_iter().map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(EsError::Transport("bulk sender panicked".into())))
+                }));
+                sent
+            }),
+            _ => {
+                let mut sent = Vec::with_capacity(ranges.len());
+                for range in ranges {
+                    let result = send(range);
+                    let failed = result.is_err();
+                    sent.push(result);
+                    if failed {
+                        break;
+                    }
                 }
+                sent
             }
-            sent
         };
         let mut report = WriteReport::default();
         for result in sent {

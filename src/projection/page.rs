@@ -4,8 +4,14 @@
 //! document) plus, where the owner has tags for the address, the owner document's tags.
 //! For a tags row, each of the owner's asset documents in scope gets its current tags.
 
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -14,11 +20,24 @@ use crate::es::bulk::BulkOp;
 use crate::es::{index, painless, EsClient, EsError};
 use crate::tags::Tags;
 
-/// Documents of one page and the cursor after the last one.
-pub struct Page {
-    pub docs: Vec<(String, Value)>,
+/// A page as read: the search response, parsed (and checked) by [`Fetched::page`]. Kept as
+/// bytes so that the documents borrow from it instead of becoming one JSON tree each.
+pub struct Fetched {
+    body: Vec<u8>,
+}
+
+/// The documents of one page and the cursor after the last one.
+pub struct Page<'a> {
+    pub docs: Vec<Doc<'a>>,
     /// `search_after` values of the last document, as JSON text (the outbox `cursor`).
     pub cursor: Option<String>,
+}
+
+/// One document of a page: its id and the [`FIELDS`] its source has, as the JSON text the
+/// search returned (copied verbatim into the merge parameters).
+pub struct Doc<'a> {
+    pub id: Cow<'a, str>,
+    pub source: Source<'a>,
 }
 
 /// The fields an asset merge needs from an execution-projection document.
@@ -33,15 +52,87 @@ const FIELDS: [&str; 9] = [
     "observed_at",
     "execution_id",
 ];
+const IP: usize = 0;
+const PORT: usize = 1;
+const TRANSPORT: usize = 2;
 
-/// The parts of a search response a page reads (parsed typed: a page is a large body).
+/// A document's [`FIELDS`] by position; absent and `null` fields are `None`.
+#[derive(Default)]
+pub struct Source<'a>([Option<&'a RawValue>; FIELDS.len()]);
+
+impl<'a> Source<'a> {
+    /// Reads the JSON object `text` (fields other than [`FIELDS`] are skipped).
+    pub fn parse(text: &'a str) -> Result<Source<'a>, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    fn text(&self, field: usize) -> Option<Cow<'a, str>> {
+        let raw = self.0[field]?.get();
+        serde_json::from_str::<&str>(raw)
+            .map(Cow::Borrowed)
+            .or_else(|_| serde_json::from_str::<String>(raw).map(Cow::Owned))
+            .ok()
+    }
+
+    /// (ip, transport, port): the endpoint's identity, which names its asset documents.
+    /// A missing or mistyped part is empty (or port 0), as a merge of such a document
+    /// writes it under that id rather than failing the page.
+    fn endpoint_key(&self) -> (Cow<'a, str>, Cow<'a, str>, u16) {
+        let port = self.0[PORT]
+            .and_then(|raw| serde_json::from_str::<u16>(raw.get()).ok())
+            .unwrap_or(0);
+        (
+            self.text(IP).unwrap_or_default(),
+            self.text(TRANSPORT).unwrap_or_default(),
+            port,
+        )
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Source<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(SourceVisitor(PhantomData))
+    }
+}
+
+struct SourceVisitor<'a>(PhantomData<Source<'a>>);
+
+/// An object key, borrowed unless it has escapes.
 #[derive(Deserialize)]
-struct SearchResponse {
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl<'de: 'a, 'a> Visitor<'de> for SourceVisitor<'a> {
+    type Value = Source<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a document source object")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Source<'a>, M::Error> {
+        let mut source = Source::default();
+        while let Some(Key(key)) = map.next_key()? {
+            match FIELDS.iter().position(|f| *f == key) {
+                Some(i) => {
+                    let raw: &'de RawValue = map.next_value()?;
+                    source.0[i] = (raw.get() != "null").then_some(raw);
+                }
+                None => {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(source)
+    }
+}
+
+/// The parts of a search response a page reads.
+#[derive(Deserialize)]
+struct SearchResponse<'a> {
     timed_out: Option<bool>,
     #[serde(rename = "_shards", default)]
     shards: Shards,
-    #[serde(default)]
-    hits: Hits,
+    #[serde(borrow, default)]
+    hits: Hits<'a>,
 }
 
 #[derive(Deserialize, Default)]
@@ -50,19 +141,19 @@ struct Shards {
 }
 
 #[derive(Deserialize, Default)]
-struct Hits {
-    #[serde(default)]
-    hits: Vec<SearchHit>,
+struct Hits<'a> {
+    #[serde(borrow, default)]
+    hits: Vec<SearchHit<'a>>,
 }
 
 #[derive(Deserialize)]
-struct SearchHit {
-    #[serde(rename = "_id", default)]
-    id: String,
-    #[serde(rename = "_source", default)]
-    source: Value,
-    #[serde(default)]
-    sort: Value,
+struct SearchHit<'a> {
+    #[serde(rename = "_id", borrow, default)]
+    id: Cow<'a, str>,
+    #[serde(rename = "_source", borrow, default)]
+    source: Source<'a>,
+    #[serde(borrow, default)]
+    sort: Option<&'a RawValue>,
 }
 
 /// Reads the page of `index` matching `filter` after `cursor`. The sort (ip, port,
@@ -74,7 +165,7 @@ pub fn read(
     filter: Value,
     cursor: Option<&str>,
     size: usize,
-) -> Result<Page, EsError> {
+) -> Result<Fetched, EsError> {
     let mut query = json!({
         "size": size,
         "query": { "bool": { "filter": filter } },
@@ -92,16 +183,35 @@ pub fn read(
     let raw = es
         .send("POST", &path, Some(("application/json", &body)))?
         .ok()?;
-    let r: SearchResponse = serde_json::from_slice(&raw.bytes)
-        .map_err(|e| EsError::BadResponse(format!("unreadable search response: {e}")))?;
-    if r.timed_out == Some(true) || r.shards.failed.unwrap_or(0) > 0 {
-        return Err(EsError::BadResponse(
-            "partial search result (timed out or failed shards)".into(),
-        ));
+    Ok(Fetched { body: raw.bytes })
+}
+
+impl Fetched {
+    /// The page's documents, borrowed from the response; a partial result is an error.
+    pub fn page(&self) -> Result<Page<'_>, EsError> {
+        let r: SearchResponse = serde_json::from_slice(&self.body)
+            .map_err(|e| EsError::BadResponse(format!("unreadable search response: {e}")))?;
+        if r.timed_out == Some(true) || r.shards.failed.unwrap_or(0) > 0 {
+            return Err(EsError::BadResponse(
+                "partial search result (timed out or failed shards)".into(),
+            ));
+        }
+        let cursor = r
+            .hits
+            .hits
+            .last()
+            .map(|h| h.sort.map_or("null", RawValue::get).to_string());
+        let docs = r
+            .hits
+            .hits
+            .into_iter()
+            .map(|h| Doc {
+                id: h.id,
+                source: h.source,
+            })
+            .collect();
+        Ok(Page { docs, cursor })
     }
-    let cursor = r.hits.hits.last().map(|h| h.sort.to_string());
-    let docs = r.hits.hits.into_iter().map(|h| (h.id, h.source)).collect();
-    Ok(Page { docs, cursor })
 }
 
 /// The execution's endpoints in its projection.
@@ -121,35 +231,25 @@ pub fn tag_scope_filter(owner_id: Uuid, scope: &Value) -> Option<Value> {
     }
 }
 
-fn endpoint_key(doc: &Value) -> (&str, &str, u16) {
-    (
-        doc["ip"].as_str().unwrap_or_default(),
-        doc["transport"].as_str().unwrap_or_default(),
-        doc["port"]
-            .as_u64()
-            .and_then(|p| u16::try_from(p).ok())
-            .unwrap_or(0),
-    )
-}
-
 /// The addresses of a page, for the tag lookup.
-pub fn addresses(docs: &[(String, Value)]) -> Vec<&str> {
-    docs.iter().map(|(_, d)| endpoint_key(d).0).collect()
+pub fn addresses<'a>(docs: &'a [Doc<'_>]) -> Vec<Cow<'a, str>> {
+    docs.iter()
+        .map(|d| d.source.text(IP).unwrap_or_default())
+        .collect()
 }
 
 /// The asset-merge script's `params.obs`: the [`FIELDS`] the projection document has, plus
 /// the owner on the owner's copy. Serialised from the page's documents without copying them.
 struct Observation<'a> {
-    doc: &'a Value,
+    source: &'a Source<'a>,
     owner_id: Option<&'a str>,
 }
 
 impl Serialize for Observation<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(None)?;
-        for f in FIELDS {
-            let v = &self.doc[f];
-            if !v.is_null() {
+        for (f, v) in FIELDS.iter().zip(&self.source.0) {
+            if let Some(v) = v {
                 map.serialize_entry(f, v)?;
             }
         }
@@ -171,21 +271,22 @@ struct MergeParams<'a> {
 pub fn execution_operations(
     targets: &AssetIndices,
     owner_id: Uuid,
-    docs: &[(String, Value)],
+    docs: &[Doc<'_>],
     tags: &Tags,
 ) -> Vec<BulkOp> {
     let (global, user) = (&targets.global, &targets.user);
     let mut ops = Vec::with_capacity(docs.len() * 2);
     let owner = owner_id.to_string();
-    for (_, e) in docs {
-        let (ip, transport, port) = endpoint_key(e);
+    for doc in docs {
+        let (ip, transport, port) = doc.source.endpoint_key();
+        let (ip, transport) = (ip.as_ref(), transport.as_ref());
         ops.push(BulkOp::scripted_upsert(
             global,
             &index::global_asset_id(ip, transport, port),
             painless::ASSET_MERGE_ID,
             MergeParams {
                 obs: Observation {
-                    doc: e,
+                    source: &doc.source,
                     owner_id: None,
                 },
             },
@@ -197,7 +298,7 @@ pub fn execution_operations(
             painless::ASSET_MERGE_ID,
             MergeParams {
                 obs: Observation {
-                    doc: e,
+                    source: &doc.source,
                     owner_id: Some(&owner),
                 },
             },
@@ -217,18 +318,11 @@ pub fn execution_operations(
 }
 
 /// The current tags of each owner document of the page (an empty list clears them).
-pub fn retag_operations(
-    targets: &AssetIndices,
-    docs: &[(String, Value)],
-    tags: &Tags,
-) -> Vec<BulkOp> {
+pub fn retag_operations(targets: &AssetIndices, docs: &[Doc<'_>], tags: &Tags) -> Vec<BulkOp> {
     docs.iter()
-        .map(|(id, d)| {
-            BulkOp::partial_update(
-                &targets.user,
-                id,
-                &json!({ "tags": tags.for_ip(endpoint_key(d).0) }),
-            )
+        .map(|d| {
+            let ip = d.source.text(IP).unwrap_or_default();
+            BulkOp::partial_update(&targets.user, &d.id, &json!({ "tags": tags.for_ip(&ip) }))
         })
         .collect()
 }
@@ -241,11 +335,16 @@ mod tests {
     fn two_updates_per_untagged_endpoint_with_deterministic_ids() {
         let owner = Uuid::from_u128(7);
         let e = json!({"ip": "203.0.113.7", "port": 443, "transport": "tcp", "service": "https",
-                       "observed_at": "2026-11-29T10:00:00.000Z", "execution_id": "x"});
+                       "observed_at": "2026-11-29T10:00:00.000Z", "execution_id": "x"})
+        .to_string();
+        let doc = Doc {
+            id: "d".into(),
+            source: Source::parse(&e).unwrap(),
+        };
         let ops = execution_operations(
             &AssetIndices::version("s", 1),
             owner,
-            &[("d".into(), e)],
+            &[doc],
             &Tags::default(),
         );
         assert_eq!(ops.len(), 2);
@@ -260,6 +359,56 @@ mod tests {
         assert!(!String::from_utf8(ops[0].ndjson.clone())
             .unwrap()
             .contains("owner_id"));
+    }
+
+    #[test]
+    fn a_page_copies_its_fields_verbatim_and_skips_the_rest() {
+        // As a server may write it: escapes in keys' values, nulls, fields not asked for.
+        let body = r#"{"timed_out": false, "_shards": {"failed": 0},
+            "hits": {"hits": [
+                {"_id": "a", "sort": ["10.0.0.1", 22, "tcp"],
+                 "_source": {"ip": "10.0.0.1", "port": 22, "transport": "tcp",
+                             "banner": "SSH-2.0 \"x\"\n", "product": null,
+                             "extra": {"deep": [1, 2]}}},
+                {"_id": "b\u0041", "sort": ["10.0.0.2", "80", "tcp"],
+                 "_source": {"ip": "10.0.0.2", "port": "80", "transport": "t\u0063p",
+                             "version": 1.5}}
+            ]}}"#;
+        let fetched = Fetched {
+            body: body.as_bytes().to_vec(),
+        };
+        let page = fetched.page().unwrap();
+        assert_eq!(page.cursor.as_deref(), Some(r#"["10.0.0.2", "80", "tcp"]"#));
+        assert_eq!(page.docs[1].id, "bA");
+        let ops = execution_operations(
+            &AssetIndices::version("s", 1),
+            Uuid::nil(),
+            &page.docs,
+            &Tags::default(),
+        );
+        let obs = |i: usize| -> Value {
+            let text = String::from_utf8(ops[i].ndjson.clone()).unwrap();
+            let source: Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+            source["script"]["params"]["obs"].clone()
+        };
+        // Nulls and fields outside FIELDS are not sent; strings keep their escapes' meaning.
+        assert_eq!(
+            obs(0),
+            json!({"ip": "10.0.0.1", "port": 22, "transport": "tcp", "banner": "SSH-2.0 \"x\"\n"})
+        );
+        // A mistyped port is copied as it is, and names the document as port 0.
+        assert_eq!(ops[2].id, "10.0.0.2-tcp-0");
+        assert_eq!(obs(2)["port"], json!("80"));
+        assert_eq!(obs(2)["version"], json!(1.5));
+        assert_eq!(addresses(&page.docs), ["10.0.0.1", "10.0.0.2"]);
+    }
+
+    #[test]
+    fn a_partial_result_is_an_error() {
+        let fetched = Fetched {
+            body: br#"{"timed_out": true, "hits": {"hits": []}}"#.to_vec(),
+        };
+        assert!(fetched.page().is_err());
     }
 
     #[test]

@@ -135,7 +135,7 @@ impl Worker {
         if let (false, Some(filter)) = (claim.refreshing, filter) {
             let mut cursor = claim.cursor.clone();
             let mut processed = claim.processed_endpoints;
-            let mut prefetched: Option<page::Page> = None;
+            let mut prefetched: Option<page::Fetched> = None;
             loop {
                 if heartbeat.is_lost() {
                     return Err(ProjectionError::LeaseLost);
@@ -146,8 +146,8 @@ impl Worker {
                     return Ok(TickOutcome::Yielded { pages });
                 }
                 let started = Instant::now();
-                let page = match prefetched.take() {
-                    Some(page) => page,
+                let fetched = match prefetched.take() {
+                    Some(fetched) => fetched,
                     None => page::read(
                         &app.es,
                         &source,
@@ -156,6 +156,7 @@ impl Worker {
                         cfg.projection_page_size,
                     )?,
                 };
+                let page = fetched.page()?;
                 let Some(next) = page.cursor.clone() else {
                     break;
                 };
@@ -270,8 +271,8 @@ fn write_page(
     writer: &Writer,
     ops: &[BulkOp],
     in_order: bool,
-    read_next: Option<impl FnOnce() -> Result<page::Page, EsError> + Send>,
-) -> Result<Option<page::Page>, EsError> {
+    read_next: Option<impl FnOnce() -> Result<page::Fetched, EsError> + Send>,
+) -> Result<Option<page::Fetched>, EsError> {
     std::thread::scope(|s| {
         let ahead = read_next.map(|read| s.spawn(read));
         if in_order {

@@ -85,20 +85,21 @@ fn each_page(
     source: &str,
     filter: &Value,
     owner_id: Uuid,
-    ops: impl Fn(&[(String, Value)], &tags::Tags) -> Vec<BulkOp>,
+    ops: impl Fn(&[page::Doc<'_>], &tags::Tags) -> Vec<BulkOp>,
 ) -> Result<u64, RebuildError> {
     let page_size = app.config.elasticsearch.projection_page_size;
     let writer = writer(app, trace_id);
     let mut cursor: Option<String> = None;
     let mut documents = 0;
     loop {
-        let page = page::read(
+        let fetched = page::read(
             &app.es,
             source,
             filter.clone(),
             cursor.as_deref(),
             page_size,
         )?;
+        let page = fetched.page()?;
         let Some(next) = page.cursor.clone() else {
             break;
         };

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use serde_json::{json, Value};
+use serde_json::json;
 use uuid::Uuid;
 
 use scanstore::es::alias::AssetIndices;
@@ -98,8 +98,8 @@ pub fn upload_requests(
 }
 
 /// The execution-projection documents of a job as a publication page reads them
-/// (id, source).
-fn page_docs(job: &Job) -> Vec<(String, Value)> {
+/// (id, source as JSON text).
+fn page_docs(job: &Job) -> Vec<(String, String)> {
     (job.plan.first..job.plan.first + job.plan.endpoints)
         .map(|i| {
             let mut e = crate::workload::endpoint(i);
@@ -107,7 +107,7 @@ fn page_docs(job: &Job) -> Vec<(String, Value)> {
             obj.remove("type");
             obj.insert("observed_at".into(), json!("2026-11-29T10:00:00.000Z"));
             obj.insert("execution_id".into(), json!(job.execution_id.to_string()));
-            (i.to_string(), e)
+            (i.to_string(), e.to_string())
         })
         .collect()
 }
@@ -130,7 +130,17 @@ pub fn publication_requests(
     let targets = AssetIndices::version(prefix, setup::ASSETS_VERSION);
     for job in jobs {
         for chunk in page_docs(job).chunks(page_size.max(1)) {
-            let ops = page::execution_operations(&targets, owner, chunk, &Tags::default());
+            let docs = chunk
+                .iter()
+                .map(|(id, text)| {
+                    Ok(page::Doc {
+                        id: id.into(),
+                        source: page::Source::parse(text)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, serde_json::Error>>()
+                .map_err(|e| e.to_string())?;
+            let ops = page::execution_operations(&targets, owner, &docs, &Tags::default());
             push(&mut out, &ops, max_ops, max_bytes)?;
             out.endpoints += chunk.len();
         }

@@ -53,19 +53,6 @@ use crate::app::{App, Limits};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// `mi_option_purge_delay` in mimalloc v3's `mi_option_e` (include/mimalloc.h).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// Never hand freed pages back to the OS. With purging on, every bulk request's JSON garbage
-/// was returned (MADV_DONTNEED) and the next request faulted it back in, the kernel zeroing a
-/// transparent huge page each time: profiled at over half the emulator's CPU time during the
-/// 100 k-endpoint benchmark. The store is long-lived anyway, so keeping freed pages costs
-/// little memory.
-fn keep_freed_pages() {
-    // SAFETY: mi_option_set only stores an option value; mimalloc reads it when it purges.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) }
-}
-
 #[derive(Parser, Debug)]
 #[command(
     name = "scanstore-es-emulator",
@@ -125,7 +112,8 @@ pub fn start(
 }
 
 fn main() -> ExitCode {
-    keep_freed_pages();
+    // The store is long-lived and re-allocates what each bulk frees: never purge.
+    scanstore::allocator::keep_freed_pages(None);
     let cli = Cli::parse();
     if let Some(Command::Bench(args)) = cli.command {
         return match bench::run(&args) {
@@ -157,23 +145,5 @@ fn main() -> ExitCode {
     drop(out);
     loop {
         std::thread::park();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn purge_delay_option_is_the_one_set() {
-        // SAFETY: reading and writing mimalloc options has no memory-safety preconditions.
-        let before = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-        // v3's default purge delay is 1000 ms: the index names the purge-delay option.
-        assert!(before == 1000 || before == -1, "{before}");
-        keep_freed_pages();
-        assert_eq!(
-            unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) },
-            -1
-        );
     }
 }

@@ -330,7 +330,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
                     .zip(&h.sort)
                     .map(|(s, k)| sort_value_json(s, k.as_ref()))
                     .collect();
-                m.insert("sort".into(), json!(vals));
+                m.insert("sort".into(), Value::Array(vals));
             }
             Value::Object(m)
         })
@@ -365,7 +365,8 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         }
     }
     hits_obj.insert("max_score".into(), max_score);
-    hits_obj.insert("hits".into(), json!(page));
+    // Moved in, not `json!(page)`: that would re-serialise every hit into a new tree.
+    hits_obj.insert("hits".into(), Value::Array(page));
     let mut out = json!({
         "took": started.elapsed().as_millis() as u64,
         "timed_out": false,

@@ -1,6 +1,8 @@
 //! `_source` filtering (`_source: false | "f" | ["a.*"] | {includes, excludes}` and the
 //! `_source`, `_source_includes`, `_source_excludes` URL parameters).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use crate::store::glob_match;
@@ -130,10 +132,10 @@ impl SourceFilter {
             Value::Object(map) => {
                 let mut out = Map::new();
                 for (k, child) in map {
-                    let path = if prefix.is_empty() {
-                        k.clone()
+                    let path: Cow<str> = if prefix.is_empty() {
+                        Cow::Borrowed(k)
                     } else {
-                        format!("{prefix}.{k}")
+                        Cow::Owned(format!("{prefix}.{k}"))
                     };
                     let (whole, partial) = self.keep(&path, child.is_object() || child.is_array());
                     if whole && self.excludes.is_empty() {
