@@ -5,7 +5,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::app::App;
@@ -50,11 +50,45 @@ pub enum TickOutcome {
 
 pub struct Worker {
     app: Arc<App>,
+    /// The page read ahead when this worker last yielded a row: the next claim of that row
+    /// at that cursor starts from it instead of reading it again.
+    carried: Mutex<Option<Carried>>,
+}
+
+struct Carried {
+    outbox_id: i64,
+    /// The cursor the page was read after (the row's checkpoint when it was yielded).
+    cursor: String,
+    fetched: page::Fetched,
 }
 
 impl Worker {
     pub fn new(app: Arc<App>) -> Worker {
-        Worker { app }
+        Worker {
+            app,
+            carried: Mutex::new(None),
+        }
+    }
+
+    /// The carried page, if it continues `claim` where it stands (any other claim of the
+    /// row in between moved its cursor, or left it where this page still follows it).
+    fn take_carried(&self, claim: &Claim) -> Option<page::Fetched> {
+        let carried = self.carried.lock().ok()?.take()?;
+        (carried.outbox_id == claim.id
+            && !claim.refreshing
+            && claim.cursor.as_deref() == Some(carried.cursor.as_str()))
+        .then_some(carried.fetched)
+    }
+
+    fn carry(&self, claim: &Claim, cursor: Option<String>, fetched: Option<page::Fetched>) {
+        if let (Some(cursor), Some(fetched), Ok(mut slot)) = (cursor, fetched, self.carried.lock())
+        {
+            *slot = Some(Carried {
+                outbox_id: claim.id,
+                cursor,
+                fetched,
+            });
+        }
     }
 
     /// One claim → pages → checkpoint round.
@@ -135,7 +169,7 @@ impl Worker {
         if let (false, Some(filter)) = (claim.refreshing, filter) {
             let mut cursor = claim.cursor.clone();
             let mut processed = claim.processed_endpoints;
-            let mut prefetched: Option<page::Fetched> = None;
+            let mut prefetched = self.take_carried(claim);
             loop {
                 if heartbeat.is_lost() {
                     return Err(ProjectionError::LeaseLost);
@@ -143,6 +177,7 @@ impl Worker {
                 if pages == cfg.projection_pages_per_tick {
                     heartbeat.stop();
                     outbox::release(&app.db, claim)?;
+                    self.carry(claim, cursor, prefetched);
                     return Ok(TickOutcome::Yielded { pages });
                 }
                 let started = Instant::now();
@@ -178,11 +213,12 @@ impl Worker {
                 // An execution's next page is read while this one is written: its source,
                 // the execution projection, is not what publication writes, and the cursor
                 // of the next read is already known. A failed read-ahead is simply redone
-                // (and reported) at the top of the loop. Tag pages read the index they
-                // write, so they stay strictly one after the other.
+                // (and reported) at the top of the loop. After the tick's last page it is
+                // carried to this worker's next claim, which is usually the same row again
+                // (a page read wasted when it is not). Tag pages read the index they write,
+                // so they stay strictly one after the other.
                 let read_ahead = matches!(claim.work, Work::Execution(_))
-                    && page.docs.len() == cfg.projection_page_size
-                    && pages + 1 < cfg.projection_pages_per_tick;
+                    && page.docs.len() == cfg.projection_page_size;
                 let read_next = read_ahead.then_some(|| {
                     page::read(
                         &app.es,

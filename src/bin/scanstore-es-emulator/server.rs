@@ -57,7 +57,11 @@ fn respond(rq: Request, reply: Reply) {
     if reply.close {
         return respond_and_close(rq, reply, false);
     }
-    let mut resp = Response::from_data(reply.body).with_status_code(reply.status);
+    // Content-Length on every reply, as ES sends it (tiny_http switches to chunked transfer
+    // at 32 KiB): clients size their read buffer from it.
+    let mut resp = Response::from_data(reply.body)
+        .with_status_code(reply.status)
+        .with_chunked_threshold(usize::MAX);
     let ct = if reply.json {
         "application/json"
     } else {

@@ -287,8 +287,8 @@ fn a_failed_read_ahead_is_read_again_not_recorded() {
     let statuses: Vec<u16> = searches.requests.iter().map(|r| r.status).collect();
     assert_eq!(
         statuses,
-        [200, 503, 200],
-        "page 1, its failed read-ahead, page 2 read again"
+        [200, 503, 200, 200],
+        "page 1, its failed read-ahead, page 2 read again, page 3 read ahead for the next tick"
     );
     let row = outbox_row(&s, s.execution());
     assert_eq!(

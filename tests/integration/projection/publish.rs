@@ -223,3 +223,60 @@ fn an_untagged_page_sends_its_requests_together_a_tagged_one_in_order() {
         assert_eq!(doc["tags"], expected, "{doc}");
     }
 }
+
+/// Searches the emulator answered on the execution projection so far.
+fn page_reads(s: &Stack) -> usize {
+    s.emulator()
+        .requests(Some("POST"), Some("*-execution-endpoints/_search"))
+        .count
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_yielding_worker_carries_its_read_ahead_to_its_next_claim() {
+    let Some(s) = Stack::with_faults("projection_carry", "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        cfg.elasticsearch.projection_page_size = 10;
+        cfg.elasticsearch.projection_pages_per_tick = 1;
+    }) else {
+        return;
+    };
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    let before = page_reads(&s);
+    let w = worker(&s);
+    assert_eq!(w.tick().unwrap(), TickOutcome::Yielded { pages: 1 });
+    assert_eq!(w.tick().unwrap(), TickOutcome::Yielded { pages: 1 });
+    assert_eq!(w.tick().unwrap(), TickOutcome::Completed { pages: 1 });
+    // Page 1, then pages 2 and 3 each read ahead once: nothing is read twice.
+    assert_eq!(page_reads(&s) - before, 3);
+    let row = outbox_row(&s, s.execution());
+    assert_eq!(row["processed_endpoints"], 25, "{row}");
+    assert_eq!(assets(&s, "global").len(), 25);
+    assert_eq!(assets(&s, "user").len(), 25);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_carried_page_is_dropped_when_another_worker_moved_the_row_on() {
+    let Some(s) = Stack::with_faults("projection_carry_stale", "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        cfg.elasticsearch.projection_page_size = 10;
+        cfg.elasticsearch.projection_pages_per_tick = 1;
+    }) else {
+        return;
+    };
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    let before = page_reads(&s);
+    let (a, b) = (worker(&s), worker(&s));
+    // A publishes page 1 and carries page 2; B, claiming next, publishes page 2 itself.
+    assert_eq!(a.tick().unwrap(), TickOutcome::Yielded { pages: 1 });
+    assert_eq!(b.tick().unwrap(), TickOutcome::Yielded { pages: 1 });
+    assert_eq!(outbox_row(&s, s.execution())["processed_endpoints"], 20);
+    // A's carried page 2 no longer follows the row's cursor: A reads page 3.
+    assert_eq!(a.tick().unwrap(), TickOutcome::Completed { pages: 1 });
+    assert_eq!(page_reads(&s) - before, 5, "A: 1, 2; B: 2, 3; A: 3");
+    let row = outbox_row(&s, s.execution());
+    assert_eq!(row["processed_endpoints"], 25, "{row}");
+    assert!(row["last_error"].is_null(), "{row}");
+    assert_eq!(assets(&s, "global").len(), 25);
+}
