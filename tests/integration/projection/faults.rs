@@ -8,7 +8,9 @@ use serde_json::json;
 use scanstore::es::error::ErrorClass;
 use scanstore::projection::worker::TickOutcome;
 
-use super::{assets, outbox_row, tick_holding, tick_until_done, worker, T0};
+use super::{
+    assets, outbox_row, three_pages_one_per_tick, tick_holding, tick_until_done, worker, T0,
+};
 use crate::support::emulator::{Corruption, Fault};
 use crate::support::scan;
 use crate::support::stack::Stack;
@@ -43,14 +45,9 @@ fn due_in(s: &Stack) -> f64 {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_failed_or_corrupted_item_does_not_advance_the_cursor() {
-    let Some(s) = Stack::with_faults("projection_bad_item", "port_scan", |cfg| {
-        cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
-        cfg.elasticsearch.projection_pages_per_tick = 1;
-    }) else {
+    let Some(s) = three_pages_one_per_tick("projection_bad_item") else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
     let w = worker(&s);
     // Page 1 succeeds; page 2 has one item failing with a transient error.
     assert_eq!(w.tick().unwrap(), TickOutcome::Yielded { pages: 1 });

@@ -57,6 +57,26 @@ pub fn tick_holding(
     ticking.join().unwrap()
 }
 
+/// A stack with no workers that publishes one page of 10 per tick, holding a 25-endpoint
+/// execution (pages of 10, 10 and 5) with its final uploaded; `None` on a real cluster.
+pub fn three_pages_one_per_tick(name: &str) -> Option<Stack> {
+    let s = Stack::with_faults(name, "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        cfg.elasticsearch.projection_page_size = 10;
+        cfg.elasticsearch.projection_pages_per_tick = 1;
+    })?;
+    crate::support::scan::upload_execution(
+        s.base(),
+        &s.scanner.token,
+        s.execution(),
+        0,
+        25,
+        25,
+        T0,
+    );
+    Some(s)
+}
+
 /// The outbox row of an execution as JSON (for before/after comparisons).
 pub fn outbox_row(s: &Stack, execution: Uuid) -> Value {
     let text: String = s

@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{assets, outbox_row, tick_holding, tick_until_done, wait_for, worker, T0};
+use super::{
+    assets, outbox_row, three_pages_one_per_tick, tick_holding, tick_until_done, wait_for, worker,
+    T0,
+};
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
@@ -234,14 +237,9 @@ fn page_reads(s: &Stack) -> usize {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_yielding_worker_carries_its_read_ahead_to_its_next_claim() {
-    let Some(s) = Stack::with_faults("projection_carry", "port_scan", |cfg| {
-        cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
-        cfg.elasticsearch.projection_pages_per_tick = 1;
-    }) else {
+    let Some(s) = three_pages_one_per_tick("projection_carry") else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
     let before = page_reads(&s);
     let w = worker(&s);
     assert_eq!(w.tick().unwrap(), TickOutcome::Yielded { pages: 1 });
@@ -258,14 +256,9 @@ fn a_yielding_worker_carries_its_read_ahead_to_its_next_claim() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_carried_page_is_dropped_when_another_worker_moved_the_row_on() {
-    let Some(s) = Stack::with_faults("projection_carry_stale", "port_scan", |cfg| {
-        cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
-        cfg.elasticsearch.projection_pages_per_tick = 1;
-    }) else {
+    let Some(s) = three_pages_one_per_tick("projection_carry_stale") else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
     let before = page_reads(&s);
     let (a, b) = (worker(&s), worker(&s));
     // A publishes page 1 and carries page 2; B, claiming next, publishes page 2 itself.
