@@ -19,15 +19,14 @@ pub fn keep_freed_pages(for_ms: Option<u32>) {
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, delay) }
 }
 
-/// The current purge delay in ms (-1: never).
-pub fn purge_delay() -> c_long {
-    // SAFETY: reading a mimalloc option has no memory-safety preconditions.
-    unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn purge_delay() -> c_long {
+        // SAFETY: reading a mimalloc option has no memory-safety preconditions.
+        unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) }
+    }
 
     #[test]
     fn the_option_set_is_the_purge_delay() {
