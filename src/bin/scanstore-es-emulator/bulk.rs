@@ -52,7 +52,6 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
     let mut items: Vec<Vec<u8>> = Vec::with_capacity(parsed.len());
     let mut errors = false;
     let mut touched: Vec<String> = Vec::new();
-    let mut fetches: Vec<Option<SourceFilter>> = Vec::new();
     let mut parsed = parsed.into_iter().peekable();
     // The store lock is taken per slice of items, not for the whole request: a search
     // waiting for it gets in between (on a real node, reads never wait for a bulk).
@@ -61,16 +60,14 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         let mut faults = lock(&app.faults);
         let check_items = faults.has_item_faults();
         for p in parsed.by_ref().take(ITEMS_PER_LOCK) {
-            let (kind, res) = match p {
+            // An update's `_source` fetch applies to its own item only.
+            let (kind, res, fetch) = match p {
                 Parsed::Bad {
                     kind,
                     index,
                     id,
                     error,
-                } => {
-                    fetches.push(None);
-                    (kind, Err(WriteErr { index, id, error }))
-                }
+                } => (kind, Err(WriteErr { index, id, error }), None),
                 Parsed::Op(op) => {
                     let fetch = match (&op.fetch_source, &url_source) {
                         (Some(spec), _) if op.kind == OpKind::Update => {
@@ -79,23 +76,21 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                         (None, Some(f)) if op.kind == OpKind::Update => Some(f.clone()),
                         _ => None,
                     };
-                    fetches.push(fetch);
                     let injected = if check_items {
                         op.id.as_deref().and_then(|id| faults.item_failure(id))
                     } else {
                         None
                     };
-                    match injected {
-                        Some(error) => (
-                            op.kind,
-                            Err(WriteErr {
-                                index: op.index.clone(),
-                                id: op.id.clone().unwrap_or_default(),
-                                error,
-                            }),
-                        ),
-                        None => (op.kind, apply(&mut store, op).map_err(|e| *e)),
-                    }
+                    let kind = op.kind;
+                    let res = match injected {
+                        Some(error) => Err(WriteErr {
+                            index: op.index.clone(),
+                            id: op.id.clone().unwrap_or_default(),
+                            error,
+                        }),
+                        None => apply(&mut store, op).map_err(|e| *e),
+                    };
+                    (kind, res, fetch)
                 }
             };
             let mut item = Vec::with_capacity(256);
@@ -107,7 +102,7 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                     if touched.last() != Some(&ok.index) && !touched.contains(&ok.index) {
                         touched.push(ok.index.clone());
                     }
-                    let get = fetches.last().cloned().flatten().and_then(|f| {
+                    let get = fetch.and_then(|f| {
                         let doc = store.indices.get(&ok.index)?.docs.get(ok.id.as_str())?.latest.clone()?;
                         Some(json!({"_seq_no": doc.seq_no, "_primary_term": 1, "found": true, "_source": f.apply(&doc.source)?}))
                     });
