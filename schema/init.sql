@@ -208,6 +208,11 @@ CREATE TABLE scan_upload_receipts (
     storage_references text[],
     created_at         timestamptz NOT NULL DEFAULT now(),
     confirmed_at       timestamptz,
+    -- Set by the confirm that also recorded the batch's A/AAAA answers in
+    -- execution_dns_answers. false on a receipt confirmed by an older release: a final
+    -- over such receipts reads the answers from the facts instead. Added by
+    -- migrate_execution_dns_answers.sql on upgrade; declared last.
+    dns_answers_recorded boolean NOT NULL DEFAULT false,
     -- Why: one receipt per batch identity; a retry finds its receipt here. The index also
     -- serves "this execution's receipts" and the execution cascade (leading column).
     CONSTRAINT scan_upload_receipts_identity_key UNIQUE (execution_id, upload_id, stream, batch_index),
@@ -215,6 +220,22 @@ CREATE TABLE scan_upload_receipts (
     CONSTRAINT scan_upload_receipts_dns_not_final CHECK (stream = 'main' OR NOT is_final),
     -- Why: confirmed_at records when the receipt was confirmed, and only then.
     CONSTRAINT scan_upload_receipts_confirmed_at CHECK ((status = 'confirmed') = (confirmed_at IS NOT NULL))
+);
+
+------------------------------------------------------------------------------------------
+-- DNS answers awaiting the final (also created by migrate_execution_dns_answers.sql)
+------------------------------------------------------------------------------------------
+
+-- The distinct A/AAAA answers of a running DNS or mixed execution, at most 1024 (the child
+-- task's target limit), recorded by each batch's confirm under the execution lock so
+-- that the final reads a bounded set instead of aggregating every DNS fact of the
+-- execution in Elasticsearch. The final turns them into the child task and deletes them.
+CREATE TABLE IF NOT EXISTS execution_dns_answers (
+    execution_id uuid NOT NULL REFERENCES executions (id) ON DELETE CASCADE,
+    address      inet NOT NULL,
+    -- Why: a retried confirm adds nothing twice, and the final reads the answers of one
+    -- execution in address order from this index alone.
+    PRIMARY KEY (execution_id, address)
 );
 
 ------------------------------------------------------------------------------------------
@@ -625,4 +646,5 @@ INSERT INTO schema_version (version) VALUES (2);
 INSERT INTO schema_marker (name) VALUES
     ('scan_projection_v2'),
     ('scan_upload_stream_backfill'),
-    ('search_target_ip');
+    ('search_target_ip'),
+    ('execution_dns_answers');

@@ -1,8 +1,9 @@
--- Upgrade step 2 of 3: upload stream state (scan_upload_stream) derived from receipts.
+-- Upgrade step 2 of 4: upload stream state (scan_upload_stream) derived from receipts.
 --
 -- Order of the upgrade (the Rust runner, under pg_advisory_lock, on a database that
 -- already has `owners`): migrate_scan_projection.sql -> migrate_scan_upload_stream.sql
--- -> migrate_search_target_ip.sql, then `UPDATE schema_version SET version = 2`.
+-- -> migrate_search_target_ip.sql -> migrate_execution_dns_answers.sql, then
+-- `UPDATE schema_version SET version = 2`.
 -- A fresh database gets init.sql instead, which already contains all of this and the
 -- marker, so there this file changes nothing.
 --

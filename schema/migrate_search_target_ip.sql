@@ -1,8 +1,9 @@
--- Upgrade step 3 of 3: indexable CIDR freshness (search_targets.target_ip, asset_tags.target_ip).
+-- Upgrade step 3 of 4: indexable CIDR freshness (search_targets.target_ip, asset_tags.target_ip).
 --
 -- Order of the upgrade (the Rust runner, under pg_advisory_lock, on a database that
 -- already has `owners`): migrate_scan_projection.sql -> migrate_scan_upload_stream.sql
--- -> migrate_search_target_ip.sql, then `UPDATE schema_version SET version = 2`.
+-- -> migrate_search_target_ip.sql -> migrate_execution_dns_answers.sql, then
+-- `UPDATE schema_version SET version = 2`.
 -- A fresh database gets init.sql instead, which already has all of this and the marker,
 -- so there this file changes nothing.
 --

@@ -25,6 +25,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_search_target_ip.sql",
         include_str!("../../schema/migrate_search_target_ip.sql"),
     ),
+    (
+        "migrate_execution_dns_answers.sql",
+        include_str!("../../schema/migrate_execution_dns_answers.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -32,6 +36,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "scan_projection_v2",
     "scan_upload_stream_backfill",
     "search_target_ip",
+    "execution_dns_answers",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).

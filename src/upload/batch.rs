@@ -95,6 +95,23 @@ impl Batch {
     pub fn dns_count(&self) -> usize {
         self.observations.len() - self.endpoint_count()
     }
+
+    /// The distinct A/AAAA answers of the batch, in address order.
+    pub fn dns_answers(&self) -> Vec<IpAddr> {
+        let mut answers: Vec<IpAddr> = self
+            .observations
+            .iter()
+            .filter_map(|o| match o {
+                Observation::Dns(d) if matches!(d.record_type.as_str(), "A" | "AAAA") => {
+                    d.value.parse().ok()
+                }
+                _ => None,
+            })
+            .collect();
+        answers.sort_unstable();
+        answers.dedup();
+        answers
+    }
 }
 
 #[derive(Deserialize)]

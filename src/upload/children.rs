@@ -2,7 +2,12 @@
 //! generated `port_scan` task of the same owner (targets = the resolved addresses,
 //! deduplicated and bounded) with a queued execution for the same scanner. Idempotent: at
 //! most one child per source execution (unique index), so retries generate nothing twice.
-//! The answers are read from Elasticsearch before transaction B; the task is written in it.
+//! Each batch's confirm records its answers in `execution_dns_answers` (the first
+//! `MAX_CHILD_TARGETS` distinct ones of the execution), so the final reads a bounded set
+//! whatever the execution's size; only an execution with batches confirmed by an older
+//! release aggregates its answers from the facts in Elasticsearch, before transaction B.
+
+use std::net::IpAddr;
 
 use postgres::Transaction;
 use serde_json::json;
@@ -15,13 +20,70 @@ use crate::es::EsClient;
 /// Most addresses one DNS execution turns into child targets.
 pub const MAX_CHILD_TARGETS: usize = 1024;
 
-/// The distinct A/AAAA answers of an execution, over the final's fact indices (the
-/// count chunks' index lists), at most `MAX_CHILD_TARGETS`.
+/// Where a final's child targets come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildTargets {
+    /// A `port_scan` execution: no child task.
+    None,
+    /// Every DNS batch recorded its answers at confirm.
+    Recorded,
+    /// Aggregated from the facts (some batch was confirmed by an older release).
+    Read(Vec<IpAddr>),
+}
+
+// Under the execution lock (transaction B takes it first), so the room left is exact and
+// an execution never holds more than MAX_CHILD_TARGETS answers.
+const RECORD_ANSWERS: &str = "
+    INSERT INTO execution_dns_answers (execution_id, address)
+    SELECT $1, a FROM unnest($2::inet[]) AS a
+     WHERE NOT EXISTS (SELECT 1 FROM execution_dns_answers d
+                        WHERE d.execution_id = $1 AND d.address = a)
+     ORDER BY a
+     LIMIT greatest(0, $3 - (SELECT count(*) FROM execution_dns_answers WHERE execution_id = $1))
+    ON CONFLICT DO NOTHING";
+
+// Primary-key range: at most MAX_CHILD_TARGETS rows.
+const RECORDED_ANSWERS: &str = "
+    SELECT address FROM execution_dns_answers WHERE execution_id = $1 ORDER BY address";
+
+const FORGET_ANSWERS: &str = "DELETE FROM execution_dns_answers WHERE execution_id = $1";
+
+/// Records a confirmed batch's distinct answers, up to the execution's room left.
+pub fn record(
+    tx: &mut Transaction<'_>,
+    execution_id: Uuid,
+    answers: &[IpAddr],
+) -> Result<(), postgres::Error> {
+    tx.execute(
+        RECORD_ANSWERS,
+        &[&execution_id, &answers, &(MAX_CHILD_TARGETS as i64)],
+    )?;
+    Ok(())
+}
+
+/// The answers recorded for `execution_id`, removed: the final that reads them is their
+/// last use.
+pub fn take_recorded(
+    tx: &mut Transaction<'_>,
+    execution_id: Uuid,
+) -> Result<Vec<IpAddr>, postgres::Error> {
+    let answers = tx
+        .query(RECORDED_ANSWERS, &[&execution_id])?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    tx.execute(FORGET_ANSWERS, &[&execution_id])?;
+    Ok(answers)
+}
+
+/// The distinct A/AAAA answers of an execution aggregated from the facts, over the
+/// final's fact indices (the count chunks' index lists), at most `MAX_CHILD_TARGETS`
+/// (the most frequent). Only for executions with receipts that recorded no answers.
 pub fn resolved_addresses(
     es: &EsClient,
     plan: &Plan,
     execution_id: Uuid,
-) -> Result<Vec<String>, UploadError> {
+) -> Result<Vec<IpAddr>, UploadError> {
     let query = json!({
         "size": 0,
         "query": { "bool": { "filter": [
@@ -31,7 +93,7 @@ pub fn resolved_addresses(
         ] } },
         "aggs": { "answers": { "terms": { "field": "value", "size": MAX_CHILD_TARGETS } } }
     });
-    let mut out: Vec<String> = Vec::new();
+    let mut out: Vec<IpAddr> = Vec::new();
     for count_path in &plan.count {
         let path = count_path.replacen("/_count", "/_search", 1);
         let r = es.json("POST", &path, &query)?.ok()?;
@@ -45,12 +107,12 @@ pub fn resolved_addresses(
             .into_iter()
             .flatten()
         {
-            if let Some(v) = b["key"].as_str() {
-                out.push(v.to_string());
+            if let Some(ip) = b["key"].as_str().and_then(|v| v.parse().ok()) {
+                out.push(ip);
             }
         }
     }
-    out.sort();
+    out.sort_unstable();
     out.dedup();
     out.truncate(MAX_CHILD_TARGETS);
     Ok(out)
@@ -81,7 +143,7 @@ pub fn generate(
     tx: &mut Transaction<'_>,
     task_id: Uuid,
     execution_id: Uuid,
-    addresses: &[String],
+    addresses: &[IpAddr],
 ) -> Result<Option<Uuid>, postgres::Error> {
     if addresses.is_empty() {
         return Ok(None);
@@ -93,8 +155,7 @@ pub fn generate(
         return Ok(None);
     };
     let child: Uuid = row.get(0);
-    let inets: Vec<std::net::IpAddr> = addresses.iter().filter_map(|a| a.parse().ok()).collect();
-    tx.execute(CHILD_TARGETS, &[&child, &inets])?;
+    tx.execute(CHILD_TARGETS, &[&child, &addresses])?;
     tx.execute(CHILD_EXECUTION, &[&child, &scanner_id])?;
     Ok(Some(child))
 }

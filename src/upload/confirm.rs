@@ -1,21 +1,28 @@
-//! Transaction B of the write path: confirm the receipt; for a final also, in the same
-//! transaction, the execution's counts and `succeeded`, the task aggregation, DNS child
-//! tasks, target freshness, the analysis queue row and the asset publication outbox row
-//! (none for DNS-only executions).
+//! Transaction B of the write path: confirm the receipt and record the batch's DNS
+//! answers; for a final also, in the same transaction, the execution's counts and
+//! `succeeded`, the task aggregation, DNS child tasks, target freshness, the analysis
+//! queue row and the asset publication outbox row (none for DNS-only executions).
 //! Holds one pooled connection for one short transaction; never touches Elasticsearch.
 
+use std::net::IpAddr;
+
+use postgres::Transaction;
+
+use super::children::ChildTargets;
 use super::error::UploadError;
 use super::final_scope::Counts;
 use super::reserve::Execution;
 use super::{children, freshness};
 use crate::telemetry::span::UploadSpan;
-use postgres::Transaction;
 
 const LOCK_EXECUTION: &str = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE";
 
 // A repeated confirm matches no row and changes nothing (the trigger adds nothing either).
+// dns_answers_recorded tells a later final that this batch's answers are in
+// execution_dns_answers (recorded in this same transaction).
 const CONFIRM_RECEIPT: &str = "
-    UPDATE scan_upload_receipts SET status = 'confirmed', confirmed_at = now()
+    UPDATE scan_upload_receipts
+       SET status = 'confirmed', confirmed_at = now(), dns_answers_recorded = true
      WHERE id = $1 AND status = 'pending'";
 
 // Only the running -> succeeded transition counts, so task aggregation happens once even
@@ -51,16 +58,17 @@ const OUTBOX_ROW: &str = "
 /// What a final commits besides the receipt.
 pub struct FinalFacts {
     pub counts: Counts,
-    /// A/AAAA answers of a DNS or mixed execution, for its child task.
-    pub dns_answers: Vec<String>,
+    pub child_targets: ChildTargets,
 }
 
-/// Confirms `receipt_id`; with `final_facts`, also commits the final's bookkeeping.
+/// Confirms `receipt_id` and records the batch's A/AAAA `answers` (of a DNS or mixed
+/// execution); with `final_facts`, also commits the final's bookkeeping.
 pub fn run(
     tx: &mut Transaction<'_>,
     span: &UploadSpan,
     execution: &Execution,
     receipt_id: i64,
+    answers: &[IpAddr],
     final_facts: Option<&FinalFacts>,
 ) -> Result<(), UploadError> {
     span.stage("execution_lock", || {
@@ -69,9 +77,14 @@ pub fn run(
     span.stage("receipt_confirm", || {
         tx.execute(CONFIRM_RECEIPT, &[&receipt_id])
     })?;
+    if execution.task_kind != "port_scan" && !answers.is_empty() {
+        span.stage("dns_answers", || {
+            children::record(tx, execution.id, answers)
+        })?;
+    }
     let Some(FinalFacts {
         counts,
-        dns_answers,
+        child_targets,
     }) = final_facts
     else {
         return Ok(());
@@ -93,9 +106,26 @@ pub fn run(
             &[&execution.task_id, &counts.endpoints, &dns_records],
         )
     })?;
-    if !dns_answers.is_empty() {
+    let recorded;
+    let addresses: &[IpAddr] = match child_targets {
+        ChildTargets::None => &[],
+        ChildTargets::Recorded => {
+            recorded = span.stage("dns_answers_read", || {
+                children::take_recorded(tx, execution.id)
+            })?;
+            &recorded
+        }
+        ChildTargets::Read(from_facts) => {
+            // The facts hold every answer, the recorded ones too; those rows just go.
+            span.stage("dns_answers_read", || {
+                children::take_recorded(tx, execution.id)
+            })?;
+            from_facts
+        }
+    };
+    if !addresses.is_empty() {
         span.stage("dns_children", || {
-            children::generate(tx, execution.task_id, execution.id, dns_answers)
+            children::generate(tx, execution.task_id, execution.id, addresses)
         })?;
     }
     span.stage("target_freshness", || {

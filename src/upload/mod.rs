@@ -4,8 +4,9 @@
 //!
 //! ```text
 //!  auth ─▶ validate ─▶ tx A (reserve) ─▶ enrichment ─▶ facts bulk ─▶ endpoint bulk
-//!        ─▶ [final: refresh chunks ─▶ count chunks ─▶ DNS answers]
-//!        ─▶ tx B (confirm; final: counts, aggregation, DNS children, freshness, queues)
+//!        ─▶ [final: refresh chunks ─▶ count chunks]
+//!        ─▶ tx B (confirm, DNS answers; final: counts, aggregation, DNS children,
+//!                 freshness, queues)
 //! ```
 
 pub mod batch;
@@ -30,6 +31,7 @@ use crate::es::retry::Backoff;
 use crate::es::writer::{WritePolicy, Writer};
 use crate::http::{Reply, Req};
 use crate::telemetry::span::UploadSpan;
+use children::ChildTargets;
 
 pub use error::UploadError;
 use reserve::Reservation;
@@ -114,16 +116,16 @@ fn write_batch(
         span.stage("receipt_commit", || tx.commit())?;
         out
     };
-    let (receipt_id, scope, tags) = match reservation {
+    let (receipt_id, final_reads, tags) = match reservation {
         Reservation::AlreadyConfirmed => {
             span.set("class", "confirmed_retry");
             return Ok(saved(0));
         }
         Reservation::Write {
             receipt_id,
-            scope,
+            final_,
             tags,
-        } => (receipt_id, scope, tags),
+        } => (receipt_id, final_, tags),
     };
 
     // Elasticsearch, with no connection held.
@@ -151,30 +153,40 @@ fn write_batch(
     };
     span.stage("es_facts_bulk", || writer.write(&ops.facts))?;
     span.stage("es_endpoint_bulk", || writer.write(&ops.endpoints))?;
-    let final_facts = match &scope {
-        Some(scope) => {
-            let plan = final_scope::plan(prefix, scope)?;
+    let final_facts = match &final_reads {
+        Some(reads) => {
+            let plan = final_scope::plan(prefix, &reads.scope)?;
             let counts = final_scope::run(&app.es, span, &plan, execution_id)?;
-            let dns_answers = if execution.task_kind == "port_scan" {
-                Vec::new()
+            let child_targets = if execution.task_kind == "port_scan" {
+                ChildTargets::None
+            } else if reads.answers_recorded {
+                ChildTargets::Recorded
             } else {
-                span.stage("dns_answers", || {
+                ChildTargets::Read(span.stage("dns_answers_from_facts", || {
                     children::resolved_addresses(&app.es, &plan, execution_id)
-                })?
+                })?)
             };
             Some(confirm::FinalFacts {
                 counts,
-                dns_answers,
+                child_targets,
             })
         }
         None => None,
     };
 
     // Transaction B.
+    let answers = batch.dns_answers();
     {
         let mut conn = app.db.checkout(Stage::Confirm)?;
         let mut tx = conn.transaction()?;
-        confirm::run(&mut tx, span, &execution, receipt_id, final_facts.as_ref())?;
+        confirm::run(
+            &mut tx,
+            span,
+            &execution,
+            receipt_id,
+            &answers,
+            final_facts.as_ref(),
+        )?;
         span.stage("commit", || tx.commit())?;
     }
     Ok(saved(batch.observations.len()))

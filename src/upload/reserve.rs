@@ -29,12 +29,22 @@ pub enum Reservation {
     /// The same batch was confirmed before: answer `saved: 0`, change nothing.
     AlreadyConfirmed,
     /// Write (a new batch, or a pending one retried) and confirm receipt `receipt_id`;
-    /// a final also carries its index scope. `tags` are the owner's tags that apply.
+    /// a final also carries what it reads. `tags` are the owner's tags that apply.
     Write {
         receipt_id: i64,
-        scope: Option<Scope>,
+        final_: Option<FinalReads>,
         tags: Tags,
     },
+}
+
+/// What a final reads before transaction B.
+#[derive(Debug, Clone)]
+pub struct FinalReads {
+    /// The indices it refreshes and counts.
+    pub scope: Scope,
+    /// Every confirmed DNS batch of the execution recorded its answers (always true for
+    /// `port_scan`); false only across an upgrade from a release that did not.
+    pub answers_recorded: bool,
 }
 
 // The execution lock: every transaction A and B of one execution serialises here, which
@@ -68,6 +78,13 @@ const INSERT_RECEIPT: &str = "
          observation_count, endpoint_count, dns_record_count, storage_references)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
     RETURNING id";
+
+// Answers of batches confirmed by an older release are only in the facts. Runs once per
+// final over the execution's receipts (identity index, leading execution_id).
+const UNRECORDED_ANSWERS: &str = "
+    SELECT EXISTS (SELECT 1 FROM scan_upload_receipts
+                    WHERE execution_id = $1 AND status = 'confirmed'
+                      AND dns_record_count > 0 AND NOT dns_answers_recorded)";
 
 // The final's scope: indices of this upload's confirmed receipts; any receipt with
 // observations but no references forces the legacy all-history scope.
@@ -145,14 +162,20 @@ fn write(
     refs: &[String],
     receipt_id: i64,
 ) -> Result<Reservation, UploadError> {
-    let scope = match batch.is_final {
-        true => Some(final_scope(tx, execution, batch, refs)?),
+    let final_ = match batch.is_final {
+        true => Some(FinalReads {
+            scope: final_scope(tx, execution, batch, refs)?,
+            answers_recorded: execution.task_kind == "port_scan"
+                || !tx
+                    .query_one(UNRECORDED_ANSWERS, &[&execution.id])?
+                    .get::<_, bool>(0),
+        }),
         false => None,
     };
     let tags = span.stage("tags", || batch_tags(tx, execution, batch))?;
     Ok(Reservation::Write {
         receipt_id,
-        scope,
+        final_,
         tags,
     })
 }

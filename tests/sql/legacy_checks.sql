@@ -53,10 +53,16 @@ SELECT pg_temp.check_eq(
       WHERE (kind IN ('ip', 'cidr')) <> (target_ip IS NOT NULL)),
     0::bigint, 'asset_tags.target_ip filled likewise');
 
+-- Old receipts never recorded their DNS answers; nothing is recorded for them.
+SELECT pg_temp.check_eq((SELECT count(*) FROM scan_upload_receipts WHERE dns_answers_recorded),
+                        0::bigint, 'receipts: dns_answers_recorded false on every old receipt');
+SELECT pg_temp.check_eq((SELECT count(*) FROM execution_dns_answers), 0::bigint,
+                        'execution_dns_answers starts empty');
+
 -- Bookkeeping.
 SELECT pg_temp.check_eq((SELECT string_agg(name, ',' ORDER BY name) FROM schema_marker),
-                        'scan_projection_v2,scan_upload_stream_backfill,search_target_ip',
-                        'markers: the three current markers');
+                        'execution_dns_answers,scan_projection_v2,scan_upload_stream_backfill,search_target_ip',
+                        'markers: the four current markers');
 SELECT pg_temp.check_eq((SELECT version FROM schema_version), 2, 'schema_version = 2');
 
 -- The upgraded triggers work on the old data: confirm e5's pending batch 10.

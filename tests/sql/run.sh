@@ -13,7 +13,7 @@
 #   legacy       legacy_v1.sql + legacy_seed.sql, then the migrations: schema dump
 #                identical to a fresh init's; every stream row equals an independent
 #                recount of the receipts; receipts and outbox rows kept (column by column),
-#                new outbox columns at their defaults; target_ip filled; second run skips
+#                new outbox and receipt columns at their defaults; target_ip filled; second run skips
 #                the backfill (stream rows not rewritten, a dirty stream stays dirty).
 #   backfill_lock  while the backfill transaction is open, receipt writes wait (lock
 #                timeout) but reads continue; the blocked write is counted after commit.
@@ -37,7 +37,7 @@ prefix=scanstore_schema_test
 failures=0
 created_dbs=()
 
-MIGRATIONS=(migrate_scan_projection.sql migrate_scan_upload_stream.sql migrate_search_target_ip.sql)
+MIGRATIONS=(migrate_scan_projection.sql migrate_scan_upload_stream.sql migrate_search_target_ip.sql migrate_execution_dns_answers.sql)
 
 log()  { printf '%s\n' "$*"; }
 pass() { printf 'PASS  %s\n' "$*"; }
@@ -118,8 +118,8 @@ section_fresh() {
     [[ "$(scalar "$db" "SELECT string_agg(name || '@' || applied_at, ',' ORDER BY name) FROM schema_marker")" == "$markers_before" ]] \
         && pass "fresh: markers unchanged" || fail "fresh: markers changed"
     [[ "$(scalar "$db" "SELECT string_agg(name, ',' ORDER BY name) FROM schema_marker")" == \
-        "scan_projection_v2,scan_upload_stream_backfill,search_target_ip" ]] \
-        && pass "fresh: init.sql inserts the three markers" || fail "fresh: markers"
+        "execution_dns_answers,scan_projection_v2,scan_upload_stream_backfill,search_target_ip" ]] \
+        && pass "fresh: init.sql inserts the four markers" || fail "fresh: markers"
     [[ "$(scalar "$db" "SELECT version FROM schema_version")" == 2 ]] \
         && pass "fresh: schema_version = 2" || fail "fresh: schema_version"
     # The upload-stream block must be byte-identical in init.sql and the migration, since
@@ -138,7 +138,7 @@ snapshot_kept_data() {
     local db="$1" out="$2"
     {
         psql -X -At -d "$db" -c "SELECT id, kind, execution_id, owner_id, tag_scope, available_at, attempts, last_error, last_error_class, processed_at, created_at FROM scan_projection_outbox ORDER BY id"
-        psql -X -At -d "$db" -c "SELECT r.* FROM scan_upload_receipts r ORDER BY id"
+        psql -X -At -d "$db" -c "SELECT id, execution_id, upload_id, stream, batch_index, is_final, checksum, observation_count, endpoint_count, dns_record_count, status, storage_references, created_at, confirmed_at FROM scan_upload_receipts ORDER BY id"
         psql -X -At -d "$db" -c "SELECT owner_id, kind, key, last_scanned_at, last_execution_id, created_at FROM search_targets ORDER BY 1, 2, 3"
         psql -X -At -d "$db" -c "SELECT owner_id, kind, key, tag, created_at FROM asset_tags ORDER BY 1, 2, 3, 4"
         psql -X -At -d "$db" -c "SELECT t.* FROM tasks t ORDER BY id"

@@ -2,6 +2,7 @@
 //! emulator (or a real cluster where no fault is needed), data checked in both.
 
 mod commit;
+mod dns_answers;
 mod faults;
 mod final_scope;
 mod rejects;
