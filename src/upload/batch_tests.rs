@@ -212,3 +212,24 @@ fn empty_batch_is_valid() {
     let b = parse(&body_with("[]", ""), 10, now()).unwrap();
     assert!(b.observations.is_empty());
 }
+
+#[test]
+fn dns_answers_are_the_distinct_a_and_aaaa_values_in_address_order() {
+    let dns = |record_type: &str, value: &str| {
+        json!({"type": "dns", "name": "www.example.com", "record_type": record_type,
+               "value": value, "observed_at": "2026-11-29T10:00:00Z"})
+    };
+    let obs = json!([
+        dns("AAAA", "2001:DB8::1"),
+        dns("A", "203.0.113.9"),
+        dns("CNAME", "example.com"),
+        dns("a", "203.0.113.7"),
+        dns("A", "203.0.113.9"),
+        {"type": "endpoint", "ip": "198.51.100.1", "port": 443, "transport": "tcp",
+         "observed_at": "2026-11-29T10:00:00Z"}
+    ])
+    .to_string();
+    let b = parse(&body_with(&obs, ""), 100, now()).unwrap();
+    let answers: Vec<String> = b.dns_answers().iter().map(|a| a.to_string()).collect();
+    assert_eq!(answers, ["203.0.113.7", "203.0.113.9", "2001:db8::1"]);
+}

@@ -6,10 +6,11 @@
 //! 100 k-document index take 150 ms, the benchmark's slowest final).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-use rustc_hash::{FxHashMap, FxHashSet};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use hashbrown::hash_table::{Entry, HashTable};
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use serde_json::Value;
 
 use crate::extract::FieldRef;
@@ -24,7 +25,55 @@ use crate::values::Key;
 pub type Postings = HashMap<String, Terms>;
 
 /// value → ids (Fx hashing: refreshes insert every keyword term of every document).
-pub type Terms = FxHashMap<String, FxHashSet<Arc<str>>>;
+pub type Terms = FxHashMap<String, IdSet>;
+
+/// The hash an [`IdSet`] files an id under.
+pub fn id_hash(id: &str) -> u64 {
+    FxBuildHasher.hash_one(id)
+}
+
+/// A set of document ids that keeps each id's hash beside it. A refresh adds every new
+/// document to one set per keyword field, and the sets of a value shared by a whole
+/// execution (its id, `type`, `transport`) reach a million ids: growing such a set must
+/// not re-read a million strings, nor must a probe follow an id pointer to reject it.
+#[derive(Debug, Default)]
+pub struct IdSet(HashTable<(u64, Arc<str>)>);
+
+impl IdSet {
+    fn insert(&mut self, hash: u64, id: &Arc<str>) {
+        if let Entry::Vacant(slot) =
+            self.0
+                .entry(hash, |(h, k)| *h == hash && **k == **id, |(h, _)| *h)
+        {
+            slot.insert((hash, id.clone()));
+        }
+    }
+
+    fn remove(&mut self, hash: u64, id: &str) {
+        if let Ok(found) = self.0.find_entry(hash, |(h, k)| *h == hash && &**k == id) {
+            found.remove();
+        }
+    }
+
+    pub fn contains(&self, id: &str) -> bool {
+        let hash = id_hash(id);
+        self.0
+            .find(hash, |(h, k)| *h == hash && &**k == id)
+            .is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0.iter().map(|(_, id)| id)
+    }
+}
 
 fn walk(props: &BTreeMap<String, Field>, prefix: &str, out: &mut Vec<(String, FieldRef)>) {
     for (name, f) in props {
@@ -105,20 +154,20 @@ fn values(field: &FieldRef, src: &Value) -> Vec<String> {
     out
 }
 
-fn add(terms: &mut Terms, term: &str, id: &Arc<str>) {
+fn add(terms: &mut Terms, term: &str, hash: u64, id: &Arc<str>) {
     match terms.get_mut(term) {
-        Some(ids) => {
-            ids.insert(id.clone());
-        }
+        Some(ids) => ids.insert(hash, id),
         None => {
-            terms.insert(term.to_owned(), FxHashSet::from_iter([id.clone()]));
+            let mut ids = IdSet::default();
+            ids.insert(hash, id);
+            terms.insert(term.to_owned(), ids);
         }
     }
 }
 
-fn remove(terms: &mut Terms, term: &str, id: &Arc<str>) {
+fn remove(terms: &mut Terms, term: &str, hash: u64, id: &Arc<str>) {
     if let Some(ids) = terms.get_mut(term) {
-        ids.remove(id);
+        ids.remove(hash, id);
         if ids.is_empty() {
             terms.remove(term);
         }
@@ -133,6 +182,7 @@ pub fn update(
     old: Option<&DocVersion>,
     new: Option<&DocVersion>,
 ) {
+    let hash = id_hash(id);
     for (name, f) in fields {
         if !p.contains_key(name) {
             p.insert(name.clone(), Terms::default());
@@ -142,8 +192,8 @@ pub fn update(
         };
         match (old, new) {
             // A new document (most of a refresh): straight inserts, nothing to compare.
-            (None, Some(new)) => each_term(f, &new.source, &mut |t| add(terms, t, id)),
-            (Some(old), None) => each_term(f, &old.source, &mut |t| remove(terms, t, id)),
+            (None, Some(new)) => each_term(f, &new.source, &mut |t| add(terms, t, hash, id)),
+            (Some(old), None) => each_term(f, &old.source, &mut |t| remove(terms, t, hash, id)),
             (Some(old), Some(new)) => {
                 // An update (an asset merge) rarely changes a keyword field: compare the raw
                 // values first, without building any term.
@@ -158,10 +208,10 @@ pub fn update(
                     continue;
                 }
                 for v in before.iter().filter(|v| !after.contains(v)) {
-                    remove(terms, v, id);
+                    remove(terms, v, hash, id);
                 }
                 for v in after.iter().filter(|v| !before.contains(v)) {
-                    add(terms, v, id);
+                    add(terms, v, hash, id);
                 }
             }
             (None, None) => {}
@@ -172,7 +222,7 @@ pub fn update(
 /// The ids a clause admits, borrowed from the postings where possible: a keyword `term`
 /// or `terms` is the union of its terms' id sets, never copied.
 enum View<'a> {
-    Terms(Vec<&'a FxHashSet<Arc<str>>>),
+    Terms(Vec<&'a IdSet>),
     Ids(HashSet<&'a str>),
 }
 
@@ -303,7 +353,8 @@ pub fn ensure(idx: &mut crate::store::Index, name: &str) {
     let mut terms = Terms::default();
     for (id, slot) in &idx.docs {
         let Some(doc) = &slot.visible else { continue };
-        each_term(&field, &doc.source, &mut |t| add(&mut terms, t, id));
+        let hash = id_hash(id);
+        each_term(&field, &doc.source, &mut |t| add(&mut terms, t, hash, id));
     }
     idx.postings.insert(name.to_owned(), terms);
 }
@@ -360,6 +411,26 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn an_id_set_keeps_each_id_once_through_growth_and_removal() {
+        let ids: Vec<Arc<str>> = (0..10_000).map(|i| Arc::from(format!("doc-{i}"))).collect();
+        let mut set = IdSet::default();
+        for id in ids.iter().chain(&ids) {
+            set.insert(id_hash(id), id);
+        }
+        assert_eq!(set.len(), ids.len(), "a second insert adds nothing");
+        for id in ids.iter().step_by(2) {
+            set.remove(id_hash(id), id);
+        }
+        set.remove(id_hash("doc-absent"), "doc-absent");
+        assert_eq!(set.len(), ids.len() / 2);
+        assert!(set.contains("doc-1") && !set.contains("doc-0") && !set.contains("doc-absent"));
+        let mut left: Vec<&str> = set.iter().map(|id| &**id).collect();
+        left.sort_unstable();
+        left.dedup();
+        assert_eq!(left.len(), ids.len() / 2);
     }
 
     #[test]
