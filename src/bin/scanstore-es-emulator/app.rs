@@ -11,6 +11,9 @@ use crate::ranked::RankedCache;
 use crate::reqlog::RequestLog;
 use crate::store::Store;
 
+/// Documents a refresh publishes per store lock (about a millisecond of work).
+const REFRESH_SLICE: usize = 256;
+
 /// HTTP limits of a real node (`http.max_initial_line_length`, `http.max_content_length`).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -72,21 +75,58 @@ impl App {
             thread::sleep(Duration::from_millis(50));
             let Some(app) = weak.upgrade() else { return };
             let cpu = thread_cpu_ns();
-            let mut store = lock(&app.store);
+            let due: Vec<String> = lock(&app.store)
+                .indices
+                .values()
+                .filter(|idx| {
+                    idx.refresh_interval.is_some_and(|every| {
+                        !idx.dirty.is_empty() && idx.last_refresh.elapsed() >= every
+                    })
+                })
+                .map(|idx| idx.name.clone())
+                .collect();
             let mut any = false;
-            for idx in store.indices.values_mut() {
-                if let Some(every) = idx.refresh_interval {
-                    if !idx.dirty.is_empty() && idx.last_refresh.elapsed() >= every {
-                        any |= idx.refresh();
-                    }
-                }
+            for name in &due {
+                any |= app.refresh_sliced(name);
             }
-            drop(store);
             app.add_busy(cpu);
             if any {
                 app.refreshed.notify_all();
             }
         });
+    }
+
+    /// The periodic refresh of index `name`: publishes the writes pending when called,
+    /// `REFRESH_SLICE` documents per store lock. A real refresh stops neither indexing nor
+    /// search, and publishing a second's writes of four uploaders at once held every
+    /// request for 100–300 ms. (An explicit `_refresh`, whose caller waits for all of it,
+    /// publishes in one go.) Returns whether anything was published. Slices are taken
+    /// from the front of the pending queue, so when this returns, every write queued
+    /// before the call is searchable, whoever published it.
+    pub fn refresh_sliced(&self, name: &str) -> bool {
+        let mut left = {
+            let mut store = lock(&self.store);
+            let Some(idx) = store.indices.get_mut(name) else {
+                return false;
+            };
+            idx.last_refresh = std::time::Instant::now();
+            idx.dirty.len()
+        };
+        let any = left > 0;
+        while left > 0 {
+            let mut store = lock(&self.store);
+            let Some(idx) = store.indices.get_mut(name) else {
+                break;
+            };
+            match idx.publish(left.min(REFRESH_SLICE)) {
+                // Another refresh took the rest.
+                0 => break,
+                n => left -= n,
+            }
+            drop(store);
+            thread::yield_now();
+        }
+        any
     }
 
     /// Adds the calling thread's CPU time since `since` (from [`thread_cpu_ns`]).
@@ -95,13 +135,17 @@ impl App {
             .fetch_add(thread_cpu_ns().saturating_sub(since), Ordering::Relaxed);
     }
 
-    /// Blocks until each `(index, generation)` has seen a later refresh (or is gone).
-    pub fn wait_for_refresh(&self, gens: &[(String, u64)]) {
+    /// Blocks until, in each `(index, queued)`, the writes queued up to `queued` are
+    /// searchable (or the index is gone).
+    pub fn wait_for_refresh(&self, waits: &[(String, u64)]) {
         let mut store = lock(&self.store);
         loop {
-            let pending = gens
-                .iter()
-                .any(|(name, g)| store.indices.get(name).is_some_and(|i| i.refresh_gen <= *g));
+            let pending = waits.iter().any(|(name, queued)| {
+                store
+                    .indices
+                    .get(name)
+                    .is_some_and(|i| i.published < *queued)
+            });
             if !pending {
                 return;
             }
@@ -129,4 +173,49 @@ pub fn thread_cpu_ns() -> u64 {
     (ts.tv_sec as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(ts.tv_nsec as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn visible(app: &App, id: &str) -> bool {
+        lock(&app.store).indices["r"]
+            .docs
+            .get(id)
+            .is_some_and(|s| s.visible.is_some())
+    }
+
+    #[test]
+    fn a_sliced_refresh_publishes_every_earlier_write_while_others_refresh_too() {
+        let app = App::new(Limits::default(), false);
+        let body = json!({"settings": {"index": {"refresh_interval": "-1"}}});
+        assert!(lock(&app.store).create_index("r", Some(&body)).is_ok());
+        let put = |i: usize| {
+            if let Some(idx) = lock(&app.store).indices.get_mut("r") {
+                idx.put(&format!("d{i}"), Some(json!({"n": i})), 1, None);
+            }
+        };
+        // Many slices' worth pending, then a second refresher racing the checking one.
+        (0..3 * REFRESH_SLICE).for_each(put);
+        thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..200 {
+                    app.refresh_sliced("r");
+                }
+            });
+            for i in 3 * REFRESH_SLICE..3 * REFRESH_SLICE + 200 {
+                put(i);
+                app.refresh_sliced("r");
+                assert!(visible(&app, &format!("d{i}")), "d{i} after its refresh");
+                assert!(visible(&app, "d0"));
+            }
+        });
+        let store = lock(&app.store);
+        let idx = &store.indices["r"];
+        assert!(idx.dirty.is_empty());
+        assert_eq!(idx.published, idx.queued);
+        assert_eq!(idx.queued, (3 * REFRESH_SLICE + 200) as u64);
+    }
 }

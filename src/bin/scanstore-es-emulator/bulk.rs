@@ -141,7 +141,7 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                         .indices
                         .get(n)
                         .filter(|i| !i.dirty.is_empty())
-                        .map(|i| (n.clone(), i.refresh_gen))
+                        .map(|i| (n.clone(), i.queued))
                 })
                 .collect();
             drop(store);

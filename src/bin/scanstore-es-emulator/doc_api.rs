@@ -79,7 +79,7 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
     }
     let gens: Vec<(String, u64)> = match store.indices.get(&res.index) {
         Some(i) if refresh == Some("wait_for") && res.result != "noop" && !i.dirty.is_empty() => {
-            vec![(res.index.clone(), i.refresh_gen)]
+            vec![(res.index.clone(), i.queued)]
         }
         _ => Vec::new(),
     };

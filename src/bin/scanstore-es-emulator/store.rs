@@ -1,7 +1,7 @@
 //! The in-memory cluster state: indices (latest vs searchable documents), index templates,
 //! stored scripts, aliases, and the refresh that publishes latest → searchable.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,10 +53,15 @@ pub struct Index {
     /// Ids are shared (`Arc<str>`) between this map, the dirty list and the postings; Fx
     /// hashing because every write, refresh and candidate lookup goes through it.
     pub docs: FxHashMap<Arc<str>, Slot>,
-    pub dirty: Vec<Arc<str>>,
+    /// Ids with writes search does not see yet, oldest first. Publication takes them from
+    /// the front only, so a write queued as the n-th is searchable once `published >= n`.
+    pub dirty: VecDeque<Arc<str>>,
+    /// Ids ever queued in / taken from `dirty` (what `refresh=wait_for` waits on).
+    pub queued: u64,
+    pub published: u64,
     pub next_seq_no: i64,
     pub last_refresh: Instant,
-    /// Incremented by every refresh that published something (wait_for listeners watch it).
+    /// Incremented by every publication that changed what search sees (a cache key).
     pub refresh_gen: u64,
     /// Keyword postings of the searchable documents (see `postings`).
     pub postings: crate::postings::Postings,
@@ -198,7 +203,9 @@ impl Store {
             mapping,
             aliases,
             docs: FxHashMap::default(),
-            dirty: Vec::new(),
+            dirty: VecDeque::new(),
+            queued: 0,
+            published: 0,
             next_seq_no: 0,
             last_refresh: Instant::now(),
             refresh_gen: 0,
@@ -229,8 +236,15 @@ impl Index {
     /// Publishes every pending write to search. Returns whether anything changed.
     pub fn refresh(&mut self) -> bool {
         self.last_refresh = Instant::now();
-        if self.dirty.is_empty() {
-            return false;
+        self.publish(self.dirty.len()) > 0
+    }
+
+    /// Publishes the `n` oldest pending writes (fewer if fewer are pending); returns how
+    /// many. A refresh of many documents goes a slice at a time (`App::refresh_sliced`).
+    pub fn publish(&mut self, n: usize) -> usize {
+        let n = n.min(self.dirty.len());
+        if n == 0 {
+            return 0;
         }
         // Every keyword field carries postings, as every keyword field of a real index is
         // indexed at ingest; a field new to the mapping starts from the visible documents.
@@ -238,7 +252,7 @@ impl Index {
         for (name, _) in &fields {
             crate::postings::ensure(self, name);
         }
-        for id in std::mem::take(&mut self.dirty) {
+        for id in self.dirty.drain(..n) {
             // Deleted ids keep their slot (a tombstone holding the version), as ES keeps
             // delete tombstones, so a re-create continues the version sequence.
             let Some(slot) = self.docs.get_mut(&id) else {
@@ -257,8 +271,9 @@ impl Index {
             slot.visible = slot.latest.clone();
             slot.dirty = false;
         }
+        self.published += n as u64;
         self.refresh_gen += 1;
-        true
+        n
     }
 
     /// Stores a new latest version and marks the id for the next refresh.
@@ -287,7 +302,8 @@ impl Index {
         });
         if !slot.dirty {
             slot.dirty = true;
-            self.dirty.push(key);
+            self.dirty.push_back(key);
+            self.queued += 1;
         }
         (version, seq_no)
     }
