@@ -8,6 +8,7 @@
 pub mod error;
 pub mod migrate;
 
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use postgres::{NoTls, Transaction};
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::config::DatabaseConfig;
+use crate::telemetry::context;
 use crate::telemetry::events::{ConnectionAcquired, ConnectionReleased, ConnectionTimedOut};
 
 pub use error::DbError;
@@ -110,11 +112,13 @@ impl Db {
                     wait,
                 }
                 .emit();
+                context::connection_checked_out(stage.as_str());
                 Ok(Conn {
                     inner,
                     stage,
                     wait,
                     acquired: Instant::now(),
+                    _this_thread: PhantomData,
                 })
             }
             Err(_) => {
@@ -161,6 +165,8 @@ pub struct Conn {
     stage: Stage,
     wait: Duration,
     acquired: Instant,
+    /// Not `Send`: the checkout is recorded for this thread (see `context::held_connection`).
+    _this_thread: PhantomData<*const ()>,
 }
 
 impl Deref for Conn {
@@ -178,6 +184,7 @@ impl DerefMut for Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        context::connection_returned(self.stage.as_str());
         ConnectionReleased {
             stage: self.stage.as_str(),
             wait: self.wait,

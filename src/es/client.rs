@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::error::EsError;
+use crate::telemetry::context;
+use crate::telemetry::events::EsRequestWithConnectionHeld;
 
 /// Largest response body read (bulk responses of 10k items stay far below).
 const MAX_RESPONSE_BYTES: u64 = 256 * 1024 * 1024;
@@ -129,6 +131,14 @@ impl EsClient {
         path: &str,
         body: Option<(&str, &[u8])>,
     ) -> Result<RawResponse, EsError> {
+        if let Some(stage) = context::held_connection() {
+            EsRequestWithConnectionHeld {
+                stage,
+                method,
+                path,
+            }
+            .emit();
+        }
         let url = format!("{}{}", self.base, path);
         let result = match (method, body) {
             ("GET", None) => self.agent.get(&url).call(),

@@ -136,6 +136,35 @@ impl ConnectionTimedOut<'_> {
     }
 }
 
+/// An Elasticsearch request is about to go out from a thread that holds a pooled
+/// connection (checked out for `stage`): the house rule says this never happens, so the
+/// event and its counter stay at zero in a healthy build. The path names indices, never
+/// document content.
+pub struct EsRequestWithConnectionHeld<'a> {
+    pub stage: &'a str,
+    pub method: &'a str,
+    pub path: &'a str,
+}
+
+impl EsRequestWithConnectionHeld<'_> {
+    pub fn line(&self) -> Line {
+        with_request(
+            Line::new("ElasticsearchRequestWithConnectionHeld")
+                .field("stage", self.stage)
+                .field("method", self.method)
+                .field("path", self.path),
+        )
+    }
+
+    pub fn emit(&self) {
+        metrics::get()
+            .es_requests_with_connection_held
+            .get_or_create(&metrics::stage(self.stage))
+            .inc();
+        self.line().warn()
+    }
+}
+
 /// One `_bulk` request finished (after its retries). `queue_wait` is time spent waiting
 /// for a concurrency permit, kept apart so that it is never mistaken for scan time.
 pub struct BulkCompleted<'a> {

@@ -44,6 +44,7 @@ pub struct Metrics {
     pub pool_wait_seconds: Family<StageLabels, Histogram>,
     pub pool_hold_seconds: Family<StageLabels, Histogram>,
     pub pool_timeouts: Family<StageLabels, Counter>,
+    pub es_requests_with_connection_held: Family<StageLabels, Counter>,
     pub bulk_seconds: Family<OutcomeLabels, Histogram>,
     pub bulk_bytes: Histogram,
     pub bulk_operations: Histogram,
@@ -72,6 +73,7 @@ impl Metrics {
             pool_wait_seconds: Family::new_with_constructor(seconds),
             pool_hold_seconds: Family::new_with_constructor(seconds),
             pool_timeouts: Family::default(),
+            es_requests_with_connection_held: Family::default(),
             bulk_seconds: Family::new_with_constructor(seconds),
             bulk_bytes: Histogram::new(exponential_buckets(256.0, 2.0, 18)),
             bulk_operations: Histogram::new(exponential_buckets(1.0, 2.0, 15)),
@@ -164,6 +166,11 @@ impl Metrics {
             "slow_sql_available",
             "1 when pg_stat_statements can be sampled, 0 when it is unavailable",
             m.slow_sql_available.clone(),
+        );
+        registry.register(
+            "es_requests_with_connection_held",
+            "Elasticsearch requests sent by a thread holding a pooled connection (must stay 0)",
+            m.es_requests_with_connection_held.clone(),
         );
         registry.register(
             "sampling_failures",

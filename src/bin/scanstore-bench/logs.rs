@@ -107,6 +107,9 @@ pub struct LogStats {
     pub pages: usize,
     pub page_endpoints: u64,
     pub pool_timeouts: usize,
+    /// `ElasticsearchRequestWithConnectionHeld`: scanstore's own check, on every ES
+    /// request, that the sending thread holds no pooled connection.
+    pub es_requests_with_connection_held: usize,
     pub outbox_errors: usize,
     /// class → server-side `ScanResultUpload` durations (ms), status 200 only.
     pub server_upload_ms: BTreeMap<String, Vec<f64>>,
@@ -130,6 +133,7 @@ impl LogStats {
                     }
                 }
                 "ScanWriteConnectionTimedOut" => s.pool_timeouts += 1,
+                "ElasticsearchRequestWithConnectionHeld" => s.es_requests_with_connection_held += 1,
                 "ElasticsearchBulkCompleted" => {
                     let (bytes, ops) = (
                         e.num("request_bytes").unwrap_or(0.0),
@@ -263,6 +267,18 @@ mod tests {
         let ev: Vec<Event> = lines.iter().filter_map(|l| parse_line(l)).collect();
         let s = LogStats::from_events(&ev);
         assert_eq!(s.heartbeat_gap_ms, vec![1010.0, 1020.0]);
+    }
+
+    #[test]
+    fn requests_sent_holding_a_connection_are_counted() {
+        let lines = [
+            "[2026-11-29T10:00:00.000Z WARN  scanstore::event] event=ElasticsearchRequestWithConnectionHeld stage=confirm method=POST path=/_bulk",
+            "[2026-11-29T10:00:00.001Z INFO  scanstore::event] event=ScanWriteConnectionReleased stage=confirm wait_ms=0.100 hold_ms=250.000",
+        ];
+        let ev: Vec<Event> = lines.iter().filter_map(|l| parse_line(l)).collect();
+        let s = LogStats::from_events(&ev);
+        assert_eq!(s.es_requests_with_connection_held, 1);
+        assert_eq!(s.holds_at_least(200.0), 1);
     }
 
     #[test]

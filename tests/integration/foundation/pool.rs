@@ -89,3 +89,43 @@ fn acquire_and_release_are_logged_with_stage_and_times() {
     ]);
     assert!(!acquired.is_empty() && !released.is_empty());
 }
+
+/// The stage the test below holds; nothing else does Elasticsearch I/O near it.
+const HELD_STAGE: &str = "stage=health";
+
+/// Every report of an ES request sent while a connection was held, except the deliberate
+/// one of the test below: the suite's own check that no code path does it.
+pub fn connection_held_across_es_requests() -> Vec<String> {
+    logs::lines_with(&["event=ElasticsearchRequestWithConnectionHeld"])
+        .into_iter()
+        .filter(|l| !l.contains(HELD_STAGE))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn an_es_request_sent_while_holding_a_connection_is_reported() {
+    let t = db::fresh();
+    let server = TestServer::start_with(config(&t.url, NO_ES), one_transaction);
+    let app = server.app();
+    let marker = format!("/held-{}/_count", uuid::Uuid::new_v4().simple());
+    let free = format!("/free-{}/_count", uuid::Uuid::new_v4().simple());
+    {
+        let _conn = app.db.checkout(Stage::Health).unwrap();
+        // The request itself fails (no ES there); the report comes before it is sent.
+        let _ = app.es.request("GET", &marker, None);
+    }
+    let _ = app.es.request("GET", &free, None);
+    let reported = logs::lines_with(&["event=ElasticsearchRequestWithConnectionHeld", &marker]);
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(reported[0].contains(HELD_STAGE) && reported[0].contains("method=GET"));
+    assert!(
+        logs::lines_with(&["event=ElasticsearchRequestWithConnectionHeld", &free]).is_empty(),
+        "a request after the connection went back is not reported"
+    );
+    let metrics = scanstore::telemetry::metrics::get().render();
+    assert!(
+        metrics.contains("es_requests_with_connection_held_total{stage=\"health\"}"),
+        "{metrics}"
+    );
+}
