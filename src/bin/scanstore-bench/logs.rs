@@ -113,6 +113,9 @@ pub struct LogStats {
     pub outbox_errors: usize,
     /// class → server-side `ScanResultUpload` durations (ms), status 200 only.
     pub server_upload_ms: BTreeMap<String, Vec<f64>>,
+    /// stage → durations (ms) of each run of that stage inside final uploads, from the
+    /// reservation on (`ScanWriteStageCompleted` with `class=final`).
+    pub final_stage_ms: BTreeMap<String, Vec<f64>>,
 }
 
 impl LogStats {
@@ -169,6 +172,16 @@ impl LogStats {
                 "ScanProjectionPageCompleted" => {
                     s.pages += 1;
                     s.page_endpoints += e.num("endpoints").unwrap_or(0.0) as u64;
+                }
+                "ScanWriteStageCompleted" => {
+                    if let (Some("final"), Some(st), Some(us)) =
+                        (e.get("class"), e.get("stage"), e.num("duration_us"))
+                    {
+                        s.final_stage_ms
+                            .entry(st.to_string())
+                            .or_default()
+                            .push(us / 1000.0);
+                    }
                 }
                 "ScanResultUpload" => {
                     if let (Some(c), Some("200"), Some(us)) =
@@ -279,6 +292,23 @@ mod tests {
         let s = LogStats::from_events(&ev);
         assert_eq!(s.es_requests_with_connection_held, 1);
         assert_eq!(s.holds_at_least(200.0), 1);
+    }
+
+    #[test]
+    fn final_stages_are_collected_for_finals_only() {
+        let lines = [
+            "[2026-11-29T10:00:00.000Z INFO  scanstore::event] event=ScanWriteStageCompleted is_final=true class=final stage=refresh_execution_index_chunk duration_us=120500 success=true",
+            "[2026-11-29T10:00:00.001Z INFO  scanstore::event] event=ScanWriteStageCompleted is_final=false class=normal stage=refresh_execution_index_chunk duration_us=9000 success=true",
+            "[2026-11-29T10:00:00.002Z INFO  scanstore::event] event=ScanWriteStageCompleted is_final=true class=final stage=commit duration_us=1000 success=true",
+        ];
+        let ev: Vec<Event> = lines.iter().filter_map(|l| parse_line(l)).collect();
+        let s = LogStats::from_events(&ev);
+        assert_eq!(
+            s.final_stage_ms["refresh_execution_index_chunk"],
+            vec![120.5]
+        );
+        assert_eq!(s.final_stage_ms["commit"], vec![1.0]);
+        assert_eq!(s.final_stage_ms.len(), 2);
     }
 
     #[test]

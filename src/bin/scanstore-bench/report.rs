@@ -201,6 +201,27 @@ fn latency_table(out: &mut String, l: &Latencies, server: &LogStats) {
     }
 }
 
+/// The final uploads' stages, slowest first: where a final's time goes at this size.
+fn final_stage_table(out: &mut String, s: &LogStats) {
+    if s.final_stage_ms.is_empty() {
+        return;
+    }
+    let mut rows: Vec<(&String, usize, f64, f64)> = s
+        .final_stage_ms
+        .iter()
+        .map(|(st, v)| (st, v.len(), pct(v, 50.0), pct(v, 100.0)))
+        .collect();
+    rows.sort_by(|a, b| b.3.total_cmp(&a.3));
+    let _ = writeln!(out, "
+Final uploads by stage (server side, `ScanWriteStageCompleted` with `class=final`, each run of a stage; slowest 8):
+
+| stage | runs | p50 ms | max ms |
+|---|---:|---:|---:|");
+    for (st, n, p50, max) in rows.iter().take(8) {
+        let _ = writeln!(out, "| {st} | {n} | {p50:.1} | {max:.1} |");
+    }
+}
+
 fn dist(v: &[f64]) -> String {
     if v.is_empty() {
         return "—".into();
@@ -325,6 +346,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
             s.size, s.scanners, s.execution_endpoints
         );
         latency_table(&mut o, &s.upload.latencies, &s.upload_logs);
+        final_stage_table(&mut o, &s.upload_logs);
     }
 
     let _ = writeln!(o, "\n## Memory\n\n| endpoints | scanstore peak RSS (VmHWM), upload phase | publication phase |\n|---:|---:|---:|");
