@@ -1,8 +1,9 @@
 //! `kill -9` of `scanstore serve` at known points of the write path and of the publisher,
 //! then a new process on the same database and ES; the scanner retries the batch it was
 //! sending, as the protocol says (same identity, same bytes). The end state must equal a
-//! fault-free run of the same upload on a second database and index prefix: receipts,
-//! streams, execution and task rows, outbox and every ES document, byte for byte apart
+//! fault-free run of the same (mixed: endpoints and DNS answers) upload on a second
+//! database and index prefix: receipts, streams, execution and task rows, outbox, the
+//! generated child task's targets and every ES document, byte for byte apart
 //! from the fields `VOLATILE` and `*_at` (wall-clock times, serial ids, lease bookkeeping).
 //!
 //! A point is reached by pausing the emulator on the request that follows it (`/_bulk`,
@@ -300,7 +301,17 @@ fn check(point: Point) {
     };
     let ids = Ids::new();
     let want = reference(&emu, &ids);
-    assert_eq!(want.es.iter().filter(|d| d.0.contains("facts")).count(), 55);
+    // 55 endpoint facts and 3 DNS facts.
+    assert_eq!(want.es.iter().filter(|d| d.0.contains("facts")).count(), 58);
+    let targets = &want.pg.iter().find(|t| t.0 == "child targets").unwrap().1;
+    assert_eq!(
+        targets
+            .iter()
+            .map(|t| t["value"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["192.0.2.7", "192.0.2.8"],
+        "the reference run generated the child task"
+    );
     // 50 distinct endpoints, each in the global and the owner's asset view.
     assert_eq!(
         want.es.iter().filter(|d| d.0.contains("assets")).count(),

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::support::emulator::Es;
-use crate::support::scan::{endpoints, Batch};
+use crate::support::scan::{dns, endpoints, Batch};
 
 pub const T0: &str = "2026-11-29T10:00:00Z";
 
@@ -60,7 +60,7 @@ impl Ids {
         )
         .unwrap();
         c.execute(
-            "INSERT INTO tasks (id, owner_id, kind, status, executions_total) VALUES ($1, $2, 'port_scan', 'running', 1)",
+            "INSERT INTO tasks (id, owner_id, kind, status, executions_total) VALUES ($1, $2, 'mixed', 'running', 1)",
             &[&self.task, &self.owner],
         )
         .unwrap();
@@ -76,19 +76,24 @@ impl Ids {
         .unwrap();
     }
 
-    /// The upload of this execution: three batches over two months and a final with
-    /// observations that overlap batch 0 later in time (so the asset merge matters).
+    /// The upload of this (mixed) execution: three batches over two months and a final
+    /// with observations that overlap batch 0 later in time (so the asset merge matters);
+    /// batch 1 and the final carry A answers (one repeated), which become the child task.
     pub fn plan(&self) -> Vec<Batch> {
         let up = self.upload;
-        let mut overlap = endpoints(0, 5, "2026-11-29T12:00:00Z");
-        for o in &mut overlap {
+        let mut batch1 = endpoints(20, 20, "2026-10-15T08:00:00Z");
+        batch1.push(dns("a.example.com", "192.0.2.7", "2026-10-15T08:00:00Z"));
+        batch1.push(dns("b.example.com", "192.0.2.8", "2026-10-15T08:00:00Z"));
+        let mut last = endpoints(0, 5, "2026-11-29T12:00:00Z");
+        for o in &mut last {
             o["product"] = json!("caddy");
         }
+        last.push(dns("c.example.com", "192.0.2.7", "2026-11-29T12:00:00Z"));
         vec![
             Batch::main(up, 0, endpoints(0, 20, T0)),
-            Batch::main(up, 1, endpoints(20, 20, "2026-10-15T08:00:00Z")),
+            Batch::main(up, 1, batch1),
             Batch::main(up, 2, endpoints(40, 10, T0)),
-            Batch::final_(up, 3, overlap),
+            Batch::final_(up, 3, last),
         ]
     }
 }
@@ -170,6 +175,22 @@ pub fn snapshot(c: &mut Client, es: &Es, prefix: &str, exec: Uuid) -> Snapshot {
         (
             "analysis".into(),
             rows(c, &q("scan_analysis_queue", "execution_id"), exec, prefix),
+        ),
+        (
+            "child targets".into(),
+            rows(
+                c,
+                "SELECT row_to_json(x)::text FROM (
+                     SELECT t.kind, t.status, t.parent_task_id, tt.kind AS target_kind, tt.value
+                       FROM tasks t JOIN task_targets tt ON tt.task_id = t.id
+                      WHERE t.source_execution_id = $1 ORDER BY tt.value) x",
+                exec,
+                prefix,
+            ),
+        ),
+        (
+            "dns answers left".into(),
+            rows(c, &q("execution_dns_answers", "address"), exec, prefix),
         ),
     ];
     es.post(&format!("/{prefix}-*/_refresh"), &json!({}));
