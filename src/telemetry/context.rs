@@ -10,14 +10,17 @@ thread_local! {
     static HELD: RefCell<Vec<&'static str>> = const { RefCell::new(Vec::new()) };
 }
 
+// `try_with`: a connection dropped while its thread is being torn down must not panic
+// (in a destructor that would abort); the record dies with the thread anyway.
+
 /// Records that this thread checked out a connection for `stage`.
 pub fn connection_checked_out(stage: &'static str) {
-    HELD.with(|h| h.borrow_mut().push(stage));
+    let _ = HELD.try_with(|h| h.borrow_mut().push(stage));
 }
 
 /// Records that this thread returned its connection of `stage`.
 pub fn connection_returned(stage: &'static str) {
-    HELD.with(|h| {
+    let _ = HELD.try_with(|h| {
         let mut held = h.borrow_mut();
         if let Some(i) = held.iter().rposition(|s| *s == stage) {
             held.remove(i);
@@ -27,7 +30,7 @@ pub fn connection_returned(stage: &'static str) {
 
 /// The stage of a connection this thread holds right now, if any.
 pub fn held_connection() -> Option<&'static str> {
-    HELD.with(|h| h.borrow().last().copied())
+    HELD.try_with(|h| h.borrow().last().copied()).ok().flatten()
 }
 
 /// Marks this thread as serving `request_id` until the guard drops.
