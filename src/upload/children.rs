@@ -72,8 +72,17 @@ pub fn take_recorded(
         .iter()
         .map(|r| r.get(0))
         .collect();
-    tx.execute(FORGET_ANSWERS, &[&execution_id])?;
+    forget_recorded(tx, execution_id)?;
     Ok(answers)
+}
+
+/// Removes the answers recorded for `execution_id` unread (the final took them from the
+/// facts, which hold them too).
+pub fn forget_recorded(
+    tx: &mut Transaction<'_>,
+    execution_id: Uuid,
+) -> Result<(), postgres::Error> {
+    tx.execute(FORGET_ANSWERS, &[&execution_id]).map(|_| ())
 }
 
 /// The distinct A/AAAA answers of an execution aggregated from the facts, over the

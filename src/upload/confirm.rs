@@ -61,8 +61,8 @@ pub struct FinalFacts {
     pub child_targets: ChildTargets,
 }
 
-/// Confirms `receipt_id` and records the batch's A/AAAA `answers` (of a DNS or mixed
-/// execution); with `final_facts`, also commits the final's bookkeeping.
+/// Confirms `receipt_id` and records the batch's A/AAAA `answers` (empty for a
+/// `port_scan` execution); with `final_facts`, also commits the final's bookkeeping.
 pub fn run(
     tx: &mut Transaction<'_>,
     span: &UploadSpan,
@@ -77,7 +77,7 @@ pub fn run(
     span.stage("receipt_confirm", || {
         tx.execute(CONFIRM_RECEIPT, &[&receipt_id])
     })?;
-    if execution.task_kind != "port_scan" && !answers.is_empty() {
+    if !answers.is_empty() {
         span.stage("dns_answers", || {
             children::record(tx, execution.id, answers)
         })?;
@@ -116,9 +116,8 @@ pub fn run(
             &recorded
         }
         ChildTargets::Read(from_facts) => {
-            // The facts hold every answer, the recorded ones too; those rows just go.
             span.stage("dns_answers_read", || {
-                children::take_recorded(tx, execution.id)
+                children::forget_recorded(tx, execution.id)
             })?;
             from_facts
         }

@@ -174,8 +174,11 @@ fn write_batch(
         None => None,
     };
 
-    // Transaction B.
-    let answers = batch.dns_answers();
+    // Transaction B. Only a DNS or mixed execution's answers make a child task.
+    let answers = match execution.task_kind.as_str() {
+        "port_scan" => Vec::new(),
+        _ => batch.dns_answers(),
+    };
     {
         let mut conn = app.db.checkout(Stage::Confirm)?;
         let mut tx = conn.transaction()?;
