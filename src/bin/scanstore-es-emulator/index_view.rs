@@ -4,19 +4,19 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::postings::Postings;
+use crate::postings::Searchable;
 use crate::store::{Index, Slot};
 
 pub struct IndexView<'a> {
     pub docs: &'a FxHashMap<Arc<str>, Slot>,
-    pub postings: &'a Postings,
+    pub searchable: &'a Searchable,
 }
 
 impl<'a> IndexView<'a> {
     pub fn of(idx: &'a Index) -> IndexView<'a> {
         IndexView {
             docs: &idx.docs,
-            postings: &idx.postings,
+            searchable: &idx.searchable,
         }
     }
 }

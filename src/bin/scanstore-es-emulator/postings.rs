@@ -1,77 +1,225 @@
-//! Postings: an inverted index of `keyword` values over the *searchable* documents of an
-//! index, so `term`/`terms` filters (and `bool` clauses that must hold) find their candidate
-//! documents without scanning the whole index. Like a real index, every keyword field is
-//! indexed at ingest: each refresh adds its documents' terms, so the first term query on a
-//! large index costs no more than the next (a lazily built index made the first count of a
-//! 100 k-document index take 150 ms, the benchmark's slowest final).
+//! Postings: the searchable documents of an index by *document number* (publication
+//! order, as Lucene numbers documents), and an inverted index of `keyword` values over them,
+//! so `term`/`terms` filters (and `bool` clauses that must hold) find their candidates
+//! without scanning the whole index. Like a real index, every keyword field is indexed at
+//! ingest (a lazily built index made the first count of a 100 k-document index take 150 ms,
+//! the benchmark's slowest final).
+//!
+//! A refresh appends: each published version gets the next number and each of its terms
+//! gets that number pushed onto its list, so a list stays sorted and a refresh costs the
+//! same per document whether the index holds ten thousand documents or ten million (hash
+//! sets of ids cost a cache miss per term at a million, 4–5 µs per document, and the final
+//! upload's refresh paid it for every document written since the last one). A superseded
+//! or deleted version is marked dead where it is numbered and counted dead on its lists; a
+//! list more than half dead drops its dead numbers, and the whole index renumbers when most
+//! of its numbers are dead — the emulator's stand-in for segment merges.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::BuildHasher;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hashbrown::hash_table::{Entry, HashTable};
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::FxHashMap;
 use serde_json::Value;
 
 use crate::extract::FieldRef;
-use crate::extract::{any_value, source_values, to_key};
+use crate::extract::{any_value, to_key};
 use crate::index_view::IndexView;
 use crate::mapping::{Field, Mapping, Ty};
 use crate::query_exec::Compiled;
-use crate::store::DocVersion;
+use crate::store::{DocVersion, Slot};
 use crate::values::Key;
 
-/// field name (as queried, e.g. `name.keyword`) → value → ids.
-pub type Postings = HashMap<String, Terms>;
+/// A document number: the position of a published version in [`Searchable`]. 32 bits: the
+/// table holds at most twice the live versions (plus slack) between renumberings, and four
+/// billion live documents would not fit in memory anyway.
+pub type DocNo = u32;
 
-/// value → ids (Fx hashing: refreshes insert every keyword term of every document).
-pub type Terms = FxHashMap<String, IdSet>;
-
-/// The hash an [`IdSet`] files an id under.
-pub fn id_hash(id: &str) -> u64 {
-    FxBuildHasher.hash_one(id)
+/// A published version and its id.
+#[derive(Debug)]
+pub struct Published {
+    pub id: Arc<str>,
+    pub doc: Arc<DocVersion>,
 }
 
-/// A set of document ids that keeps each id's hash beside it. A refresh adds every new
-/// document to one set per keyword field, and the sets of a value shared by a whole
-/// execution (its id, `type`, `transport`) reach a million ids: growing such a set must
-/// not re-read a million strings, nor must a probe follow an id pointer to reject it.
+/// The numbers of the versions holding one term, ascending; `dead` of them are superseded.
 #[derive(Debug, Default)]
-pub struct IdSet(HashTable<(u64, Arc<str>)>);
+pub struct DocList {
+    docs: Vec<DocNo>,
+    dead: usize,
+}
 
-impl IdSet {
-    fn insert(&mut self, hash: u64, id: &Arc<str>) {
-        if let Entry::Vacant(slot) =
-            self.0
-                .entry(hash, |(h, k)| *h == hash && **k == **id, |(h, _)| *h)
-        {
-            slot.insert((hash, id.clone()));
+impl DocList {
+    fn live(&self) -> usize {
+        self.docs.len() - self.dead
+    }
+}
+
+/// value → document numbers (Fx hashing: a refresh looks up every keyword term).
+pub type Terms = FxHashMap<String, DocList>;
+
+/// Dead numbers tolerated before the index renumbers, beyond as many as are live.
+const RENUMBER_SLACK: usize = 1 << 16;
+
+/// A list shorter than this keeps its dead numbers until it grows (nothing to gain).
+const LIST_COMPACT_MIN: usize = 32;
+
+/// The searchable versions of an index by number, and the postings of every keyword field.
+#[derive(Debug, Default)]
+pub struct Searchable {
+    /// number → version; `None` once superseded or deleted.
+    by_docno: Vec<Option<Published>>,
+    dead: usize,
+    /// field name (as queried, e.g. `name.keyword`) → its terms.
+    fields: FxHashMap<String, Terms>,
+}
+
+impl Searchable {
+    /// The version numbered `d`, unless it was superseded.
+    pub fn get(&self, d: DocNo) -> Option<&Published> {
+        self.by_docno.get(d as usize).and_then(Option::as_ref)
+    }
+
+    /// Every searchable version, in number order.
+    pub fn iter(&self) -> impl Iterator<Item = &Published> {
+        self.by_docno.iter().flatten()
+    }
+
+    fn alive(&self, d: DocNo) -> bool {
+        self.get(d).is_some()
+    }
+
+    /// Replaces the searchable version of `id` (numbered `old`, if any) by `new` (if any);
+    /// returns the new version's number.
+    pub fn replace(
+        &mut self,
+        keywords: &KeywordFields,
+        id: &Arc<str>,
+        old: Option<DocNo>,
+        new: Option<&Arc<DocVersion>>,
+    ) -> Option<DocNo> {
+        let retired = old.and_then(|d| self.by_docno.get_mut(d as usize)?.take());
+        if retired.is_some() {
+            self.dead += 1;
+        }
+        let d = new.map(|doc| {
+            let d = self.by_docno.len() as DocNo;
+            self.by_docno.push(Some(Published {
+                id: id.clone(),
+                doc: doc.clone(),
+            }));
+            d
+        });
+        // Every field was given its terms before publishing (`ensure`).
+        if let (Some(retired), Some(old)) = (&retired, old) {
+            for (name, f) in &keywords.fields {
+                let Some(terms) = self.fields.get_mut(name) else {
+                    continue;
+                };
+                // Each distinct term once: its list holds the old number once.
+                for term in values(f, &retired.doc.source) {
+                    retire(terms, &term, old, &self.by_docno);
+                }
+            }
+        }
+        if let (Some(doc), Some(d)) = (new, d) {
+            let fields = &mut self.fields;
+            keywords.each_term(&doc.source, &mut |i, term| {
+                if let Some(terms) = fields.get_mut(&keywords.fields[i].0) {
+                    append(terms, term, d);
+                }
+            });
+        }
+        d
+    }
+
+    /// Renumbers the live versions densely once most numbers are dead (updates and deletes
+    /// retire numbers; a real index reclaims them in segment merges), updating each slot.
+    pub fn renumber_if_sparse(&mut self, slots: &mut FxHashMap<Arc<str>, Slot>) {
+        let live = self.by_docno.len() - self.dead;
+        if self.dead <= live + RENUMBER_SLACK {
+            return;
+        }
+        let mut remap = vec![DocNo::MAX; self.by_docno.len()];
+        let mut dense = Vec::with_capacity(live);
+        for (d, entry) in self.by_docno.drain(..).enumerate() {
+            let Some(entry) = entry else { continue };
+            let n = dense.len() as DocNo;
+            remap[d] = n;
+            if let Some(slot) = slots.get_mut(&entry.id) {
+                slot.docno = n;
+            }
+            dense.push(Some(entry));
+        }
+        for terms in self.fields.values_mut() {
+            for list in terms.values_mut() {
+                list.docs.retain_mut(|d| {
+                    *d = remap[*d as usize];
+                    *d != DocNo::MAX
+                });
+                list.dead = 0;
+            }
+            terms.retain(|_, list| !list.docs.is_empty());
+        }
+        self.by_docno = dense;
+        self.dead = 0;
+    }
+
+    /// Builds postings for `name` over the searchable versions, if it has none yet (a field
+    /// new to the mapping, at the refresh that first sees it).
+    pub fn ensure(&mut self, mapping: &Mapping, name: &str) {
+        if self.fields.contains_key(name) {
+            return;
+        }
+        let Some((_, field)) = keyword_fields(mapping).into_iter().find(|(n, _)| n == name) else {
+            return;
+        };
+        let mut terms = Terms::default();
+        for (d, entry) in self.by_docno.iter().enumerate() {
+            let Some(entry) = entry else { continue };
+            each_term(&field, &entry.doc.source, &mut |t| {
+                append(&mut terms, t, d as DocNo)
+            });
+        }
+        self.fields.insert(name.to_owned(), terms);
+    }
+}
+
+/// Pushes `d` (the newest number, so the list stays sorted; a repeated value adds nothing).
+fn append(terms: &mut Terms, term: &str, d: DocNo) {
+    match terms.get_mut(term) {
+        Some(list) => {
+            if list.docs.last() != Some(&d) {
+                list.docs.push(d);
+            }
+        }
+        None => {
+            terms.insert(
+                term.to_owned(),
+                DocList {
+                    docs: vec![d],
+                    dead: 0,
+                },
+            );
         }
     }
+}
 
-    fn remove(&mut self, hash: u64, id: &str) {
-        if let Ok(found) = self.0.find_entry(hash, |(h, k)| *h == hash && &**k == id) {
-            found.remove();
+/// Counts `d` (already marked dead in `by_docno`) dead on the term's list, dropping the
+/// list's dead numbers once they are the majority, and the term once nothing is left.
+fn retire(terms: &mut Terms, term: &str, d: DocNo, by_docno: &[Option<Published>]) {
+    let Some(list) = terms.get_mut(term) else {
+        return;
+    };
+    debug_assert!(list.docs.binary_search(&d).is_ok());
+    list.dead += 1;
+    if list.dead * 2 > list.docs.len() && list.docs.len() >= LIST_COMPACT_MIN
+        || list.dead == list.docs.len()
+    {
+        list.docs
+            .retain(|&n| by_docno.get(n as usize).is_some_and(Option::is_some));
+        list.dead = 0;
+        if list.docs.is_empty() {
+            terms.remove(term);
         }
-    }
-
-    pub fn contains(&self, id: &str) -> bool {
-        let hash = id_hash(id);
-        self.0
-            .find(hash, |(h, k)| *h == hash && &**k == id)
-            .is_some()
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.0.iter().map(|(_, id)| id)
     }
 }
 
@@ -115,34 +263,95 @@ pub fn keyword_fields(m: &Mapping) -> Vec<(String, FieldRef)> {
     out
 }
 
-/// Calls `f` with each keyword term of `src` for field `field` (a repeated value may come
-/// twice: adding to or removing from a set is idempotent). No allocation for strings.
-fn each_term(field: &FieldRef, src: &Value, f: &mut dyn FnMut(&str)) {
-    any_value(src, &field.path, &mut |v| {
-        let owned;
-        let term = match v {
-            Value::String(s) => s.as_str(),
-            Value::Number(n) => {
-                owned = n.to_string();
-                owned.as_str()
-            }
-            Value::Bool(b) => {
-                if *b {
-                    "true"
-                } else {
-                    "false"
+/// The keyword fields of a mapping, and which of them each `_source` path feeds (a field
+/// and its `.keyword` multi-field read the same path).
+pub struct KeywordFields {
+    fields: Vec<(String, FieldRef)>,
+    by_path: FxHashMap<String, Vec<usize>>,
+}
+
+impl KeywordFields {
+    pub fn of(m: &Mapping) -> KeywordFields {
+        let fields = keyword_fields(m);
+        let mut by_path: FxHashMap<String, Vec<usize>> = FxHashMap::default();
+        for (i, (_, f)) in fields.iter().enumerate() {
+            by_path.entry(f.path.clone()).or_default().push(i);
+        }
+        KeywordFields { fields, by_path }
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.fields.iter().map(|(name, _)| name.as_str())
+    }
+
+    /// Calls `f` with (field index, term) for every keyword term of `src` in one walk of the
+    /// document — the same terms as [`each_term`] per field, without looking each field's
+    /// path up in the document (a refresh does this for every document it publishes).
+    fn each_term(&self, src: &Value, f: &mut dyn FnMut(usize, &str)) {
+        let mut path = String::new();
+        self.walk_source(src, &mut path, f);
+    }
+
+    fn walk_source(&self, v: &Value, path: &mut String, f: &mut dyn FnMut(usize, &str)) {
+        match v {
+            Value::Object(map) => {
+                for (key, item) in map {
+                    // `{"a": {"b": x}}`, `{"a.b": x}` and `{"a": [{"b": x}]}` all reach `a.b`.
+                    let len = path.len();
+                    if len > 0 {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                    self.walk_source(item, path, f);
+                    path.truncate(len);
                 }
             }
-            _ => return false,
-        };
-        if field
-            .ignore_above
-            .map_or(true, |limit| term.chars().count() <= limit)
-        {
-            f(term);
+            Value::Array(items) => items.iter().for_each(|i| self.walk_source(i, path, f)),
+            Value::Null => {}
+            scalar => {
+                if let Some(fields) = self.by_path.get(path.as_str()) {
+                    for &i in fields {
+                        with_term(&self.fields[i].1, scalar, &mut |t| f(i, t));
+                    }
+                }
+            }
         }
+    }
+}
+
+/// Calls `f` with each keyword term of `src` for field `field` (a repeated value may come
+/// twice). No allocation for strings.
+fn each_term(field: &FieldRef, src: &Value, f: &mut dyn FnMut(&str)) {
+    any_value(src, &field.path, &mut |v| {
+        with_term(field, v, f);
         false
     });
+}
+
+/// Calls `f` with the keyword term of scalar `v`, unless `ignore_above` leaves it out.
+fn with_term(field: &FieldRef, v: &Value, f: &mut dyn FnMut(&str)) {
+    let owned;
+    let term = match v {
+        Value::String(s) => s.as_str(),
+        Value::Number(n) => {
+            owned = n.to_string();
+            owned.as_str()
+        }
+        Value::Bool(b) => {
+            if *b {
+                "true"
+            } else {
+                "false"
+            }
+        }
+        _ => return,
+    };
+    if field
+        .ignore_above
+        .map_or(true, |limit| term.chars().count() <= limit)
+    {
+        f(term);
+    }
 }
 
 /// The distinct keyword terms of a document for one field.
@@ -154,122 +363,73 @@ fn values(field: &FieldRef, src: &Value) -> Vec<String> {
     out
 }
 
-fn add(terms: &mut Terms, term: &str, hash: u64, id: &Arc<str>) {
-    match terms.get_mut(term) {
-        Some(ids) => ids.insert(hash, id),
-        None => {
-            let mut ids = IdSet::default();
-            ids.insert(hash, id);
-            terms.insert(term.to_owned(), ids);
-        }
-    }
-}
-
-fn remove(terms: &mut Terms, term: &str, hash: u64, id: &Arc<str>) {
-    if let Some(ids) = terms.get_mut(term) {
-        ids.remove(hash, id);
-        if ids.is_empty() {
-            terms.remove(term);
-        }
-    }
-}
-
-/// Moves `id` from the terms of `old` to the terms of `new`.
-pub fn update(
-    p: &mut Postings,
-    fields: &[(String, FieldRef)],
-    id: &Arc<str>,
-    old: Option<&DocVersion>,
-    new: Option<&DocVersion>,
-) {
-    let hash = id_hash(id);
-    for (name, f) in fields {
-        if !p.contains_key(name) {
-            p.insert(name.clone(), Terms::default());
-        }
-        let Some(terms) = p.get_mut(name) else {
-            continue;
-        };
-        match (old, new) {
-            // A new document (most of a refresh): straight inserts, nothing to compare.
-            (None, Some(new)) => each_term(f, &new.source, &mut |t| add(terms, t, hash, id)),
-            (Some(old), None) => each_term(f, &old.source, &mut |t| remove(terms, t, hash, id)),
-            (Some(old), Some(new)) => {
-                // An update (an asset merge) rarely changes a keyword field: compare the raw
-                // values first, without building any term.
-                let (mut raw_old, mut raw_new) = (Vec::new(), Vec::new());
-                source_values(&old.source, &f.path, &mut raw_old);
-                source_values(&new.source, &f.path, &mut raw_new);
-                if raw_old == raw_new {
-                    continue;
-                }
-                let (before, after) = (values(f, &old.source), values(f, &new.source));
-                if before == after {
-                    continue;
-                }
-                for v in before.iter().filter(|v| !after.contains(v)) {
-                    remove(terms, v, hash, id);
-                }
-                for v in after.iter().filter(|v| !before.contains(v)) {
-                    add(terms, v, hash, id);
-                }
-            }
-            (None, None) => {}
-        }
-    }
-}
-
-/// The ids a clause admits, borrowed from the postings where possible: a keyword `term`
-/// or `terms` is the union of its terms' id sets, never copied.
+/// The documents a clause admits, borrowed from the postings where possible: a keyword
+/// `term` or `terms` is the union of its terms' lists, never copied.
 enum View<'a> {
-    Terms(Vec<&'a IdSet>),
-    Ids(HashSet<&'a str>),
+    Lists(Vec<&'a DocList>),
+    /// Ascending, distinct, live.
+    Docs(Vec<DocNo>),
 }
 
 impl<'a> View<'a> {
-    /// An upper bound of the ids (exact for one term), to pick the cheapest to walk.
+    /// An upper bound of the live documents (exact for one term), to pick the cheapest to
+    /// walk.
     fn len(&self) -> usize {
         match self {
-            View::Terms(sets) => sets.iter().map(|s| s.len()).sum(),
-            View::Ids(ids) => ids.len(),
+            View::Lists(lists) => lists.iter().map(|l| l.live()).sum(),
+            View::Docs(docs) => docs.len(),
         }
     }
 
-    fn contains(&self, id: &str) -> bool {
+    fn contains(&self, d: DocNo) -> bool {
         match self {
-            View::Terms(sets) => sets.iter().any(|s| s.contains(id)),
-            View::Ids(ids) => ids.contains(id),
+            View::Lists(lists) => lists.iter().any(|l| l.docs.binary_search(&d).is_ok()),
+            View::Docs(docs) => docs.binary_search(&d).is_ok(),
         }
     }
 
-    fn for_each(&self, f: &mut dyn FnMut(&'a str)) {
+    /// The live documents, ascending and distinct.
+    fn into_docs(self, s: &Searchable) -> Vec<DocNo> {
         match self {
-            View::Terms(sets) => {
-                for set in sets {
-                    set.iter().for_each(|i| f(i));
+            View::Docs(docs) => docs,
+            View::Lists(lists) => {
+                let mut out: Vec<DocNo> = lists
+                    .iter()
+                    .flat_map(|l| l.docs.iter().copied())
+                    .filter(|&d| s.alive(d))
+                    .collect();
+                if lists.len() > 1 {
+                    out.sort_unstable();
+                    out.dedup();
                 }
+                out
             }
-            View::Ids(ids) => ids.iter().for_each(|i| f(i)),
         }
     }
 }
 
 fn view<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<View<'a>> {
     match c {
-        Compiled::Nothing => Some(View::Ids(HashSet::new())),
-        Compiled::Ids(ids) => Some(View::Ids(
-            ids.iter()
-                .filter_map(|i| idx.docs.get_key_value(i.as_str()).map(|(k, _)| k.as_ref()))
-                .collect(),
-        )),
+        Compiled::Nothing => Some(View::Docs(Vec::new())),
+        Compiled::Ids(ids) => {
+            let mut docs: Vec<DocNo> = ids
+                .iter()
+                .filter_map(|i| idx.docs.get(i.as_str()))
+                .filter(|slot| slot.visible.is_some())
+                .map(|slot| slot.docno)
+                .collect();
+            docs.sort_unstable();
+            docs.dedup();
+            Some(View::Docs(docs))
+        }
         Compiled::Keys {
             name,
             field,
             keys,
             cidrs,
         } if field.ty == Ty::Keyword && cidrs.is_empty() => {
-            let terms = idx.postings.get(name)?;
-            let mut sets = Vec::with_capacity(keys.len());
+            let terms = idx.searchable.fields.get(name)?;
+            let mut lists = Vec::with_capacity(keys.len());
             for k in keys {
                 let key = match k {
                     Key::Str(s) => s.clone(),
@@ -278,9 +438,9 @@ fn view<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<View<'a>> {
                         _ => String::new(),
                     },
                 };
-                sets.extend(terms.get(&key));
+                lists.extend(terms.get(&key));
             }
-            Some(View::Terms(sets))
+            Some(View::Lists(lists))
         }
         Compiled::Bool { must, filter, .. } => {
             let views: Vec<View<'a>> = must
@@ -291,72 +451,31 @@ fn view<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<View<'a>> {
             // Walk the smallest clause and keep what every other clause admits: a page of
             // one execution's DNS answers costs its own size, not the index's.
             let smallest = (0..views.len()).min_by_key(|&i| views[i].len())?;
-            let mut out = HashSet::new();
-            views[smallest].for_each(&mut |id| {
-                if views
-                    .iter()
-                    .enumerate()
-                    .all(|(i, v)| i == smallest || v.contains(id))
-                {
-                    out.insert(id);
-                }
-            });
-            Some(View::Ids(out))
+            let mut views = views;
+            let walked = views.swap_remove(smallest);
+            let mut docs = walked.into_docs(idx.searchable);
+            docs.retain(|&d| views.iter().all(|v| v.contains(d)));
+            Some(View::Docs(docs))
         }
         _ => None,
     }
 }
 
-/// Ids that can match `c` (a superset of the matches), or `None` when every document must
-/// be checked.
-pub fn candidates<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<HashSet<&'a str>> {
-    match view(c, idx)? {
-        View::Ids(ids) => Some(ids),
-        View::Terms(sets) => {
-            let mut out = HashSet::with_capacity(sets.iter().map(|s| s.len()).sum());
-            sets.iter().flat_map(|s| s.iter()).for_each(|i| {
-                out.insert(i.as_ref());
-            });
-            Some(out)
-        }
-    }
+/// Live documents that can match `c` (a superset of the matches), ascending, or `None`
+/// when every document must be checked.
+pub fn candidates(c: &Compiled, idx: &IndexView<'_>) -> Option<Vec<DocNo>> {
+    Some(view(c, idx)?.into_docs(idx.searchable))
 }
 
 /// How many documents match `c` when the postings answer it exactly (keyword terms and
-/// `bool`s of them); one term is its postings size, as a real index answers `_count`.
+/// `bool`s of them); one term is its list's live size, as a real index answers `_count`.
 pub fn exact_count(c: &Compiled, idx: &IndexView<'_>) -> Option<usize> {
     exact_score(c)?;
     Some(match view(c, idx)? {
-        View::Terms(sets) if sets.len() == 1 => sets[0].len(),
+        View::Lists(lists) if lists.len() == 1 => lists[0].live(),
         // A document with several of the terms is counted once.
-        View::Terms(sets) => sets
-            .iter()
-            .flat_map(|s| s.iter())
-            .collect::<HashSet<_>>()
-            .len(),
-        View::Ids(ids) => ids.len(),
+        other => other.into_docs(idx.searchable).len(),
     })
-}
-
-/// Builds postings for `name` over the searchable documents, if it has none yet (a field
-/// new to the mapping, at the refresh that first sees it).
-pub fn ensure(idx: &mut crate::store::Index, name: &str) {
-    if idx.postings.contains_key(name) {
-        return;
-    }
-    let Some((_, field)) = keyword_fields(&idx.mapping)
-        .into_iter()
-        .find(|(n, _)| n == name)
-    else {
-        return;
-    };
-    let mut terms = Terms::default();
-    for (id, slot) in &idx.docs {
-        let Some(doc) = &slot.visible else { continue };
-        let hash = id_hash(id);
-        each_term(&field, &doc.source, &mut |t| add(&mut terms, t, hash, id));
-    }
-    idx.postings.insert(name.to_owned(), terms);
 }
 
 /// The score of every candidate when the candidates are exactly the matches (keyword
@@ -403,34 +522,130 @@ mod tests {
         compile(&q, m).unwrap_or(Compiled::Nothing)
     }
 
-    fn sorted(set: Option<HashSet<&str>>) -> Vec<String> {
-        let mut v: Vec<String> = set
+    /// The ids of the candidates, sorted.
+    fn sorted(idx: &crate::store::Index, docs: Option<Vec<DocNo>>) -> Vec<String> {
+        let mut v: Vec<String> = docs
             .unwrap_or_default()
             .into_iter()
-            .map(str::to_owned)
+            .filter_map(|d| idx.searchable.get(d).map(|p| p.id.to_string()))
             .collect();
         v.sort();
         v
     }
 
     #[test]
-    fn an_id_set_keeps_each_id_once_through_growth_and_removal() {
-        let ids: Vec<Arc<str>> = (0..10_000).map(|i| Arc::from(format!("doc-{i}"))).collect();
-        let mut set = IdSet::default();
-        for id in ids.iter().chain(&ids) {
-            set.insert(id_hash(id), id);
+    fn one_walk_of_a_document_finds_the_terms_each_field_path_finds() {
+        let body = json!({"mappings": {"properties": {
+            "k": {"type": "keyword", "ignore_above": 5},
+            "t": {"type": "text", "fields": {"raw": {"type": "keyword"}}},
+            "o": {"properties": {"a": {"type": "keyword"}, "deep": {"properties": {"z": {"type": "keyword"}}}}},
+            "n": {"type": "long"}
+        }}});
+        let mut store = Store::default();
+        let Ok(idx) = store.create_index("w", Some(&body)) else {
+            panic!("index")
+        };
+        let keywords = KeywordFields::of(&idx.mapping);
+        let docs = [
+            json!({"k": "short", "t": "Some Text", "o": {"a": "x", "deep": {"z": 7}}, "n": 3}),
+            json!({"k": ["toolong", "ok", null, ["nest"]], "o.a": true, "o": [{"a": "y"}, {"a": ["z", "y"]}]}),
+            json!({"o.deep.z": "dotted", "o": {"deep.z": "half", "other": {"a": "no"}}, "t": 12.5}),
+            json!({"k": {"not": "a scalar"}, "unmapped": "u", "o": null}),
+        ];
+        for doc in &docs {
+            let mut walked = Vec::new();
+            keywords.each_term(doc, &mut |i, t| {
+                walked.push((keywords.fields[i].0.clone(), t.to_owned()))
+            });
+            let mut per_field = Vec::new();
+            for (name, f) in &keywords.fields {
+                each_term(f, doc, &mut |t| {
+                    per_field.push((name.clone(), t.to_owned()))
+                });
+            }
+            walked.sort();
+            per_field.sort();
+            assert_eq!(walked, per_field, "{doc}");
         }
-        assert_eq!(set.len(), ids.len(), "a second insert adds nothing");
-        for id in ids.iter().step_by(2) {
-            set.remove(id_hash(id), id);
+        let mut first = Vec::new();
+        keywords.each_term(&docs[0], &mut |i, t| {
+            first.push(format!("{}={t}", keywords.fields[i].0))
+        });
+        first.sort();
+        assert_eq!(first, ["k=short", "o.a=x", "o.deep.z=7", "t.raw=Some Text"]);
+    }
+
+    #[test]
+    fn updates_and_deletes_retire_numbers_until_the_index_renumbers() {
+        let mut store = Store::default();
+        let body = json!({"mappings": {"properties": {"e": {"type": "keyword"}}}});
+        let Ok(idx) = store.create_index("p", Some(&body)) else {
+            panic!("index")
+        };
+        let count = |q: Value, idx: &crate::store::Index| {
+            exact_count(&compiled(q, &idx.mapping), &IndexView::of(idx))
+        };
+        let docs = 1000;
+        // Enough rounds of updates that the dead numbers pass the live ones plus the slack.
+        let rounds = (RENUMBER_SLACK + docs) / docs + 2;
+        for round in 0..rounds {
+            for i in 0..docs {
+                // The value moves between two terms, and repeats within the document.
+                let e = if (i + round) % 2 == 0 { "even" } else { "odd" };
+                let version = round as i64 + 1;
+                idx.put(&i.to_string(), Some(json!({"e": [e, e]})), version, None);
+            }
+            idx.refresh();
+            assert_eq!(count(json!({"term": {"e": "even"}}), idx), Some(docs / 2));
+            assert_eq!(
+                count(json!({"terms": {"e": ["even", "odd"]}}), idx),
+                Some(docs)
+            );
+            let lists = &idx.searchable.fields["e"];
+            assert!(
+                lists
+                    .values()
+                    .all(|l| l.docs.windows(2).all(|w| w[0] < w[1])),
+                "each list ascending, each number once"
+            );
+            assert!(
+                lists
+                    .values()
+                    .all(|l| l.docs.len() <= 2 * l.live() + LIST_COMPACT_MIN),
+                "a list drops its dead numbers once they are the majority"
+            );
         }
-        set.remove(id_hash("doc-absent"), "doc-absent");
-        assert_eq!(set.len(), ids.len() / 2);
-        assert!(set.contains("doc-1") && !set.contains("doc-0") && !set.contains("doc-absent"));
-        let mut left: Vec<&str> = set.iter().map(|id| &**id).collect();
-        left.sort_unstable();
-        left.dedup();
-        assert_eq!(left.len(), ids.len() / 2);
+        assert!(
+            idx.searchable.by_docno.len() <= 2 * docs + RENUMBER_SLACK,
+            "the index renumbered: {} numbers for {docs} documents",
+            idx.searchable.by_docno.len()
+        );
+        // Every slot still names its own version.
+        for (id, slot) in &idx.docs {
+            let published = idx.searchable.get(slot.docno).map(|p| p.id.clone());
+            assert_eq!(published.as_deref(), Some(&**id));
+        }
+        let even = compiled(json!({"term": {"e": "even"}}), &idx.mapping);
+        let expected: Vec<String> = {
+            let mut v: Vec<String> = (0..docs)
+                .filter(|i| (i + rounds - 1) % 2 == 0)
+                .map(|i| i.to_string())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            sorted(idx, candidates(&even, &IndexView::of(idx))),
+            expected
+        );
+        // Deletes retire numbers too; a term with nothing left is gone.
+        for i in 0..docs {
+            idx.put(&i.to_string(), None, rounds as i64 + 1, None);
+        }
+        idx.refresh();
+        assert_eq!(count(json!({"term": {"e": "even"}}), idx), Some(0));
+        assert!(idx.searchable.fields["e"].is_empty());
+        assert_eq!(idx.searchable.iter().count(), 0);
     }
 
     #[test]
@@ -454,19 +669,19 @@ mod tests {
         );
         idx.refresh();
         assert_eq!(
-            sorted(candidates(&term, &IndexView::of(idx))),
+            sorted(idx, candidates(&term, &IndexView::of(idx))),
             ["1", "4", "7"]
         );
         // Later refreshes keep them current; unrefreshed writes are not visible.
         idx.put("10", Some(json!({"e": "e1"})), 1, None);
         idx.put("4", None, 2, None);
         assert_eq!(
-            sorted(candidates(&term, &IndexView::of(idx))),
+            sorted(idx, candidates(&term, &IndexView::of(idx))),
             ["1", "4", "7"]
         );
         idx.refresh();
         assert_eq!(
-            sorted(candidates(&term, &IndexView::of(idx))),
+            sorted(idx, candidates(&term, &IndexView::of(idx))),
             ["1", "10", "7"]
         );
         let b = compiled(
@@ -507,7 +722,7 @@ mod tests {
         idx.put("1", Some(json!({"e": "e2"})), 2, None);
         idx.refresh();
         assert_eq!(
-            sorted(candidates(&term, &IndexView::of(idx))),
+            sorted(idx, candidates(&term, &IndexView::of(idx))),
             ["10", "11", "7"]
         );
         assert_eq!(count(json!({"term": {"e": "e2"}}), idx), Some(5));

@@ -64,13 +64,12 @@ fn matching(store: &Store, names: &[String], q: &Query) -> Result<Vec<Hit>, EsEr
         let candidates = crate::postings::candidates(&c, &crate::index_view::IndexView::of(idx));
         // Postings are exact for keyword terms: no need to re-check each candidate's source.
         let exact = candidates.as_ref().and(crate::postings::exact_score(&c));
-        let slots: Box<dyn Iterator<Item = (&std::sync::Arc<str>, &crate::store::Slot)>> =
-            match &candidates {
-                Some(ids) => Box::new(ids.iter().filter_map(|id| idx.docs.get_key_value(*id))),
-                None => Box::new(idx.docs.iter()),
-            };
-        for (id, slot) in slots {
-            let Some(doc) = &slot.visible else { continue };
+        // In number order either way, as a real shard returns equal scores in doc order.
+        let docs: Box<dyn Iterator<Item = &crate::postings::Published>> = match &candidates {
+            Some(docnos) => Box::new(docnos.iter().filter_map(|&d| idx.searchable.get(d))),
+            None => Box::new(idx.searchable.iter()),
+        };
+        for crate::postings::Published { id, doc } in docs {
             if let Some(score) = exact.or_else(|| score(&c, &idx.mapping, id, doc)) {
                 hits.push(Hit {
                     index: index.clone(),

@@ -1,7 +1,7 @@
 //! The in-memory cluster state: indices (latest vs searchable documents), index templates,
 //! stored scripts, aliases, and the refresh that publishes latest → searchable.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::EsError;
 use crate::mapping::Mapping;
+use crate::postings::{DocNo, KeywordFields, Searchable};
 use crate::settings::{
     flatten_settings, insert_dotted, parse_interval, setting, validate_index_name,
 };
@@ -31,6 +32,8 @@ pub struct Slot {
     pub visible: Option<Arc<DocVersion>>,
     pub version: i64,
     pub dirty: bool,
+    /// The number of `visible` in the index's [`Searchable`] (meaningless without one).
+    pub docno: DocNo,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -63,8 +66,8 @@ pub struct Index {
     pub last_refresh: Instant,
     /// Incremented by every publication that changed what search sees (a cache key).
     pub refresh_gen: u64,
-    /// Keyword postings of the searchable documents (see `postings`).
-    pub postings: crate::postings::Postings,
+    /// The searchable versions by number, and their keyword postings (see `postings`).
+    pub searchable: Searchable,
 }
 
 #[derive(Debug, Clone)]
@@ -209,7 +212,7 @@ impl Store {
             next_seq_no: 0,
             last_refresh: Instant::now(),
             refresh_gen: 0,
-            postings: HashMap::new(),
+            searchable: Searchable::default(),
         };
         Ok(self.indices.entry(name.to_owned()).or_insert(index))
     }
@@ -248,9 +251,9 @@ impl Index {
         }
         // Every keyword field carries postings, as every keyword field of a real index is
         // indexed at ingest; a field new to the mapping starts from the visible documents.
-        let fields = crate::postings::keyword_fields(&self.mapping);
-        for (name, _) in &fields {
-            crate::postings::ensure(self, name);
+        let keywords = KeywordFields::of(&self.mapping);
+        for name in keywords.names() {
+            self.searchable.ensure(&self.mapping, name);
         }
         for id in self.dirty.drain(..n) {
             // Deleted ids keep their slot (a tombstone holding the version), as ES keeps
@@ -258,19 +261,17 @@ impl Index {
             let Some(slot) = self.docs.get_mut(&id) else {
                 continue;
             };
-            let old = slot.visible.take();
-            if !fields.is_empty() {
-                crate::postings::update(
-                    &mut self.postings,
-                    &fields,
-                    &id,
-                    old.as_deref(),
-                    slot.latest.as_deref(),
-                );
-            }
+            let old = slot.visible.is_some().then_some(slot.docno);
             slot.visible = slot.latest.clone();
             slot.dirty = false;
+            if let Some(d) = self
+                .searchable
+                .replace(&keywords, &id, old, slot.visible.as_ref())
+            {
+                slot.docno = d;
+            }
         }
+        self.searchable.renumber_if_sparse(&mut self.docs);
         self.published += n as u64;
         self.refresh_gen += 1;
         n
