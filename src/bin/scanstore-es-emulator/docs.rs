@@ -261,7 +261,7 @@ fn write_doc(
         ));
     }
     let version = next_version(index, op, id)?;
-    index.mapping.index_doc(id, &source)?;
+    index.check_doc(id, &source)?;
     let (version, seq_no) = index.put(id, Some(source), version, op.routing.clone());
     Ok(ok(
         index,

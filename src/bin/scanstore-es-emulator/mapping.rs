@@ -322,16 +322,16 @@ impl Mapping {
         }
     }
 
-    /// Checks a document against the mapping and adds dynamic fields. Nothing is changed
-    /// when the document is rejected.
-    pub fn index_doc(&mut self, id: &str, src: &Value) -> Result<(), EsError> {
+    /// Checks a document against the mapping and adds dynamic fields; `Ok(true)` when it
+    /// added any. Nothing is changed when the document is rejected.
+    pub fn index_doc(&mut self, id: &str, src: &Value) -> Result<bool, EsError> {
         let Some(obj) = src.as_object() else {
             return Err(mapper_error("failed to parse, document is empty"));
         };
         // Fast path: a read-only check; the mapping is cloned only when a dynamic field must
         // be added (so a rejected document never changes it).
         if !needs_new_fields(&self.props, self.dynamic, obj)? {
-            return Ok(());
+            return Ok(false);
         }
         let mut props = self.props.clone();
         let mut changed = false;
@@ -339,7 +339,7 @@ impl Mapping {
         if changed {
             self.props = props;
         }
-        Ok(())
+        Ok(changed)
     }
 }
 

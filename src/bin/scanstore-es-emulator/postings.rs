@@ -1,18 +1,16 @@
-//! Postings: the searchable documents of an index by *document number* (publication
-//! order, as Lucene numbers documents), and an inverted index of `keyword` values over them,
-//! so `term`/`terms` filters (and `bool` clauses that must hold) find their candidates
-//! without scanning the whole index. Like a real index, every keyword field is indexed at
-//! ingest (a lazily built index made the first count of a 100 k-document index take 150 ms,
-//! the benchmark's slowest final).
+//! Postings: every indexed version of an index's documents by *document number* (write
+//! order, as Lucene numbers documents), an inverted index of `keyword` values over them, and
+//! which numbers search sees. `term`/`terms` filters (and `bool` clauses that must hold)
+//! find their candidates without scanning the whole index.
 //!
-//! A refresh appends: each published version gets the next number and each of its terms
-//! gets that number pushed onto its list, so a list stays sorted and a refresh costs the
-//! same per document whether the index holds ten thousand documents or ten million (hash
-//! sets of ids cost a cache miss per term at a million, 4–5 µs per document, and the final
-//! upload's refresh paid it for every document written since the last one). A superseded
-//! or deleted version is marked dead where it is numbered and counted dead on its lists; a
-//! list more than half dead drops its dead numbers, and the whole index renumbers when most
-//! of its numbers are dead — the emulator's stand-in for segment merges.
+//! As in a real index, a document is inverted when it is written — while it is still in
+//! the cache — and a refresh only changes which numbers are searchable: marking a number
+//! costs the same whether the index holds ten thousand documents or ten million.
+//! (Inverting at refresh time cost 1.5–9 µs per document at 1 M, cold documents and
+//! million-entry tables, and the final upload's refresh paid it for everything written
+//! since the last one.) A term's list only ever grows at its end, so it stays sorted; it
+//! may hold numbers that are not searchable (yet, or any more), which readers skip. When
+//! most numbers are dead the index renumbers — the emulator's stand-in for segment merges.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,107 +26,119 @@ use crate::query_exec::Compiled;
 use crate::store::{DocVersion, Slot};
 use crate::values::Key;
 
-/// A document number: the position of a published version in [`Searchable`]. 32 bits: the
+/// A document number: the position of an indexed version in [`Searchable`]. 32 bits: the
 /// table holds at most twice the live versions (plus slack) between renumberings, and four
 /// billion live documents would not fit in memory anyway.
 pub type DocNo = u32;
 
-/// A published version and its id.
+/// An indexed version and its id.
 #[derive(Debug)]
 pub struct Published {
     pub id: Arc<str>,
     pub doc: Arc<DocVersion>,
 }
 
-/// The numbers of the versions holding one term, ascending; `dead` of them are superseded.
+/// The numbers of the versions holding one term, ascending (searchable or not).
 #[derive(Debug, Default)]
 pub struct DocList {
     docs: Vec<DocNo>,
-    dead: usize,
 }
 
-impl DocList {
-    fn live(&self) -> usize {
-        self.docs.len() - self.dead
-    }
-}
-
-/// value → document numbers (Fx hashing: a refresh looks up every keyword term).
+/// value → document numbers (Fx hashing: every written document looks up every term).
 pub type Terms = FxHashMap<String, DocList>;
 
 /// Dead numbers tolerated before the index renumbers, beyond as many as are live.
 const RENUMBER_SLACK: usize = 1 << 16;
 
-/// A list shorter than this keeps its dead numbers until it grows (nothing to gain).
-const LIST_COMPACT_MIN: usize = 32;
-
-/// The searchable versions of an index by number, and the postings of every keyword field.
+/// The indexed versions of an index by number, which of them search sees, and the
+/// postings of every keyword field.
 #[derive(Debug, Default)]
 pub struct Searchable {
-    /// number → version; `None` once superseded or deleted.
+    /// number → version, pending or searchable; `None` once superseded or deleted.
     by_docno: Vec<Option<Published>>,
+    /// Bit per number: searchable.
+    visible: Vec<u64>,
     dead: usize,
     /// field name (as queried, e.g. `name.keyword`) → its terms.
     fields: FxHashMap<String, Terms>,
 }
 
 impl Searchable {
-    /// The version numbered `d`, unless it was superseded.
+    /// The searchable version numbered `d`.
     pub fn get(&self, d: DocNo) -> Option<&Published> {
+        if !self.searchable(d) {
+            return None;
+        }
         self.by_docno.get(d as usize).and_then(Option::as_ref)
     }
 
     /// Every searchable version, in number order.
     pub fn iter(&self) -> impl Iterator<Item = &Published> {
-        self.by_docno.iter().flatten()
+        self.by_docno
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| self.searchable(*d as DocNo))
+            .filter_map(|(_, p)| p.as_ref())
     }
 
-    fn alive(&self, d: DocNo) -> bool {
-        self.get(d).is_some()
+    fn searchable(&self, d: DocNo) -> bool {
+        let d = d as usize;
+        self.visible
+            .get(d / 64)
+            .is_some_and(|word| word & (1 << (d % 64)) != 0)
     }
 
-    /// Replaces the searchable version of `id` (numbered `old`, if any) by `new` (if any);
-    /// returns the new version's number.
-    pub fn replace(
+    fn set_searchable(&mut self, d: DocNo, on: bool) {
+        let d = d as usize;
+        if self.visible.len() <= d / 64 {
+            self.visible.resize(d / 64 + 1, 0);
+        }
+        if on {
+            self.visible[d / 64] |= 1 << (d % 64);
+        } else {
+            self.visible[d / 64] &= !(1 << (d % 64));
+        }
+    }
+
+    /// Numbers and inverts a written version (not searchable until [`Self::publish`]).
+    pub fn index(
         &mut self,
         keywords: &KeywordFields,
         id: &Arc<str>,
-        old: Option<DocNo>,
-        new: Option<&Arc<DocVersion>>,
-    ) -> Option<DocNo> {
-        let retired = old.and_then(|d| self.by_docno.get_mut(d as usize)?.take());
-        if retired.is_some() {
-            self.dead += 1;
-        }
-        let d = new.map(|doc| {
-            let d = self.by_docno.len() as DocNo;
-            self.by_docno.push(Some(Published {
-                id: id.clone(),
-                doc: doc.clone(),
-            }));
-            d
+        doc: &Arc<DocVersion>,
+    ) -> DocNo {
+        let d = self.by_docno.len() as DocNo;
+        self.by_docno.push(Some(Published {
+            id: id.clone(),
+            doc: doc.clone(),
+        }));
+        let fields = &mut self.fields;
+        keywords.each_term(&doc.source, &mut |i, term| {
+            if let Some(terms) = fields.get_mut(&keywords.fields[i].0) {
+                append(terms, term, d);
+            }
         });
-        // Every field was given its terms before publishing (`ensure`).
-        if let (Some(retired), Some(old)) = (&retired, old) {
-            for (name, f) in &keywords.fields {
-                let Some(terms) = self.fields.get_mut(name) else {
-                    continue;
-                };
-                // Each distinct term once: its list holds the old number once.
-                for term in values(f, &retired.doc.source) {
-                    retire(terms, &term, old, &self.by_docno);
-                }
+        d
+    }
+
+    /// Drops a version that will never be searchable (overwritten before a refresh).
+    pub fn discard(&mut self, d: DocNo) {
+        if let Some(entry) = self.by_docno.get_mut(d as usize) {
+            if entry.take().is_some() {
+                self.dead += 1;
             }
         }
-        if let (Some(doc), Some(d)) = (new, d) {
-            let fields = &mut self.fields;
-            keywords.each_term(&doc.source, &mut |i, term| {
-                if let Some(terms) = fields.get_mut(&keywords.fields[i].0) {
-                    append(terms, term, d);
-                }
-            });
+    }
+
+    /// Makes `new` searchable in place of `old`: what a refresh does per document.
+    pub fn publish(&mut self, old: Option<DocNo>, new: Option<DocNo>) {
+        if let Some(old) = old {
+            self.set_searchable(old, false);
+            self.discard(old);
         }
-        d
+        if let Some(new) = new {
+            self.set_searchable(new, true);
+        }
     }
 
     /// Renumbers the live versions densely once most numbers are dead (updates and deletes
@@ -140,12 +150,23 @@ impl Searchable {
         }
         let mut remap = vec![DocNo::MAX; self.by_docno.len()];
         let mut dense = Vec::with_capacity(live);
-        for (d, entry) in self.by_docno.drain(..).enumerate() {
+        let mut visible = Vec::with_capacity(live / 64 + 1);
+        for (d, entry) in std::mem::take(&mut self.by_docno).into_iter().enumerate() {
             let Some(entry) = entry else { continue };
-            let n = dense.len() as DocNo;
+            let (old, n) = (d as DocNo, dense.len() as DocNo);
             remap[d] = n;
+            if self.searchable(old) {
+                if visible.len() <= n as usize / 64 {
+                    visible.resize(n as usize / 64 + 1, 0u64);
+                }
+                visible[n as usize / 64] |= 1 << (n % 64);
+            }
             if let Some(slot) = slots.get_mut(&entry.id) {
-                slot.docno = n;
+                if slot.pending == Some(old) {
+                    slot.pending = Some(n);
+                } else if slot.visible.is_some() && slot.docno == old {
+                    slot.docno = n;
+                }
             }
             dense.push(Some(entry));
         }
@@ -155,16 +176,16 @@ impl Searchable {
                     *d = remap[*d as usize];
                     *d != DocNo::MAX
                 });
-                list.dead = 0;
             }
             terms.retain(|_, list| !list.docs.is_empty());
         }
         self.by_docno = dense;
+        self.visible = visible;
         self.dead = 0;
     }
 
-    /// Builds postings for `name` over the searchable versions, if it has none yet (a field
-    /// new to the mapping, at the refresh that first sees it).
+    /// Builds postings for `name` over the indexed versions, if it has none yet (a field
+    /// new to the mapping).
     pub fn ensure(&mut self, mapping: &Mapping, name: &str) {
         if self.fields.contains_key(name) {
             return;
@@ -192,33 +213,7 @@ fn append(terms: &mut Terms, term: &str, d: DocNo) {
             }
         }
         None => {
-            terms.insert(
-                term.to_owned(),
-                DocList {
-                    docs: vec![d],
-                    dead: 0,
-                },
-            );
-        }
-    }
-}
-
-/// Counts `d` (already marked dead in `by_docno`) dead on the term's list, dropping the
-/// list's dead numbers once they are the majority, and the term once nothing is left.
-fn retire(terms: &mut Terms, term: &str, d: DocNo, by_docno: &[Option<Published>]) {
-    let Some(list) = terms.get_mut(term) else {
-        return;
-    };
-    debug_assert!(list.docs.binary_search(&d).is_ok());
-    list.dead += 1;
-    if list.dead * 2 > list.docs.len() && list.docs.len() >= LIST_COMPACT_MIN
-        || list.dead == list.docs.len()
-    {
-        list.docs
-            .retain(|&n| by_docno.get(n as usize).is_some_and(Option::is_some));
-        list.dead = 0;
-        if list.docs.is_empty() {
-            terms.remove(term);
+            terms.insert(term.to_owned(), DocList { docs: vec![d] });
         }
     }
 }
@@ -265,6 +260,7 @@ pub fn keyword_fields(m: &Mapping) -> Vec<(String, FieldRef)> {
 
 /// The keyword fields of a mapping, and which of them each `_source` path feeds (a field
 /// and its `.keyword` multi-field read the same path).
+#[derive(Debug)]
 pub struct KeywordFields {
     fields: Vec<(String, FieldRef)>,
     by_path: FxHashMap<String, Vec<usize>>,
@@ -354,29 +350,19 @@ fn with_term(field: &FieldRef, v: &Value, f: &mut dyn FnMut(&str)) {
     }
 }
 
-/// The distinct keyword terms of a document for one field.
-fn values(field: &FieldRef, src: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    each_term(field, src, &mut |t| out.push(t.to_owned()));
-    out.sort();
-    out.dedup();
-    out
-}
-
 /// The documents a clause admits, borrowed from the postings where possible: a keyword
 /// `term` or `terms` is the union of its terms' lists, never copied.
 enum View<'a> {
     Lists(Vec<&'a DocList>),
-    /// Ascending, distinct, live.
+    /// Ascending, distinct, searchable.
     Docs(Vec<DocNo>),
 }
 
 impl<'a> View<'a> {
-    /// An upper bound of the live documents (exact for one term), to pick the cheapest to
-    /// walk.
+    /// An upper bound of the searchable documents, to pick the cheapest to walk.
     fn len(&self) -> usize {
         match self {
-            View::Lists(lists) => lists.iter().map(|l| l.live()).sum(),
+            View::Lists(lists) => lists.iter().map(|l| l.docs.len()).sum(),
             View::Docs(docs) => docs.len(),
         }
     }
@@ -388,7 +374,7 @@ impl<'a> View<'a> {
         }
     }
 
-    /// The live documents, ascending and distinct.
+    /// The searchable documents, ascending and distinct.
     fn into_docs(self, s: &Searchable) -> Vec<DocNo> {
         match self {
             View::Docs(docs) => docs,
@@ -396,7 +382,7 @@ impl<'a> View<'a> {
                 let mut out: Vec<DocNo> = lists
                     .iter()
                     .flat_map(|l| l.docs.iter().copied())
-                    .filter(|&d| s.alive(d))
+                    .filter(|&d| s.searchable(d))
                     .collect();
                 if lists.len() > 1 {
                     out.sort_unstable();
@@ -461,18 +447,22 @@ fn view<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<View<'a>> {
     }
 }
 
-/// Live documents that can match `c` (a superset of the matches), ascending, or `None`
+/// Searchable documents that can match `c` (a superset of the matches), ascending, or `None`
 /// when every document must be checked.
 pub fn candidates(c: &Compiled, idx: &IndexView<'_>) -> Option<Vec<DocNo>> {
     Some(view(c, idx)?.into_docs(idx.searchable))
 }
 
 /// How many documents match `c` when the postings answer it exactly (keyword terms and
-/// `bool`s of them); one term is its list's live size, as a real index answers `_count`.
+/// `bool`s of them); one term is a walk of its list, as a real index counts a term's
+/// postings against its live docs.
 pub fn exact_count(c: &Compiled, idx: &IndexView<'_>) -> Option<usize> {
     exact_score(c)?;
+    let s = idx.searchable;
     Some(match view(c, idx)? {
-        View::Lists(lists) if lists.len() == 1 => lists[0].live(),
+        View::Lists(lists) if lists.len() == 1 => {
+            lists[0].docs.iter().filter(|&&d| s.searchable(d)).count()
+        }
         // A document with several of the terms is counted once.
         other => other.into_docs(idx.searchable).len(),
     })
@@ -608,12 +598,6 @@ mod tests {
                     .all(|l| l.docs.windows(2).all(|w| w[0] < w[1])),
                 "each list ascending, each number once"
             );
-            assert!(
-                lists
-                    .values()
-                    .all(|l| l.docs.len() <= 2 * l.live() + LIST_COMPACT_MIN),
-                "a list drops its dead numbers once they are the majority"
-            );
         }
         assert!(
             idx.searchable.by_docno.len() <= 2 * docs + RENUMBER_SLACK,
@@ -638,14 +622,57 @@ mod tests {
             sorted(idx, candidates(&even, &IndexView::of(idx))),
             expected
         );
-        // Deletes retire numbers too; a term with nothing left is gone.
+        // Deletes retire numbers too.
         for i in 0..docs {
             idx.put(&i.to_string(), None, rounds as i64 + 1, None);
         }
         idx.refresh();
         assert_eq!(count(json!({"term": {"e": "even"}}), idx), Some(0));
-        assert!(idx.searchable.fields["e"].is_empty());
         assert_eq!(idx.searchable.iter().count(), 0);
+    }
+
+    #[test]
+    fn a_written_version_is_inverted_at_once_and_searchable_only_after_a_refresh() {
+        let mut store = Store::default();
+        let body = json!({"mappings": {"properties": {"e": {"type": "keyword"}}}});
+        let Ok(idx) = store.create_index("v", Some(&body)) else {
+            panic!("index")
+        };
+        let term = |v: &str, idx: &crate::store::Index| {
+            let c = compiled(json!({"term": {"e": v}}), &idx.mapping);
+            (
+                sorted(idx, candidates(&c, &IndexView::of(idx))),
+                exact_count(&c, &IndexView::of(idx)),
+            )
+        };
+        idx.put("a", Some(json!({"e": "x"})), 1, None);
+        idx.refresh();
+        assert_eq!(term("x", idx), (vec!["a".to_owned()], Some(1)));
+        // Written, overwritten and deleted before the next refresh: search still sees the
+        // refreshed state, though every write is already in the postings.
+        idx.put("a", Some(json!({"e": "y"})), 2, None);
+        idx.put("a", Some(json!({"e": "z"})), 3, None);
+        idx.put("b", Some(json!({"e": "y"})), 1, None);
+        idx.put("c", Some(json!({"e": "x"})), 1, None);
+        idx.put("c", None, 2, None);
+        assert_eq!(term("x", idx), (vec!["a".to_owned()], Some(1)));
+        assert_eq!(term("y", idx), (vec![], Some(0)));
+        assert!(
+            idx.searchable.fields["e"]["y"].docs.len() == 2,
+            "inverted at write"
+        );
+        idx.refresh();
+        assert_eq!(term("x", idx), (vec![], Some(0)));
+        assert_eq!(term("y", idx), (vec!["b".to_owned()], Some(1)));
+        assert_eq!(term("z", idx), (vec!["a".to_owned()], Some(1)));
+        assert_eq!(idx.searchable.iter().count(), 2);
+        // A field new to the mapping gets postings over every indexed version at once.
+        assert!(idx.check_doc("d", &json!({"e": "x", "f": "new"})).is_ok());
+        idx.put("d", Some(json!({"e": "x", "f": "new"})), 1, None);
+        idx.refresh();
+        // A dynamic string is `text` with a `keyword` multi-field, as in ES.
+        let f = compiled(json!({"term": {"f.keyword": "new"}}), &idx.mapping);
+        assert_eq!(exact_count(&f, &IndexView::of(idx)), Some(1));
     }
 
     #[test]
@@ -658,14 +685,14 @@ mod tests {
         };
         for i in 0..10 {
             let src = json!({"e": format!("e{}", i % 3), "t": "x"});
-            assert!(idx.mapping.index_doc("1", &src).is_ok());
+            assert!(idx.check_doc("1", &src).is_ok());
             idx.put(&i.to_string(), Some(src), 1, None);
         }
         let term = compiled(json!({"term": {"e": "e1"}}), &idx.mapping);
         assert_eq!(
             candidates(&term, &IndexView::of(idx)).map(|s| s.len()),
-            None,
-            "nothing refreshed yet"
+            Some(0),
+            "written, not refreshed yet"
         );
         idx.refresh();
         assert_eq!(

@@ -34,6 +34,8 @@ pub struct Slot {
     pub dirty: bool,
     /// The number of `visible` in the index's [`Searchable`] (meaningless without one).
     pub docno: DocNo,
+    /// The number of `latest` while it waits for a refresh (`None` for a pending delete).
+    pub pending: Option<DocNo>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -66,8 +68,11 @@ pub struct Index {
     pub last_refresh: Instant,
     /// Incremented by every publication that changed what search sees (a cache key).
     pub refresh_gen: u64,
-    /// The searchable versions by number, and their keyword postings (see `postings`).
+    /// Every indexed version by number, which are searchable, and their keyword postings
+    /// (see `postings`).
     pub searchable: Searchable,
+    /// The mapping's keyword fields, kept with it (every write inverts its document).
+    keywords: KeywordFields,
 }
 
 #[derive(Debug, Clone)]
@@ -196,6 +201,11 @@ impl Store {
             None => Some(Duration::from_secs(1)),
         };
         let uuid = self.next_uuid();
+        let keywords = KeywordFields::of(&mapping);
+        let mut searchable = Searchable::default();
+        for name in keywords.names() {
+            searchable.ensure(&mapping, name);
+        }
         let index = Index {
             name: name.to_owned(),
             uuid,
@@ -212,7 +222,8 @@ impl Store {
             next_seq_no: 0,
             last_refresh: Instant::now(),
             refresh_gen: 0,
-            searchable: Searchable::default(),
+            searchable,
+            keywords,
         };
         Ok(self.indices.entry(name.to_owned()).or_insert(index))
     }
@@ -249,12 +260,6 @@ impl Index {
         if n == 0 {
             return 0;
         }
-        // Every keyword field carries postings, as every keyword field of a real index is
-        // indexed at ingest; a field new to the mapping starts from the visible documents.
-        let keywords = KeywordFields::of(&self.mapping);
-        for name in keywords.names() {
-            self.searchable.ensure(&self.mapping, name);
-        }
         for id in self.dirty.drain(..n) {
             // Deleted ids keep their slot (a tombstone holding the version), as ES keeps
             // delete tombstones, so a re-create continues the version sequence.
@@ -262,14 +267,13 @@ impl Index {
                 continue;
             };
             let old = slot.visible.is_some().then_some(slot.docno);
-            slot.visible = slot.latest.clone();
-            slot.dirty = false;
-            if let Some(d) = self
-                .searchable
-                .replace(&keywords, &id, old, slot.visible.as_ref())
-            {
+            let new = slot.pending.take();
+            self.searchable.publish(old, new);
+            if let Some(d) = new {
                 slot.docno = d;
             }
+            slot.visible = slot.latest.clone();
+            slot.dirty = false;
         }
         self.searchable.renumber_if_sparse(&mut self.docs);
         self.published += n as u64;
@@ -277,7 +281,19 @@ impl Index {
         n
     }
 
-    /// Stores a new latest version and marks the id for the next refresh.
+    /// Checks a document against the mapping before [`Self::put`], adding dynamic fields
+    /// (and postings for the keyword fields among them).
+    pub fn check_doc(&mut self, id: &str, src: &Value) -> Result<(), EsError> {
+        if self.mapping.index_doc(id, src)? {
+            self.keywords = KeywordFields::of(&self.mapping);
+            for name in self.keywords.names() {
+                self.searchable.ensure(&self.mapping, name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores (and inverts) a new latest version and marks the id for the next refresh.
     pub fn put(
         &mut self,
         id: &str,
@@ -301,6 +317,14 @@ impl Index {
                 routing,
             })
         });
+        // A version written since the last refresh is never searchable now.
+        if let Some(unseen) = slot.pending.take() {
+            self.searchable.discard(unseen);
+        }
+        slot.pending = slot
+            .latest
+            .as_ref()
+            .map(|doc| self.searchable.index(&self.keywords, &key, doc));
         if !slot.dirty {
             slot.dirty = true;
             self.dirty.push_back(key);

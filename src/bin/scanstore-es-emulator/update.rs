@@ -142,7 +142,7 @@ pub fn update_doc(
             }
         },
     };
-    index.mapping.index_doc(id, &new_source)?;
+    index.check_doc(id, &new_source)?;
     let version = index.docs.get(id).map_or(0, |s| s.version) + 1;
     let (version, seq_no) = index.put(id, Some(new_source), version, op.routing.clone());
     Ok(ok(
