@@ -99,6 +99,11 @@ pub struct Opts {
     pub python: String,
     #[arg(long, default_value = "tests/python/peer_bulk.py")]
     pub peer_script: PathBuf,
+    /// Extra upload rounds per size, after the publication: fresh executions of the same
+    /// size on the same stack, for more latency samples (each round gives one final per
+    /// scanner). The throughput figures stay the first round's.
+    #[arg(long, default_value_t = 0)]
+    pub extra_rounds: usize,
     /// Skip the Python peer.
     #[arg(long)]
     pub no_peer: bool,

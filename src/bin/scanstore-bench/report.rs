@@ -298,6 +298,9 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     );
     let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}",
         opts.scanners, opts.dns_every, opts.batch, opts.retry_every, opts.pool_size, opts.bulk_concurrency, opts.bulk_batch_size, opts.page_size, opts.workers);
+    if opts.extra_rounds > 0 {
+        let _ = writeln!(o, "- {} upload rounds per size: after the first round and its publication, {} more sets of executions of the same size were uploaded (publication off) into the same indices; latency tables and server-side stages count every round, throughput and memory are the first round's", opts.extra_rounds + 1, opts.extra_rounds);
+    }
     if opts.quick {
         let _ = writeln!(o, "- **quick mode**: 10 k endpoints only, small pool comparison; this checks the tool, not the product's limits");
     }

@@ -1,6 +1,7 @@
 //! The scenarios. A size run: ceiling and peer first (their own index prefixes, deleted
 //! afterwards), then scanstore with publication off while the scanners upload, then
-//! scanstore restarted with publishers to drain the backlog. A pool run: 16 scanners
+//! scanstore restarted with publishers to drain the backlog, then any extra upload rounds
+//! (more latency samples of the same size). A pool run: 16 scanners
 //! against ES slowed on every request, publishers on, at a given `pool_size`.
 
 use std::path::Path;
@@ -198,7 +199,7 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     )?;
     let mut c = db.connect()?;
     let owner = factory::owner(&mut c)?;
-    let jobs = jobs(
+    let first = jobs(
         &mut c,
         owner,
         opts.scanners,
@@ -211,8 +212,13 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     // The ceiling: the same documents, raw, into indices of their own.
     let cp = format!("{prefix}-ceiling");
     ceiling::install(&es_url, &cp)?;
-    let reqs =
-        ceiling::upload_requests(&cp, owner, &jobs, opts.bulk_batch_size, opts.bulk_max_bytes)?;
+    let reqs = ceiling::upload_requests(
+        &cp,
+        owner,
+        &first,
+        opts.bulk_batch_size,
+        opts.bulk_max_bytes,
+    )?;
     let ceiling_upload = ceiling::send(&es_url, &reqs, threads)?;
     ceiling::delete(&es_url, &cp, &reqs.indices);
     drop(reqs);
@@ -224,7 +230,7 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
         ceiling::publication_requests(
             &cp,
             owner,
-            &jobs,
+            &first,
             opts.page_size,
             opts.bulk_batch_size,
             opts.bulk_max_bytes,
@@ -240,7 +246,7 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
         let reqs = ceiling::publication_requests(
             &pp,
             owner,
-            &jobs,
+            &first,
             opts.page_size,
             opts.bulk_batch_size,
             opts.bulk_max_bytes,
@@ -261,14 +267,11 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
 
     // Uploads, with publication off so that both are measured alone.
     let b = bar(size as u64, &format!("upload {size}"));
-    let upload = scanner::run(&up.url, jobs, opts.retry_every, &b)?;
+    let mut upload = scanner::run(&up.url, first, opts.retry_every, &b)?;
     b.finish_and_clear();
     let rss_upload_kib = up.peak_rss_kib();
     up.stop();
-    let upload_logs = LogStats::from_events(&logs::read(&stack::log_path(
-        dir,
-        &format!("{name}-upload"),
-    )));
+    let mut upload_events = logs::read(&stack::log_path(dir, &format!("{name}-upload")));
 
     let ceiling_publish = ceiling::send(&es_url, &publish_reqs, threads)?;
     ceiling::delete(&es_url, &cp, &publish_reqs.indices);
@@ -312,6 +315,28 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
             return Err(format!("published {published} endpoints, expected {size}"));
         }
     }
+    // More latency samples: each round is another set of executions of this size, uploaded
+    // with publication off into indices that now hold the earlier rounds as well.
+    cfg.workers = 0;
+    for round in 2..=opts.extra_rounds + 1 {
+        let label = format!("{name}-upload-round{round}");
+        let mut more = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;
+        let round_jobs = jobs(
+            &mut c,
+            owner,
+            opts.scanners,
+            size,
+            opts.batch,
+            opts.dns_every,
+        )?;
+        let b = bar(size as u64, &format!("upload {size}, round {round}"));
+        let outcome = scanner::run(&more.url, round_jobs, opts.retry_every, &b)?;
+        b.finish_and_clear();
+        more.stop();
+        upload.latencies.merge(&outcome.latencies);
+        upload_events.extend(logs::read(&stack::log_path(dir, &label)));
+    }
+    let upload_logs = LogStats::from_events(&upload_events);
     Ok(SizeResult {
         size,
         scanners: opts.scanners,
