@@ -15,6 +15,7 @@ fn quick_mode_writes_a_sane_report() {
         std::env::temp_dir().join(format!("scanstore-bench-{}", uuid::Uuid::new_v4().simple()));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_scanstore-bench"));
     cmd.arg("--quick")
+        .args(["--scanners", "4", "--extra-rounds", "1"])
         .arg("--scanstore-bin")
         .arg(env!("CARGO_BIN_EXE_scanstore"))
         .arg("--emulator-bin")
@@ -50,6 +51,7 @@ fn quick_mode_writes_a_sane_report() {
         report.contains("## Targets") && report.contains("## Upload latency per class"),
         "{report}"
     );
+    assert!(report.contains("2 upload rounds per size"), "{report}");
     let summary: Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json")).expect("summary.json"))
             .expect("json");
@@ -67,6 +69,8 @@ fn quick_mode_writes_a_sane_report() {
             "{key}: {summary:#}"
         );
     }
+    // One final per scanner and round: the extra round's latencies are counted too.
+    assert_eq!(size["latency"]["final"]["count"], 8, "{summary:#}");
     for class in ["normal", "final", "confirmed_retry", "dns"] {
         let l = &size["latency"][class];
         assert!(
