@@ -199,14 +199,9 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     )?;
     let mut c = db.connect()?;
     let owner = factory::owner(&mut c)?;
-    let first = jobs(
-        &mut c,
-        owner,
-        opts.scanners,
-        size,
-        opts.batch,
-        opts.dns_every,
-    )?;
+    // A round's executions: one per scanner, `size` endpoints between them.
+    let new_jobs = |c: &mut Client| jobs(c, owner, opts.scanners, size, opts.batch, opts.dns_every);
+    let first = new_jobs(&mut c)?;
     let threads = opts.bulk_concurrency;
 
     // The ceiling: the same documents, raw, into indices of their own.
@@ -321,14 +316,7 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     for round in 2..=opts.extra_rounds + 1 {
         let label = format!("{name}-upload-round{round}");
         let mut more = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;
-        let round_jobs = jobs(
-            &mut c,
-            owner,
-            opts.scanners,
-            size,
-            opts.batch,
-            opts.dns_every,
-        )?;
+        let round_jobs = new_jobs(&mut c)?;
         let b = bar(size as u64, &format!("upload {size}, round {round}"));
         let outcome = scanner::run(&more.url, round_jobs, opts.retry_every, &b)?;
         b.finish_and_clear();

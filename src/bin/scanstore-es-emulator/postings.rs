@@ -512,6 +512,14 @@ mod tests {
         compile(&q, m).unwrap_or(Compiled::Nothing)
     }
 
+    /// A store with index `e`, whose one field `e` is a keyword.
+    fn keyword_index() -> Store {
+        let mut store = Store::default();
+        let body = json!({"mappings": {"properties": {"e": {"type": "keyword"}}}});
+        assert!(store.create_index("e", Some(&body)).is_ok());
+        store
+    }
+
     /// The ids of the candidates, sorted.
     fn sorted(idx: &crate::store::Index, docs: Option<Vec<DocNo>>) -> Vec<String> {
         let mut v: Vec<String> = docs
@@ -567,9 +575,8 @@ mod tests {
 
     #[test]
     fn updates_and_deletes_retire_numbers_until_the_index_renumbers() {
-        let mut store = Store::default();
-        let body = json!({"mappings": {"properties": {"e": {"type": "keyword"}}}});
-        let Ok(idx) = store.create_index("p", Some(&body)) else {
+        let mut store = keyword_index();
+        let Some(idx) = store.indices.get_mut("e") else {
             panic!("index")
         };
         let count = |q: Value, idx: &crate::store::Index| {
@@ -633,9 +640,8 @@ mod tests {
 
     #[test]
     fn a_written_version_is_inverted_at_once_and_searchable_only_after_a_refresh() {
-        let mut store = Store::default();
-        let body = json!({"mappings": {"properties": {"e": {"type": "keyword"}}}});
-        let Ok(idx) = store.create_index("v", Some(&body)) else {
+        let mut store = keyword_index();
+        let Some(idx) = store.indices.get_mut("e") else {
             panic!("index")
         };
         let term = |v: &str, idx: &crate::store::Index| {
