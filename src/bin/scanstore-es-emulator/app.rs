@@ -184,7 +184,7 @@ mod tests {
         lock(&app.store).indices["r"]
             .docs
             .get(id)
-            .is_some_and(|s| s.visible.is_some())
+            .is_some_and(|s| s.searchable.is_some())
     }
 
     #[test]

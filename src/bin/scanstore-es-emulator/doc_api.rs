@@ -112,7 +112,9 @@ pub fn get(app: &App, req: &Req, index: &str, id: &str, source_only: bool) -> Ha
     let doc = if realtime {
         slot.and_then(|s| s.latest.clone())
     } else {
-        slot.and_then(|s| s.visible.clone())
+        slot.and_then(|s| s.searchable)
+            .and_then(|d| idx.searchable.get(d))
+            .map(|p| p.doc.clone())
     };
     let Some(doc) = doc else {
         if source_only {

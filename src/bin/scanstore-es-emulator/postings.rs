@@ -89,15 +89,7 @@ impl Searchable {
     }
 
     fn set_searchable(&mut self, d: DocNo, on: bool) {
-        let d = d as usize;
-        if self.visible.len() <= d / 64 {
-            self.visible.resize(d / 64 + 1, 0);
-        }
-        if on {
-            self.visible[d / 64] |= 1 << (d % 64);
-        } else {
-            self.visible[d / 64] &= !(1 << (d % 64));
-        }
+        set_bit(&mut self.visible, d, on);
     }
 
     /// Numbers and inverts a written version (not searchable until [`Self::publish`]).
@@ -156,16 +148,13 @@ impl Searchable {
             let (old, n) = (d as DocNo, dense.len() as DocNo);
             remap[d] = n;
             if self.searchable(old) {
-                if visible.len() <= n as usize / 64 {
-                    visible.resize(n as usize / 64 + 1, 0u64);
-                }
-                visible[n as usize / 64] |= 1 << (n % 64);
+                set_bit(&mut visible, n, true);
             }
             if let Some(slot) = slots.get_mut(&entry.id) {
                 if slot.pending == Some(old) {
                     slot.pending = Some(n);
-                } else if slot.visible.is_some() && slot.docno == old {
-                    slot.docno = n;
+                } else if slot.searchable == Some(old) {
+                    slot.searchable = Some(n);
                 }
             }
             dense.push(Some(entry));
@@ -184,23 +173,34 @@ impl Searchable {
         self.dead = 0;
     }
 
-    /// Builds postings for `name` over the indexed versions, if it has none yet (a field
-    /// new to the mapping).
-    pub fn ensure(&mut self, mapping: &Mapping, name: &str) {
-        if self.fields.contains_key(name) {
-            return;
+    /// Builds postings for the keyword fields that have none yet (all of them for a new
+    /// index; a field new to the mapping) over the indexed versions.
+    pub fn ensure(&mut self, keywords: &KeywordFields) {
+        for (name, field) in &keywords.fields {
+            if self.fields.contains_key(name) {
+                continue;
+            }
+            let mut terms = Terms::default();
+            for (d, entry) in self.by_docno.iter().enumerate() {
+                let Some(entry) = entry else { continue };
+                each_term(field, &entry.doc.source, &mut |t| {
+                    append(&mut terms, t, d as DocNo)
+                });
+            }
+            self.fields.insert(name.clone(), terms);
         }
-        let Some((_, field)) = keyword_fields(mapping).into_iter().find(|(n, _)| n == name) else {
-            return;
-        };
-        let mut terms = Terms::default();
-        for (d, entry) in self.by_docno.iter().enumerate() {
-            let Some(entry) = entry else { continue };
-            each_term(&field, &entry.doc.source, &mut |t| {
-                append(&mut terms, t, d as DocNo)
-            });
-        }
-        self.fields.insert(name.to_owned(), terms);
+    }
+}
+
+fn set_bit(bits: &mut Vec<u64>, d: DocNo, on: bool) {
+    let d = d as usize;
+    if bits.len() <= d / 64 {
+        bits.resize(d / 64 + 1, 0);
+    }
+    if on {
+        bits[d / 64] |= 1 << (d % 64);
+    } else {
+        bits[d / 64] &= !(1 << (d % 64));
     }
 }
 
@@ -252,7 +252,7 @@ fn walk(props: &BTreeMap<String, Field>, prefix: &str, out: &mut Vec<(String, Fi
 }
 
 /// Every keyword field of a mapping, multi-fields included.
-pub fn keyword_fields(m: &Mapping) -> Vec<(String, FieldRef)> {
+fn keyword_fields(m: &Mapping) -> Vec<(String, FieldRef)> {
     let mut out = Vec::new();
     walk(&m.props, "", &mut out);
     out
@@ -276,13 +276,9 @@ impl KeywordFields {
         KeywordFields { fields, by_path }
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.fields.iter().map(|(name, _)| name.as_str())
-    }
-
     /// Calls `f` with (field index, term) for every keyword term of `src` in one walk of the
     /// document — the same terms as [`each_term`] per field, without looking each field's
-    /// path up in the document (a refresh does this for every document it publishes).
+    /// path up in the document (every write does this).
     fn each_term(&self, src: &Value, f: &mut dyn FnMut(usize, &str)) {
         let mut path = String::new();
         self.walk_source(src, &mut path, f);
@@ -401,8 +397,7 @@ fn view<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<View<'a>> {
             let mut docs: Vec<DocNo> = ids
                 .iter()
                 .filter_map(|i| idx.docs.get(i.as_str()))
-                .filter(|slot| slot.visible.is_some())
-                .map(|slot| slot.docno)
+                .filter_map(|slot| slot.searchable)
                 .collect();
             docs.sort_unstable();
             docs.dedup();
@@ -613,7 +608,10 @@ mod tests {
         );
         // Every slot still names its own version.
         for (id, slot) in &idx.docs {
-            let published = idx.searchable.get(slot.docno).map(|p| p.id.clone());
+            let published = slot
+                .searchable
+                .and_then(|d| idx.searchable.get(d))
+                .map(|p| p.id.clone());
             assert_eq!(published.as_deref(), Some(&**id));
         }
         let even = compiled(json!({"term": {"e": "even"}}), &idx.mapping);

@@ -24,16 +24,15 @@ pub struct DocVersion {
     pub routing: Option<String>,
 }
 
-/// A document id's slot: the latest write (what GET sees) and the refreshed state (what
-/// search sees). `version` survives deletes so a re-create continues the version sequence.
+/// A document id's slot: the latest write (what GET sees) and the number of the refreshed
+/// version in the index's [`Searchable`] (what search sees). `version` survives deletes so a
+/// re-create continues the version sequence.
 #[derive(Debug, Default)]
 pub struct Slot {
     pub latest: Option<Arc<DocVersion>>,
-    pub visible: Option<Arc<DocVersion>>,
+    pub searchable: Option<DocNo>,
     pub version: i64,
     pub dirty: bool,
-    /// The number of `visible` in the index's [`Searchable`] (meaningless without one).
-    pub docno: DocNo,
     /// The number of `latest` while it waits for a refresh (`None` for a pending delete).
     pub pending: Option<DocNo>,
 }
@@ -203,9 +202,7 @@ impl Store {
         let uuid = self.next_uuid();
         let keywords = KeywordFields::of(&mapping);
         let mut searchable = Searchable::default();
-        for name in keywords.names() {
-            searchable.ensure(&mapping, name);
-        }
+        searchable.ensure(&keywords);
         let index = Index {
             name: name.to_owned(),
             uuid,
@@ -266,13 +263,9 @@ impl Index {
             let Some(slot) = self.docs.get_mut(&id) else {
                 continue;
             };
-            let old = slot.visible.is_some().then_some(slot.docno);
             let new = slot.pending.take();
-            self.searchable.publish(old, new);
-            if let Some(d) = new {
-                slot.docno = d;
-            }
-            slot.visible = slot.latest.clone();
+            self.searchable.publish(slot.searchable, new);
+            slot.searchable = new;
             slot.dirty = false;
         }
         self.searchable.renumber_if_sparse(&mut self.docs);
@@ -286,9 +279,7 @@ impl Index {
     pub fn check_doc(&mut self, id: &str, src: &Value) -> Result<(), EsError> {
         if self.mapping.index_doc(id, src)? {
             self.keywords = KeywordFields::of(&self.mapping);
-            for name in self.keywords.names() {
-                self.searchable.ensure(&self.mapping, name);
-            }
+            self.searchable.ensure(&self.keywords);
         }
         Ok(())
     }
