@@ -42,9 +42,9 @@ const RECORD_ANSWERS: &str = "
      LIMIT greatest(0, $3 - (SELECT count(*) FROM execution_dns_answers WHERE execution_id = $1))
     ON CONFLICT DO NOTHING";
 
-// Primary-key range: at most MAX_CHILD_TARGETS rows.
-const RECORDED_ANSWERS: &str = "
-    SELECT address FROM execution_dns_answers WHERE execution_id = $1 ORDER BY address";
+// Primary-key range: at most MAX_CHILD_TARGETS rows, read as they are removed.
+const TAKE_ANSWERS: &str = "
+    DELETE FROM execution_dns_answers WHERE execution_id = $1 RETURNING address";
 
 const FORGET_ANSWERS: &str = "DELETE FROM execution_dns_answers WHERE execution_id = $1";
 
@@ -67,12 +67,13 @@ pub fn take_recorded(
     tx: &mut Transaction<'_>,
     execution_id: Uuid,
 ) -> Result<Vec<IpAddr>, postgres::Error> {
-    let answers = tx
-        .query(RECORDED_ANSWERS, &[&execution_id])?
+    let mut answers: Vec<IpAddr> = tx
+        .query(TAKE_ANSWERS, &[&execution_id])?
         .iter()
         .map(|r| r.get(0))
         .collect();
-    forget_recorded(tx, execution_id)?;
+    // Address order, as inet sorts (IPv4 before IPv6).
+    answers.sort_unstable();
     Ok(answers)
 }
 
