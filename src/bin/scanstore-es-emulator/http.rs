@@ -1,5 +1,6 @@
 //! Transport-neutral request and reply types, query-string and path decoding.
 
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::EsError;
@@ -25,7 +26,7 @@ pub struct Reply {
 }
 
 impl Reply {
-    pub fn json(status: u16, v: &Value) -> Reply {
+    pub fn json(status: u16, v: &impl Serialize) -> Reply {
         let body = serde_json::to_vec(v).unwrap_or_default();
         Reply {
             status,
@@ -35,7 +36,7 @@ impl Reply {
         }
     }
 
-    pub fn ok(v: &Value) -> Reply {
+    pub fn ok(v: &impl Serialize) -> Reply {
         Reply::json(200, v)
     }
 

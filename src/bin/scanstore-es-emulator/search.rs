@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::aggs::{self, DocRef};
@@ -17,7 +18,7 @@ use crate::query_exec::{compile, score};
 use crate::ranked::Hit;
 use crate::resolve::{resolve_read, IndicesOptions};
 use crate::sort::{after_value, cmp_sort, parse_sort, sort_key, sort_value_json, SortSpec};
-use crate::source_filter::SourceFilter;
+use crate::source_filter::{Filtered, SourceFilter};
 use crate::store::Store;
 use crate::values::Key;
 
@@ -305,77 +306,91 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             .get("track_scores")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-    let page: Vec<Value> = hits
+    let version = obj.get("version").and_then(Value::as_bool) == Some(true);
+    let page: Vec<HitReply> = hits
         .iter()
         .skip(from as usize)
         .take(size as usize)
-        .map(|h| {
-            let mut m = Map::new();
-            m.insert("_index".into(), json!(&*h.index));
-            m.insert("_id".into(), json!(&*h.id));
-            m.insert(
-                "_score".into(),
-                if scored { json!(h.score) } else { Value::Null },
-            );
-            if obj.get("version").and_then(Value::as_bool) == Some(true) {
-                m.insert("_version".into(), json!(h.doc.version));
-            }
-            if let Some(src) = filter.apply(&h.doc.source) {
-                m.insert("_source".into(), src);
-            }
-            if !sort.is_empty() {
-                let vals: Vec<Value> = sort
-                    .iter()
+        .map(|h| HitReply {
+            index: &h.index,
+            id: &h.id,
+            version: version.then_some(h.doc.version),
+            score: scored.then_some(f64::from(h.score)),
+            source: filter.view(&h.doc.source),
+            sort: (!sort.is_empty()).then(|| {
+                sort.iter()
                     .zip(&h.sort)
                     .map(|(s, k)| sort_value_json(s, k.as_ref()))
-                    .collect();
-                m.insert("sort".into(), Value::Array(vals));
-            }
-            Value::Object(m)
+                    .collect()
+            }),
         })
         .collect();
     let max_score = if scored && size > 0 {
-        hits.iter()
-            .map(|h| h.score)
-            .reduce(f32::max)
-            .map_or(Value::Null, |s| json!(s))
+        hits.iter().map(|h| h.score).reduce(f32::max).map(f64::from)
     } else {
-        Value::Null
+        None
     };
-    let mut hits_obj = Map::new();
-    match (tth, as_int) {
-        (None, true) => {
-            hits_obj.insert("total".into(), json!(-1));
-        }
-        (None, false) => {}
-        (Some(_), true) => {
-            hits_obj.insert("total".into(), json!(total));
-        }
+    let total = match (tth, as_int) {
+        (None, true) => Some(json!(-1)),
+        (None, false) => None,
+        (Some(_), true) => Some(json!(total)),
         (Some(limit), false) => {
             let (value, relation) = if total > limit {
                 (limit, "gte")
             } else {
                 (total, "eq")
             };
-            hits_obj.insert(
-                "total".into(),
-                json!({"value": value, "relation": relation}),
-            );
+            Some(json!({"value": value, "relation": relation}))
         }
-    }
-    hits_obj.insert("max_score".into(), max_score);
-    // Moved in, not `json!(page)`: that would re-serialise every hit into a new tree.
-    hits_obj.insert("hits".into(), Value::Array(page));
-    let mut out = json!({
-        "took": started.elapsed().as_millis() as u64,
-        "timed_out": false,
-        "_shards": shards,
-        "hits": hits_obj,
-    });
-    if let Some(a) = aggregations {
-        out["aggregations"] = a;
-    }
-    Ok(Reply::ok(&out))
+    };
+    Ok(Reply::ok(&SearchReply {
+        took: started.elapsed().as_millis() as u64,
+        timed_out: false,
+        shards,
+        hits: HitsReply {
+            total,
+            max_score,
+            hits: page,
+        },
+        aggregations,
+    }))
+}
+
+/// A search reply, in ES's key order; hits are written straight from the stored
+/// documents (no JSON tree per hit).
+#[derive(Serialize)]
+struct SearchReply<'a> {
+    took: u64,
+    timed_out: bool,
+    #[serde(rename = "_shards")]
+    shards: Value,
+    hits: HitsReply<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aggregations: Option<Value>,
+}
+
+#[derive(Serialize)]
+struct HitsReply<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<Value>,
+    max_score: Option<f64>,
+    hits: Vec<HitReply<'a>>,
+}
+
+#[derive(Serialize)]
+struct HitReply<'a> {
+    #[serde(rename = "_index")]
+    index: &'a str,
+    #[serde(rename = "_id")]
+    id: &'a str,
+    #[serde(rename = "_version", skip_serializing_if = "Option::is_none")]
+    version: Option<i64>,
+    #[serde(rename = "_score")]
+    score: Option<f64>,
+    #[serde(rename = "_source", skip_serializing_if = "Option::is_none")]
+    source: Option<Filtered<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sort: Option<Vec<Value>>,
 }
 
 pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {

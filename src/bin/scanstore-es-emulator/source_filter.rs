@@ -3,7 +3,8 @@
 
 use std::borrow::Cow;
 
-use serde_json::{Map, Value};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
 
 use crate::store::glob_match;
 
@@ -101,14 +102,20 @@ impl SourceFilter {
         self
     }
 
+    /// The filtered source as a copy (`None` when `_source` is off).
     pub fn apply(&self, src: &Value) -> Option<Value> {
-        if !self.enabled {
-            return None;
-        }
-        if self.includes.is_empty() && self.excludes.is_empty() {
-            return Some(src.clone());
-        }
-        Some(self.filter(src, ""))
+        self.view(src)
+            .map(|v| serde_json::to_value(v).unwrap_or(Value::Null))
+    }
+
+    /// The filtered source as a view that serialises straight from `src` (`None` when
+    /// `_source` is off): a page of hits is written without a filtered copy of each.
+    pub fn view<'a>(&'a self, src: &'a Value) -> Option<Filtered<'a>> {
+        self.enabled.then_some(Filtered {
+            filter: self,
+            value: src,
+            path: Cow::Borrowed(""),
+        })
     }
 
     fn keep(&self, path: &str, is_object: bool) -> (bool, bool) {
@@ -126,37 +133,82 @@ impl SourceFilter {
                 .any(|i| is_under(i, path) || i.starts_with('*'));
         (false, partial)
     }
+}
 
-    fn filter(&self, v: &Value, prefix: &str) -> Value {
-        match v {
+/// A value (at `path`) as a [`SourceFilter`] shows it.
+pub struct Filtered<'a> {
+    filter: &'a SourceFilter,
+    value: &'a Value,
+    path: Cow<'a, str>,
+}
+
+/// What an object shows of one of its fields.
+enum Shown<'a> {
+    Whole(&'a Value),
+    Part(Filtered<'a>),
+}
+
+impl<'a> Filtered<'a> {
+    /// How field `key` with value `child` of this object is shown, if at all.
+    fn field(&self, key: &str, child: &'a Value) -> Option<Shown<'a>> {
+        let f = self.filter;
+        let path = if self.path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{}.{key}", self.path)
+        };
+        let nested = child.is_object() || child.is_array();
+        let (whole, partial) = f.keep(&path, nested);
+        if whole && (f.excludes.is_empty() || !nested) {
+            return Some(Shown::Whole(child));
+        }
+        if !whole && !partial {
+            return None;
+        }
+        let part = Filtered {
+            filter: f,
+            value: child,
+            path: Cow::Owned(path),
+        };
+        // A walked-into object left with nothing is dropped, unless it was asked for whole
+        // (or was empty to begin with).
+        let emptied = matches!(child, Value::Object(m) if !m.is_empty()) && part.shows_nothing();
+        (whole || !emptied).then_some(Shown::Part(part))
+    }
+
+    fn shows_nothing(&self) -> bool {
+        match self.value {
+            Value::Object(map) => map.iter().all(|(k, c)| self.field(k, c).is_none()),
+            _ => false,
+        }
+    }
+}
+
+impl Serialize for Filtered<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let f = self.filter;
+        if f.includes.is_empty() && f.excludes.is_empty() {
+            return self.value.serialize(s);
+        }
+        match self.value {
             Value::Object(map) => {
-                let mut out = Map::new();
+                let mut out = s.serialize_map(None)?;
                 for (k, child) in map {
-                    let path: Cow<str> = if prefix.is_empty() {
-                        Cow::Borrowed(k)
-                    } else {
-                        Cow::Owned(format!("{prefix}.{k}"))
-                    };
-                    let (whole, partial) = self.keep(&path, child.is_object() || child.is_array());
-                    if whole && self.excludes.is_empty() {
-                        out.insert(k.clone(), child.clone());
-                    } else if whole || partial {
-                        let f = self.filter(child, &path);
-                        let empty = matches!(&f, Value::Object(m) if m.is_empty())
-                            && !matches!(child, Value::Object(m) if m.is_empty());
-                        if whole && !child.is_object() && !child.is_array() {
-                            out.insert(k.clone(), child.clone());
-                        } else if !empty || whole {
-                            out.insert(k.clone(), f);
-                        }
+                    match self.field(k, child) {
+                        Some(Shown::Whole(v)) => out.serialize_entry(k, v)?,
+                        Some(Shown::Part(part)) => out.serialize_entry(k, &part)?,
+                        None => {}
                     }
                 }
-                Value::Object(out)
+                out.end()
             }
-            Value::Array(items) => {
-                Value::Array(items.iter().map(|i| self.filter(i, prefix)).collect())
-            }
-            other => other.clone(),
+            // Array items are filtered at the array's own path.
+            Value::Array(items) => s.collect_seq(items.iter().map(|item| Filtered {
+                filter: f,
+                value: item,
+                path: Cow::Borrowed(&self.path),
+            })),
+            other => other.serialize(s),
         }
     }
 }
@@ -185,5 +237,30 @@ mod tests {
         assert_eq!(f.apply(&src), Some(json!({"b": {"d": 3}})));
         let f = SourceFilter::from_body(Some(&json!(["*.c"])));
         assert_eq!(f.apply(&src), Some(json!({"b": {"c": 2}})));
+    }
+
+    #[test]
+    fn arrays_empty_objects_and_excludes_under_includes() {
+        let src = json!({"a": [{"x": 1, "y": 2}, {"x": 3}], "b": {"c": 2, "d": 3}, "e": {}});
+        let f = |spec: Value| SourceFilter::from_body(Some(&spec)).apply(&src);
+        // Array items are filtered at the array's path.
+        assert_eq!(f(json!(["a.x"])), Some(json!({"a": [{"x": 1}, {"x": 3}]})));
+        assert_eq!(
+            f(json!({"excludes": ["b.c", "a.y"]})),
+            Some(json!({"a": [{"x": 1}, {"x": 3}], "b": {"d": 3}, "e": {}}))
+        );
+        assert_eq!(
+            f(json!({"includes": ["b"], "excludes": ["b.c"]})),
+            Some(json!({"b": {"d": 3}}))
+        );
+        // An object walked into and left empty is dropped; one asked for whole is kept.
+        assert_eq!(f(json!(["b.z"])), Some(json!({})));
+        assert_eq!(f(json!(["e"])), Some(json!({"e": {}})));
+        // The view a search writes is the same as the copy.
+        let filter = SourceFilter::from_body(Some(&json!(["a.x", "b.d"])));
+        assert_eq!(
+            serde_json::to_value(filter.view(&src)).unwrap(),
+            json!({"a": [{"x": 1}, {"x": 3}], "b": {"d": 3}})
+        );
     }
 }
