@@ -120,10 +120,12 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         drop(faults);
         drop(store);
         // The lock was just released: give a waiting search the chance to take it.
-        std::thread::yield_now();
+        if app.reader_waiting() {
+            std::thread::yield_now();
+        }
     }
     let corruption = lock(&app.faults).corruption();
-    {
+    if forced || wait_for {
         let mut store = lock(&app.store);
         if forced {
             for name in &touched {
