@@ -38,9 +38,22 @@ pub struct Sent {
     pub requests: usize,
     pub bytes: usize,
     pub seconds: f64,
+    /// The seconds of each run `seconds` stands for (one, or the two of [`Sent::bracket`]).
+    pub runs: Vec<f64>,
 }
 
 impl Sent {
+    /// The same requests sent before and after what they are compared with, as one run of
+    /// their mean time: the machine's drift between the runs cancels out.
+    pub fn bracket(before: Sent, after: &Sent) -> Sent {
+        let runs = vec![before.seconds, after.seconds];
+        Sent {
+            seconds: runs.iter().sum::<f64>() / runs.len() as f64,
+            runs,
+            ..before
+        }
+    }
+
     pub fn endpoints_per_s(&self) -> f64 {
         self.endpoints as f64 / self.seconds.max(1e-9)
     }
@@ -223,5 +236,6 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
         requests: req.bodies.len(),
         bytes: req.bodies.iter().map(Vec::len).sum(),
         seconds,
+        runs: vec![seconds],
     })
 }

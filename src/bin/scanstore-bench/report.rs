@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
+use crate::ceiling::Sent;
 use crate::logs::{pct, LogStats};
 use crate::scanner::{Latencies, CLASSES};
 use crate::scenario::{PoolResult, SizeResult};
@@ -57,6 +58,16 @@ pub fn machine() -> Machine {
             .unwrap_or(0),
         mem_gib: mem_kib / 1024.0 / 1024.0,
         cpu_model,
+    }
+}
+
+/// How a ceiling's time was taken, when it is the mean of runs before and after.
+fn runs(sent: &Sent) -> String {
+    match sent.runs.as_slice() {
+        [before, after] => {
+            format!(" (the mean of a run before scanstore's publication, {before:.2} s, and one after, {after:.2} s)")
+        }
+        _ => String::new(),
     }
 }
 
@@ -298,6 +309,9 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     );
     let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}",
         opts.scanners, opts.dns_every, opts.batch, opts.retry_every, opts.pool_size, opts.bulk_concurrency, opts.bulk_batch_size, opts.page_size, opts.workers);
+    if !opts.no_publication {
+        let _ = writeln!(o, "- the publication ceiling is sent twice, right before scanstore's publication and right after it; its throughput is the mean of the two runs' times (each run's time is in the notes under the table)");
+    }
     if opts.extra_rounds > 0 {
         let _ = writeln!(o, "- {} upload rounds per size: after the first round and its publication, {} more sets of executions of the same size were uploaded (publication off) into the same indices; latency tables and server-side stages count every round, throughput and memory are the first round's", opts.extra_rounds + 1, opts.extra_rounds);
     }
@@ -343,11 +357,11 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
         );
     }
     for s in &r.sizes {
-        let _ = writeln!(o, "\n- {}: upload {} endpoints ({} observations, {} requests) in {:.2} s; ceiling upload {} ops in {} requests, {:.1} MB, {:.2} s; publication {} endpoints in {:.2} s from the first claim ({:.2} s with process start, {} pages); ceiling publication {} ops in {} requests, {:.1} MB, {:.2} s{}",
+        let _ = writeln!(o, "\n- {}: upload {} endpoints ({} observations, {} requests) in {:.2} s; ceiling upload {} ops in {} requests, {:.1} MB, {:.2} s; publication {} endpoints in {:.2} s from the first claim ({:.2} s with process start, {} pages); ceiling publication {} ops in {} requests, {:.1} MB, {:.2} s{}{}",
             s.size, s.upload.endpoints, s.upload.observations, s.upload.requests, s.upload.wall.as_secs_f64(),
             s.ceiling_upload.ops, s.ceiling_upload.requests, s.ceiling_upload.bytes as f64 / 1e6, s.ceiling_upload.seconds,
             s.published, s.publish_seconds, s.publish_wall_seconds, s.publish_logs.pages,
-            s.ceiling_publish.ops, s.ceiling_publish.requests, s.ceiling_publish.bytes as f64 / 1e6, s.ceiling_publish.seconds,
+            s.ceiling_publish.ops, s.ceiling_publish.requests, s.ceiling_publish.bytes as f64 / 1e6, s.ceiling_publish.seconds, runs(&s.ceiling_publish),
             match &s.peer { Ok(p) => format!("; peer (elasticsearch-py {}) {} ops in {:.2} s", p.client, p.ops, p.seconds), Err(_) => String::new() });
     }
 
@@ -506,6 +520,7 @@ pub fn summary(r: &Results) -> Value {
             "publication_endpoints_per_s": s.publish_eps(),
             "ceiling_upload_endpoints_per_s": s.ceiling_upload.endpoints_per_s(),
             "ceiling_publication_endpoints_per_s": s.ceiling_publish.endpoints_per_s(),
+            "ceiling_publication_runs_seconds": s.ceiling_publish.runs,
             "peer_endpoints_per_s": s.peer.as_ref().ok().map(|p| p.endpoints_per_s()),
             "published": s.published,
             "latency": lat(&s.upload.latencies),
