@@ -115,13 +115,15 @@ impl Writer<'_> {
             let permit = self.limiter.acquire();
             queue_wait += permit.waited;
             let sent = Instant::now();
-            let result = self
+            let response = self
                 .es
                 .send("POST", "/_bulk", Some(("application/x-ndjson", body)))
-                .and_then(|r| r.ok())
-                .and_then(|r| verify::verify(ops, &r.bytes));
+                .and_then(|r| r.ok());
             request_time += sent.elapsed();
+            // The permit bounds requests to the cluster; checking the answer is this
+            // process's own work, so the next request goes out meanwhile.
             drop(permit);
+            let result = response.and_then(|r| verify::verify(ops, &r.bytes));
             match result {
                 Err(e) if e.class() == ErrorClass::Transient && attempt < self.policy.attempts => {
                     let delay = self.policy.backoff.delay_random(attempt);
