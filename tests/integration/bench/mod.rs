@@ -69,6 +69,19 @@ fn quick_mode_writes_a_sane_report() {
             "{key}: {summary:#}"
         );
     }
+    // The publication ceiling ran before and after the publication; its rate is their mean.
+    let runs: Vec<f64> = size["ceiling_publication_runs_seconds"]
+        .as_array()
+        .expect("ceiling runs")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    assert_eq!(runs.len(), 2, "{summary:#}");
+    let mean = 10_000.0 / ((runs[0] + runs[1]) / 2.0);
+    let rate = size["ceiling_publication_endpoints_per_s"]
+        .as_f64()
+        .unwrap();
+    assert!((rate - mean).abs() < 1e-6 * mean, "{rate} vs {mean}");
     // One final per scanner and round: the extra round's latencies are counted too.
     assert_eq!(size["latency"]["final"]["count"], 8, "{summary:#}");
     for class in ["normal", "final", "confirmed_retry", "dns"] {
