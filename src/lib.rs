@@ -16,7 +16,7 @@
 //! (re-building the asset projection into a new version and switching its aliases), [`read`]
 //! (owner-side read APIs), [`auth`] (tokens to principals), [`tags`] (asset tags), [`app`]
 //! (start-up and shutdown), [`telemetry`] (events, metrics, sampler), [`allocator`] (how
-//! long freed memory stays mapped).
+//! long freed memory stays mapped, no transparent huge pages).
 
 pub mod allocator;
 pub mod app;
