@@ -32,8 +32,8 @@ impl Default for Limits {
 
 pub struct App {
     pub store: Mutex<Store>,
-    /// Searches waiting for the store lock (see [`App::read_store`]).
-    readers_waiting: AtomicUsize,
+    /// Requests waiting for the store lock (see [`App::lock_store`]).
+    store_waiters: AtomicUsize,
     /// Notified after every refresh that published documents.
     pub refreshed: Condvar,
     pub faults: Mutex<Faults>,
@@ -59,7 +59,7 @@ impl App {
     pub fn new(limits: Limits, id_field_data_default: bool) -> Arc<App> {
         Arc::new(App {
             store: Mutex::new(Store::default()),
-            readers_waiting: AtomicUsize::new(0),
+            store_waiters: AtomicUsize::new(0),
             refreshed: Condvar::new(),
             faults: Mutex::new(Faults::default()),
             released: Condvar::new(),
@@ -99,20 +99,21 @@ impl App {
         });
     }
 
-    /// Locks the store for a search. A bulk gives way between its slices of items while
-    /// one waits (on a real node reads never wait for a bulk), and only then: yielding
-    /// after every slice handed the CPU to whatever else was runnable, a quarter of a
-    /// bulk's time when nothing was waiting.
-    pub fn read_store(&self) -> MutexGuard<'_, Store> {
-        self.readers_waiting.fetch_add(1, Ordering::SeqCst);
+    /// Locks the store for a request that counts as waiting meanwhile: bulks, searches,
+    /// counts and explicit refreshes. A bulk gives way between its slices of items only
+    /// while another of them waits (on a real node a small request never waits for a big
+    /// bulk); yielding after every slice regardless handed the CPU to whatever else was
+    /// runnable, a quarter of a bulk's time when nobody waited.
+    pub fn lock_store(&self) -> MutexGuard<'_, Store> {
+        self.store_waiters.fetch_add(1, Ordering::SeqCst);
         let store = lock(&self.store);
-        self.readers_waiting.fetch_sub(1, Ordering::SeqCst);
+        self.store_waiters.fetch_sub(1, Ordering::SeqCst);
         store
     }
 
-    /// Whether a search waits for the store lock.
-    pub fn reader_waiting(&self) -> bool {
-        self.readers_waiting.load(Ordering::SeqCst) > 0
+    /// Whether a request waits in [`App::lock_store`].
+    pub fn store_wanted(&self) -> bool {
+        self.store_waiters.load(Ordering::SeqCst) > 0
     }
 
     /// The periodic refresh of index `name`: publishes the writes pending when called,

@@ -56,7 +56,7 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
     // The store lock is taken per slice of items, not for the whole request: a search
     // waiting for it gets in between (on a real node, reads never wait for a bulk).
     while parsed.peek().is_some() {
-        let mut store = lock(&app.store);
+        let mut store = app.lock_store();
         let mut faults = lock(&app.faults);
         let check_items = faults.has_item_faults();
         for p in parsed.by_ref().take(ITEMS_PER_LOCK) {
@@ -119,8 +119,8 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
         }
         drop(faults);
         drop(store);
-        // The lock was just released: give a waiting search the chance to take it.
-        if app.reader_waiting() {
+        // The lock was just released: give a waiting request the chance to take it.
+        if app.store_wanted() {
             std::thread::yield_now();
         }
     }

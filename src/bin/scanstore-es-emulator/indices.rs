@@ -87,7 +87,7 @@ pub fn refresh(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let opts = IndicesOptions::from_req(req)?;
     let fail = lock(&app.faults).refresh_failure();
     // In one go, unlike the periodic refresh: its caller waits for all of it anyway.
-    let mut store = lock(&app.store);
+    let mut store = app.lock_store();
     let names = resolve_read(&store, expr, opts)?;
     let (mut total, mut ok) = (0, 0);
     let mut failures = Vec::new();

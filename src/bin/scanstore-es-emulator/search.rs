@@ -228,7 +228,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         req.param("_source_includes"),
         req.param("_source_excludes"),
     );
-    let guard = app.read_store();
+    let guard = app.lock_store();
     let names = resolve_read(&guard, expr, IndicesOptions::from_req(req)?)?;
     let store = &*guard;
     let aggs = obj.get("aggs").or_else(|| obj.get("aggregations"));
@@ -412,7 +412,7 @@ pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {
                 .unwrap_or(Query::MatchAll)
         }
     };
-    let guard = app.read_store();
+    let guard = app.lock_store();
     let names = resolve_read(&guard, expr, IndicesOptions::from_req(req)?)?;
     let store = &*guard;
     let mut n = 0;
