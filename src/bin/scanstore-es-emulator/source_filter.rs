@@ -150,12 +150,12 @@ enum Shown<'a> {
 
 impl<'a> Filtered<'a> {
     /// How field `key` with value `child` of this object is shown, if at all.
-    fn field(&self, key: &str, child: &'a Value) -> Option<Shown<'a>> {
+    fn field(&self, key: &'a str, child: &'a Value) -> Option<Shown<'a>> {
         let f = self.filter;
-        let path = if self.path.is_empty() {
-            key.to_owned()
+        let path: Cow<'a, str> = if self.path.is_empty() {
+            Cow::Borrowed(key)
         } else {
-            format!("{}.{key}", self.path)
+            Cow::Owned(format!("{}.{key}", self.path))
         };
         let nested = child.is_object() || child.is_array();
         let (whole, partial) = f.keep(&path, nested);
@@ -168,7 +168,7 @@ impl<'a> Filtered<'a> {
         let part = Filtered {
             filter: f,
             value: child,
-            path: Cow::Owned(path),
+            path,
         };
         // A walked-into object left with nothing is dropped, unless it was asked for whole
         // (or was empty to begin with).
