@@ -1,19 +1,28 @@
 //! How the binaries' memory comes from the OS: how long mimalloc (their global allocator)
 //! keeps freed pages, and no transparent huge pages.
 //!
-//! Purged pages come back through page faults in which the kernel zeroes them (a whole
-//! transparent huge page at a time). Both binaries free and re-allocate page-sized JSON
-//! buffers on every request, so with mimalloc's default 1 s delay that zeroing showed up as
-//! 15–30 % of scanstore's publisher CPU and over half of the emulator's in the benchmark's
-//! profiles (`perf record -g`, README "Benchmarks").
+//! Purged pages come back through page faults in which the kernel zeroes them. Both
+//! binaries free and re-allocate page-sized JSON buffers on every request, so with
+//! mimalloc's default 1 s delay that zeroing showed up as 15–30 % of scanstore's publisher
+//! CPU and over half of the emulator's in the benchmark's profiles (`perf record -g`,
+//! README "Benchmarks"); with huge pages each fault zeroed 2 MiB.
 
 use std::os::raw::c_long;
+
+/// Sets both up, first thing in `main`: freed pages kept for `keep_freed_for_ms` (`None`:
+/// for good), no transparent huge pages (a warning if the kernel refuses).
+pub fn setup(keep_freed_for_ms: Option<u32>) {
+    keep_freed_pages(keep_freed_for_ms);
+    if let Err(e) = no_huge_pages() {
+        eprintln!("warning: transparent huge pages stay on: {e}");
+    }
+}
 
 /// `mi_option_purge_delay` in mimalloc v3's `mi_option_e` (include/mimalloc.h).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// How long freed pages stay mapped: `None` keeps them for good.
-pub fn keep_freed_pages(for_ms: Option<u32>) {
+fn keep_freed_pages(for_ms: Option<u32>) {
     let delay: c_long = for_ms.map_or(-1, c_long::from);
     // SAFETY: mi_option_set only stores an option value; mimalloc reads it when it purges.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, delay) }
@@ -27,7 +36,7 @@ pub fn keep_freed_pages(for_ms: Option<u32>) {
 /// 25–30 % slower (README "Benchmarks"). mimalloc's own `allow_thp` option does the same
 /// `prctl`, but only when read at start-up, before `main` can set it.
 #[cfg(target_os = "linux")]
-pub fn no_huge_pages() -> std::io::Result<()> {
+fn no_huge_pages() -> std::io::Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes plain integers and only sets a flag of the process.
     match unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } {
         0 => Ok(()),
@@ -37,7 +46,7 @@ pub fn no_huge_pages() -> std::io::Result<()> {
 
 /// Elsewhere there is nothing to turn off.
 #[cfg(not(target_os = "linux"))]
-pub fn no_huge_pages() -> std::io::Result<()> {
+fn no_huge_pages() -> std::io::Result<()> {
     Ok(())
 }
 

@@ -96,10 +96,7 @@ const EXIT_MISMATCH: u8 = 3;
 const KEEP_FREED_PAGES_MS: u32 = 10_000;
 
 fn main() -> ExitCode {
-    scanstore::allocator::keep_freed_pages(Some(KEEP_FREED_PAGES_MS));
-    if let Err(e) = scanstore::allocator::no_huge_pages() {
-        eprintln!("warning: transparent huge pages stay on: {e}");
-    }
+    scanstore::allocator::setup(Some(KEEP_FREED_PAGES_MS));
     let cli = Cli::parse();
     // An interactive rebuild shows a progress bar; per-request events would bury it
     // (RUST_LOG=info brings them back). Elsewhere the journal gets every event.

@@ -113,10 +113,7 @@ pub fn start(
 
 fn main() -> ExitCode {
     // The store is long-lived and re-allocates what each bulk frees: never purge.
-    scanstore::allocator::keep_freed_pages(None);
-    if let Err(e) = scanstore::allocator::no_huge_pages() {
-        eprintln!("warning: transparent huge pages stay on: {e}");
-    }
+    scanstore::allocator::setup(None);
     let cli = Cli::parse();
     if let Some(Command::Bench(args)) = cli.command {
         return match bench::run(&args) {
