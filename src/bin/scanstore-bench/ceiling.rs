@@ -37,25 +37,27 @@ pub struct Sent {
     pub endpoints: usize,
     pub requests: usize,
     pub bytes: usize,
-    pub seconds: f64,
-    /// The seconds of each run `seconds` stands for (one, or the two of [`Sent::bracket`]).
+    /// The time of each run: one, or the two of [`Sent::bracket`].
     pub runs: Vec<f64>,
 }
 
 impl Sent {
-    /// The same requests sent before and after what they are compared with, as one run of
-    /// their mean time: the machine's drift between the runs cancels out.
-    pub fn bracket(before: Sent, after: &Sent) -> Sent {
-        let runs = vec![before.seconds, after.seconds];
+    /// The same requests sent before and after what they are compared with: counted as one
+    /// run of their mean time, so the machine's drift between the runs cancels out.
+    pub fn bracket(before: Sent, after: Sent) -> Sent {
         Sent {
-            seconds: runs.iter().sum::<f64>() / runs.len() as f64,
-            runs,
+            runs: [before.runs.as_slice(), after.runs.as_slice()].concat(),
             ..before
         }
     }
 
+    /// The mean time of the runs.
+    pub fn seconds(&self) -> f64 {
+        self.runs.iter().sum::<f64>() / self.runs.len().max(1) as f64
+    }
+
     pub fn endpoints_per_s(&self) -> f64 {
-        self.endpoints as f64 / self.seconds.max(1e-9)
+        self.endpoints as f64 / self.seconds().max(1e-9)
     }
 }
 
@@ -235,7 +237,6 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
         endpoints: req.endpoints,
         requests: req.bodies.len(),
         bytes: req.bodies.iter().map(Vec::len).sum(),
-        seconds,
         runs: vec![seconds],
     })
 }

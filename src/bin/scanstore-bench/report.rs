@@ -359,9 +359,9 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     for s in &r.sizes {
         let _ = writeln!(o, "\n- {}: upload {} endpoints ({} observations, {} requests) in {:.2} s; ceiling upload {} ops in {} requests, {:.1} MB, {:.2} s; publication {} endpoints in {:.2} s from the first claim ({:.2} s with process start, {} pages); ceiling publication {} ops in {} requests, {:.1} MB, {:.2} s{}{}",
             s.size, s.upload.endpoints, s.upload.observations, s.upload.requests, s.upload.wall.as_secs_f64(),
-            s.ceiling_upload.ops, s.ceiling_upload.requests, s.ceiling_upload.bytes as f64 / 1e6, s.ceiling_upload.seconds,
+            s.ceiling_upload.ops, s.ceiling_upload.requests, s.ceiling_upload.bytes as f64 / 1e6, s.ceiling_upload.seconds(),
             s.published, s.publish_seconds, s.publish_wall_seconds, s.publish_logs.pages,
-            s.ceiling_publish.ops, s.ceiling_publish.requests, s.ceiling_publish.bytes as f64 / 1e6, s.ceiling_publish.seconds, runs(&s.ceiling_publish),
+            s.ceiling_publish.ops, s.ceiling_publish.requests, s.ceiling_publish.bytes as f64 / 1e6, s.ceiling_publish.seconds(), runs(&s.ceiling_publish),
             match &s.peer { Ok(p) => format!("; peer (elasticsearch-py {}) {} ops in {:.2} s", p.client, p.ops, p.seconds), Err(_) => String::new() });
     }
 

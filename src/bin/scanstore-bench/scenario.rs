@@ -314,7 +314,7 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
         ceiling::install(&es_url, &cp)?;
         let again = ceiling::send(&es_url, &publish_reqs, threads)?;
         ceiling::delete(&es_url, &cp, &publish_reqs.indices);
-        ceiling_publish = Sent::bracket(ceiling_publish, &again);
+        ceiling_publish = Sent::bracket(ceiling_publish, again);
     }
     drop(publish_reqs);
     // More latency samples: each round is another set of executions of this size, uploaded
