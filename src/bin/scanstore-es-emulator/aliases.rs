@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::app::{lock, App};
+use crate::app::App;
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
 use crate::resolve::{resolve_read, IndicesOptions};
@@ -137,7 +137,7 @@ pub fn update(app: &App, req: &Req) -> HandlerResult {
             "Validation Failed: 1: No action specified;",
         ));
     };
-    let mut store = lock(&app.store);
+    let mut store = app.lock_store();
     // Validate everything first, then apply: the change is atomic.
     for action in plan(&store, actions)? {
         match action {
@@ -184,7 +184,7 @@ pub fn put(app: &App, req: &Req, index: &str, alias: &str) -> HandlerResult {
 
 /// `GET|HEAD /_alias/{name}` and `/{index}/_alias/{name}`.
 pub fn get(app: &App, req: &Req, index: Option<&str>, name: Option<&str>) -> HandlerResult {
-    let store = lock(&app.store);
+    let store = app.lock_store();
     let indices = resolve_read(
         &store,
         index.unwrap_or("_all"),

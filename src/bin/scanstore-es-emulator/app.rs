@@ -31,7 +31,8 @@ impl Default for Limits {
 }
 
 pub struct App {
-    pub store: Mutex<Store>,
+    /// Taken through [`App::lock_store`] only.
+    store: Mutex<Store>,
     /// Requests waiting for the store lock (see [`App::lock_store`]).
     store_waiters: AtomicUsize,
     /// Notified after every refresh that published documents.
@@ -78,7 +79,8 @@ impl App {
             thread::sleep(Duration::from_millis(50));
             let Some(app) = weak.upgrade() else { return };
             let cpu = thread_cpu_ns();
-            let due: Vec<String> = lock(&app.store)
+            let due: Vec<String> = app
+                .lock_store()
                 .indices
                 .values()
                 .filter(|idx| {
@@ -99,10 +101,9 @@ impl App {
         });
     }
 
-    /// Locks the store for a request that counts as waiting meanwhile: bulks, searches,
-    /// counts and explicit refreshes. A bulk gives way between its slices of items only
-    /// while another of them waits (on a real node a small request never waits for a big
-    /// bulk); yielding after every slice regardless handed the CPU to whatever else was
+    /// Locks the store, counted as waiting meanwhile. A bulk gives way between its slices
+    /// of items only while someone waits (on a real node a small request never waits for a
+    /// big bulk); yielding after every slice regardless handed the CPU to whatever else was
     /// runnable, a quarter of a bulk's time when nobody waited.
     pub fn lock_store(&self) -> MutexGuard<'_, Store> {
         self.store_waiters.fetch_add(1, Ordering::SeqCst);
@@ -125,7 +126,7 @@ impl App {
     /// before the call is searchable, whoever published it.
     pub fn refresh_sliced(&self, name: &str) -> bool {
         let mut left = {
-            let mut store = lock(&self.store);
+            let mut store = self.lock_store();
             let Some(idx) = store.indices.get_mut(name) else {
                 return false;
             };
@@ -134,7 +135,7 @@ impl App {
         };
         let any = left > 0;
         while left > 0 {
-            let mut store = lock(&self.store);
+            let mut store = self.lock_store();
             let Some(idx) = store.indices.get_mut(name) else {
                 break;
             };
@@ -158,7 +159,7 @@ impl App {
     /// Blocks until, in each `(index, queued)`, the writes queued up to `queued` are
     /// searchable (or the index is gone).
     pub fn wait_for_refresh(&self, waits: &[(String, u64)]) {
-        let mut store = lock(&self.store);
+        let mut store = self.lock_store();
         loop {
             let pending = waits.iter().any(|(name, queued)| {
                 store
@@ -201,7 +202,7 @@ mod tests {
     use serde_json::json;
 
     fn visible(app: &App, id: &str) -> bool {
-        lock(&app.store).indices["r"]
+        app.lock_store().indices["r"]
             .docs
             .get(id)
             .is_some_and(|s| s.searchable.is_some())
@@ -211,9 +212,9 @@ mod tests {
     fn a_sliced_refresh_publishes_every_earlier_write_while_others_refresh_too() {
         let app = App::new(Limits::default(), false);
         let body = json!({"settings": {"index": {"refresh_interval": "-1"}}});
-        assert!(lock(&app.store).create_index("r", Some(&body)).is_ok());
+        assert!(app.lock_store().create_index("r", Some(&body)).is_ok());
         let put = |i: usize| {
-            if let Some(idx) = lock(&app.store).indices.get_mut("r") {
+            if let Some(idx) = app.lock_store().indices.get_mut("r") {
                 idx.put(&format!("d{i}"), Some(json!({"n": i})), 1, None);
             }
         };
@@ -232,7 +233,7 @@ mod tests {
                 assert!(visible(&app, "d0"));
             }
         });
-        let store = lock(&app.store);
+        let store = app.lock_store();
         let idx = &store.indices["r"];
         assert!(idx.dirty.is_empty());
         assert_eq!(idx.published, idx.queued);

@@ -126,7 +126,7 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
     }
     let corruption = lock(&app.faults).corruption();
     if forced || wait_for {
-        let mut store = lock(&app.store);
+        let mut store = app.lock_store();
         if forced {
             for name in &touched {
                 if let Some(idx) = store.indices.get_mut(name) {

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::app::{lock, App};
+use crate::app::App;
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
 
@@ -44,7 +44,7 @@ fn flatten(prefix: &str, v: &Value, out: &mut Map<String, Value>) {
 
 pub fn put_settings(app: &App, req: &Req) -> HandlerResult {
     let body = req.json_body()?.unwrap_or_else(|| json!({}));
-    let mut store = lock(&app.store);
+    let mut store = app.lock_store();
     let mut echo = json!({"acknowledged": true, "persistent": {}, "transient": {}});
     for scope in ["persistent", "transient"] {
         let mut flat = Map::new();
@@ -78,7 +78,7 @@ pub fn put_settings(app: &App, req: &Req) -> HandlerResult {
 }
 
 pub fn get_settings(app: &App) -> HandlerResult {
-    let store = lock(&app.store);
+    let store = app.lock_store();
     Ok(Reply::ok(
         &json!({"persistent": store.cluster.persistent, "transient": store.cluster.transient}),
     ))
@@ -105,7 +105,7 @@ pub fn info() -> HandlerResult {
 }
 
 pub fn health(app: &App) -> HandlerResult {
-    let store = lock(&app.store);
+    let store = app.lock_store();
     let primaries: u64 = store.indices.values().map(|i| i.shards).sum();
     let unassigned: u64 = store.indices.values().map(|i| i.shards * i.replicas).sum();
     let status = if unassigned > 0 { "yellow" } else { "green" };

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::app::{lock, App};
+use crate::app::App;
 use crate::docs::{apply, parse_version_type, OpKind, WriteOp};
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
@@ -49,7 +49,7 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
         fetch_source: None,
         routing: req.param("routing").map(str::to_owned),
     };
-    let mut store = lock(&app.store);
+    let mut store = app.lock_store();
     let res = apply(&mut store, op).map_err(|e| e.error)?;
     let mut m = res.to_json();
     if forced && res.result != "noop" {
@@ -90,7 +90,7 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
 
 pub fn get(app: &App, req: &Req, index: &str, id: &str, source_only: bool) -> HandlerResult {
     let realtime = req.flag("realtime")?.unwrap_or(true);
-    let mut store = lock(&app.store);
+    let mut store = app.lock_store();
     let names = resolve_read(
         &store,
         index,

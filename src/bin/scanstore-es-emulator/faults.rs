@@ -264,7 +264,7 @@ pub fn control(app: &App, req: &Req) -> HandlerResult {
     let segs: Vec<&str> = req.segments.iter().skip(1).map(String::as_str).collect();
     match (req.method.as_str(), segs.as_slice()) {
         ("POST", ["reset"]) => {
-            *lock(&app.store) = Store::default();
+            *app.lock_store() = Store::default();
             lock(&app.faults).clear();
             lock(&app.log).clear();
             app.released.notify_all();

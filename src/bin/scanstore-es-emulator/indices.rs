@@ -11,7 +11,7 @@ use crate::store::{glob_match, StoredScript, Template};
 
 pub fn create(app: &App, req: &Req, name: &str) -> HandlerResult {
     let body = req.json_body()?;
-    let mut store = lock(&app.store);
+    let mut store = app.lock_store();
     store.create_index(name, body.as_ref())?;
     Ok(Reply::ok(
         &json!({"acknowledged": true, "shards_acknowledged": true, "index": name}),
@@ -20,7 +20,7 @@ pub fn create(app: &App, req: &Req, name: &str) -> HandlerResult {
 
 pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let opts = IndicesOptions::from_req(req)?;
-    let mut store = lock(&app.store);
+    let mut store = app.lock_store();
     for part in expr.split(',') {
         if !part.contains('*') && !store.indices.contains_key(part) && store.alias_exists(part) {
             return Err(EsError::bad_request(format!(
@@ -36,7 +36,7 @@ pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {
 }
 
 pub fn exists(app: &App, req: &Req, expr: &str) -> HandlerResult {
-    let store = lock(&app.store);
+    let store = app.lock_store();
     let opts = IndicesOptions {
         ignore_unavailable: false,
         allow_no_indices: req.flag("allow_no_indices")?.unwrap_or(false),
@@ -51,7 +51,7 @@ pub fn exists(app: &App, req: &Req, expr: &str) -> HandlerResult {
 /// `GET /{index}`, `/{index}/_mapping`, `/{index}/_settings`, `/{index}/_alias`.
 pub fn get(app: &App, req: &Req, expr: &str, what: Option<&str>) -> HandlerResult {
     let opts = IndicesOptions::from_req(req)?;
-    let store = lock(&app.store);
+    let store = app.lock_store();
     let names = resolve_read(&store, expr, opts)?;
     let mut out = Map::new();
     for n in names {
@@ -138,7 +138,7 @@ pub fn put_template(app: &App, req: &Req, name: &str) -> HandlerResult {
             crate::mapping::Mapping::parse(m)?;
         }
     }
-    let mut store = lock(&app.store);
+    let mut store = app.lock_store();
     if req.flag("create")?.unwrap_or(false) && store.templates.contains_key(name) {
         return Err(EsError::bad_request(format!(
             "index template [{name}] already exists"
@@ -169,7 +169,7 @@ pub fn put_template(app: &App, req: &Req, name: &str) -> HandlerResult {
 }
 
 pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
-    let store = lock(&app.store);
+    let store = app.lock_store();
     let list: Vec<Value> = store
         .templates
         .iter()
@@ -220,7 +220,7 @@ pub fn get_template(app: &App, name: Option<&str>) -> HandlerResult {
 }
 
 pub fn delete_template(app: &App, name: &str) -> HandlerResult {
-    let mut store = lock(&app.store);
+    let mut store = app.lock_store();
     let before = store.templates.len();
     store.templates.retain(|n, _| !glob_match(name, n));
     if before == store.templates.len() {
@@ -258,7 +258,7 @@ pub fn put_script(app: &App, req: &Req, id: &str) -> HandlerResult {
             "must specify source for stored script",
         ));
     };
-    lock(&app.store).scripts.insert(
+    app.lock_store().scripts.insert(
         id.to_owned(),
         StoredScript {
             lang: lang.to_owned(),
@@ -270,7 +270,7 @@ pub fn put_script(app: &App, req: &Req, id: &str) -> HandlerResult {
 }
 
 pub fn get_script(app: &App, id: &str) -> HandlerResult {
-    let store = lock(&app.store);
+    let store = app.lock_store();
     Ok(match store.scripts.get(id) {
         Some(s) => Reply::ok(
             &json!({"_id": id, "found": true, "script": {"lang": s.lang, "source": s.source}}),
@@ -280,7 +280,7 @@ pub fn get_script(app: &App, id: &str) -> HandlerResult {
 }
 
 pub fn delete_script(app: &App, id: &str) -> HandlerResult {
-    match lock(&app.store).scripts.remove(id) {
+    match app.lock_store().scripts.remove(id) {
         Some(_) => Ok(Reply::ok(&json!({"acknowledged": true}))),
         None => Err(EsError::new(
             404,
