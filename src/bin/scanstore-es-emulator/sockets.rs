@@ -53,37 +53,86 @@ pub enum Shut {
     Both,
 }
 
+/// The descriptors of this process's sockets connected to `peer`.
+#[cfg(target_os = "linux")]
+fn sockets_of(peer: SocketAddr) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| entry.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|&fd| peer_of(fd) == Some(peer))
+        .collect()
+}
+
 /// Shuts down every socket of this process connected to `peer`.
 #[cfg(target_os = "linux")]
 pub fn shutdown_peer(peer: SocketAddr, how: Shut) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return false;
-    };
-    let mut done = false;
-    for entry in dir.flatten() {
-        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if peer_of(fd) == Some(peer) {
-            // SAFETY: shutdown on an fd we just identified as this peer's socket; it does not
-            // close or invalidate the fd, tiny_http still owns and later closes it.
-            unsafe {
-                libc::shutdown(
-                    fd,
-                    if matches!(how, Shut::Read) {
-                        libc::SHUT_RD
-                    } else {
-                        libc::SHUT_RDWR
-                    },
-                );
-            }
-            done = true;
+    let fds = sockets_of(peer);
+    for &fd in &fds {
+        // SAFETY: shutdown on an fd we just identified as this peer's socket; it does not
+        // close or invalidate the fd, tiny_http still owns and later closes it.
+        unsafe {
+            libc::shutdown(
+                fd,
+                if matches!(how, Shut::Read) {
+                    libc::SHUT_RD
+                } else {
+                    libc::SHUT_RDWR
+                },
+            );
         }
     }
-    done
+    !fds.is_empty()
 }
 
 #[cfg(not(target_os = "linux"))]
 pub fn shutdown_peer(_peer: SocketAddr, _how: Shut) -> bool {
     false
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+    use crate::app::Limits;
+
+    fn nodelay(fd: i32) -> bool {
+        let mut on: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `on`, which we own.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                (&mut on as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        r == 0 && on != 0
+    }
+
+    /// A response's last segment must not wait for the client's delayed ACK (40 ms on
+    /// Linux): a quarter of all bulk requests did, before the accepted sockets had Nagle's
+    /// algorithm switched off (as ES's `http.tcp.no_delay` does by default).
+    #[test]
+    fn accepted_connections_have_nagle_off() {
+        let running = crate::start("127.0.0.1:0".parse().unwrap(), 1, Limits::default(), false)
+            .unwrap();
+        let mut client = TcpStream::connect(running.addr).unwrap();
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        // An answer means the connection was accepted.
+        client.read_exact(&mut [0u8; 1]).unwrap();
+        // The server's end (tiny_http holds it twice: a read and a write handle).
+        let accepted = sockets_of(client.local_addr().unwrap());
+        assert!(!accepted.is_empty());
+        assert!(accepted.iter().all(|&fd| nodelay(fd)));
+        assert!(!nodelay(client.as_raw_fd()), "a plain client socket keeps Nagle on");
+    }
 }
