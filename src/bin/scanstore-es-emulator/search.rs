@@ -17,7 +17,7 @@ use crate::query::{self, Query};
 use crate::query_exec::{compile, score};
 use crate::ranked::Hit;
 use crate::resolve::{resolve_read, IndicesOptions};
-use crate::sort::{after_value, cmp_sort, parse_sort, sort_key, sort_value_json, SortSpec};
+use crate::sort::{after_value, cmp_sort, parse_sort, set_sort_keys, sort_value_json, SortSpec};
 use crate::source_filter::{Filtered, SourceFilter};
 use crate::store::Store;
 use crate::values::Key;
@@ -273,9 +273,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
                 None => None,
             };
             if paging {
-                for h in hits.iter_mut() {
-                    h.sort = sort.iter().map(|s| sort_key(s, h)).collect();
-                }
+                set_sort_keys(&sort, &mut hits);
                 // Uncached, only the first `from + size` hits after `search_after` matter:
                 // select them before sorting (O(matches) rather than O(matches · log)).
                 let window = match (&cache_key, &after) {

@@ -3,11 +3,13 @@
 //! comparison with `missing` placement, `search_after` values and the `sort` JSON of hits.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use crate::error::EsError;
-use crate::mapping::Ty;
+use crate::extract::FieldRef;
+use crate::mapping::{Mapping, Ty};
 use crate::ranked::Hit;
 use crate::values::{cmp_keys, parse_date, parse_ip, Key};
 
@@ -50,14 +52,35 @@ pub fn parse_sort(v: Option<&Value>) -> Result<Vec<SortSpec>, EsError> {
         .collect()
 }
 
-pub fn sort_key(s: &SortSpec, h: &Hit) -> Option<Key> {
+/// Sets every hit's sort keys. Each field is resolved once per index (the hits of one index
+/// are contiguous and share its mapping), not once per hit: resolving allocated the path
+/// for every hit and field, most of the time a first sorted page took.
+pub fn set_sort_keys(specs: &[SortSpec], hits: &mut [Hit]) {
+    let mut fields: Option<(Arc<Mapping>, Vec<Option<FieldRef>>)> = None;
+    for h in hits {
+        let current = match &fields {
+            Some((mapping, refs)) if Arc::ptr_eq(mapping, &h.mapping) => refs,
+            _ => {
+                let refs = specs.iter().map(|s| h.mapping.field_ref(&s.field)).collect();
+                &fields.insert((h.mapping.clone(), refs)).1
+            }
+        };
+        h.sort = specs
+            .iter()
+            .zip(current)
+            .map(|(s, f)| sort_key(s, f.as_ref(), h))
+            .collect();
+    }
+}
+
+fn sort_key(s: &SortSpec, field: Option<&FieldRef>, h: &Hit) -> Option<Key> {
     match s.field.as_str() {
         "_id" => Some(Key::Str(h.id.to_string())),
         "_index" => Some(Key::Str(h.index.to_string())),
         "_score" => Some(Key::Double(f64::from(h.score))),
         "_doc" => Some(Key::Long(h.doc.seq_no)),
-        f => {
-            let (_, keys) = h.mapping.keys(&h.doc.source, f);
+        _ => {
+            let keys = field?.keys(&h.doc.source);
             if s.desc {
                 keys.into_iter().max_by(cmp_keys)
             } else {
