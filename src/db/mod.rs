@@ -85,14 +85,16 @@ pub struct Db {
 }
 
 impl Db {
-    /// Builds the pool without connecting: start-up reports an unreachable database through
-    /// the migration step, which is the first to check a connection out.
+    /// Builds the pool without waiting for a connection: start-up reports an unreachable
+    /// database through the migration step, which is the first to check one out. r2d2 opens
+    /// `pool_size` connections in the background and keeps them (its default `min_idle`), so
+    /// the first claims and requests after a start, or after a quiet spell, wait for a free
+    /// connection rather than for a new backend.
     pub fn new(cfg: &DatabaseConfig) -> Result<Db, DbError> {
         let pg: postgres::Config = cfg.url.parse().map_err(DbError::Unavailable)?;
         let manager = PostgresConnectionManager::new(pg, NoTls);
         let pool = r2d2::Pool::builder()
             .max_size(cfg.pool_size)
-            .min_idle(Some(0))
             .connection_timeout(cfg.pool_timeout)
             .build_unchecked(manager);
         Ok(Db {
