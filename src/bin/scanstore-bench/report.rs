@@ -552,6 +552,8 @@ const METHOD: &str = "
   only), `final`, `confirmed_retry` (the same body re-sent after it was confirmed; must
   answer `saved: 0`), `dns` (a mixed main batch carrying DNS records, or a DNS sidecar
   batch). `server p99` is scanstore's own `ScanResultUpload duration_us` for comparison.
+  Every final is a full batch: where the batch size does not divide an execution, its
+  first batch is the short one, so the finals of 10 k and 1 M compare like with like.
 - **Upload throughput** = endpoints uploaded / wall time of all scanners, with publication
   switched off (`projection.workers = 0`), so uploads are measured alone.
 - **Publication throughput** = endpoints published (`sum(processed_endpoints)`) / (last

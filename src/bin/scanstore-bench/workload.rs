@@ -50,7 +50,9 @@ pub fn body(upload_id: Uuid, stream: &str, index: u32, is_final: bool, obs: &[Va
 }
 
 /// What one execution uploads: `endpoints` endpoints from `first`, in main batches of
-/// `batch` observations; the last main batch is the final. A mixed execution also puts
+/// `batch` observations; the last main batch is the final. When `batch` does not divide
+/// `endpoints`, the short batch is the first, so that every final carries a full batch and
+/// finals of executions of different sizes compare like with like. A mixed execution also puts
 /// one DNS record per ten endpoints into its main batches and sends a DNS sidecar batch
 /// after every `dns_every`-th main batch.
 #[derive(Clone, Debug)]
@@ -68,9 +70,18 @@ impl ExecutionPlan {
     /// execution never sits in memory as request bodies.
     pub fn batches(&self, upload_id: Uuid) -> impl Iterator<Item = Batch> + '_ {
         let n_main = self.endpoints.div_ceil(self.batch).max(1);
+        let short = self.endpoints - (n_main - 1) * self.batch;
+        // Where main batch `k` starts: after the short first batch, full batches.
+        let start = move |k: usize| {
+            self.first
+                + if k == 0 {
+                    0
+                } else {
+                    short + (k - 1) * self.batch
+                }
+        };
         (0..n_main).flat_map(move |k| {
-            let from = self.first + k * self.batch;
-            let to = (from + self.batch).min(self.first + self.endpoints);
+            let (from, to) = (start(k), start(k + 1));
             let mut obs: Vec<Value> = (from..to).map(endpoint).collect();
             let mut dns_n = 0;
             if self.mixed {
@@ -133,6 +144,25 @@ mod tests {
         assert_eq!(finals.len(), 1);
         assert!(b.last().unwrap().is_final);
         assert_eq!(b.iter().map(|x| x.endpoints).sum::<usize>(), 25);
+        // The short batch goes first: the final is a full one.
+        let main: Vec<usize> = b
+            .iter()
+            .filter(|x| x.stream == "main")
+            .map(|x| x.endpoints)
+            .collect();
+        assert_eq!(main, [5, 10, 10]);
+        let covered: Vec<Value> = b
+            .iter()
+            .filter(|x| x.stream == "main")
+            .flat_map(|x| {
+                serde_json::from_slice::<Value>(&x.body).unwrap()["observations"]
+                    .as_array()
+                    .unwrap()
+                    .clone()
+            })
+            .filter(|o| o["type"] == "endpoint")
+            .collect();
+        assert_eq!(covered, (0..25).map(endpoint).collect::<Vec<_>>());
         assert!(b.iter().filter(|x| x.stream == "dns").all(|x| x.index < 2));
     }
 }
