@@ -121,8 +121,8 @@ mod tests {
     /// algorithm switched off (as ES's `http.tcp.no_delay` does by default).
     #[test]
     fn accepted_connections_have_nagle_off() {
-        let running = crate::start("127.0.0.1:0".parse().unwrap(), 1, Limits::default(), false)
-            .unwrap();
+        let running =
+            crate::start("127.0.0.1:0".parse().unwrap(), 1, Limits::default(), false).unwrap();
         let mut client = TcpStream::connect(running.addr).unwrap();
         client
             .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -133,6 +133,9 @@ mod tests {
         let accepted = sockets_of(client.local_addr().unwrap());
         assert!(!accepted.is_empty());
         assert!(accepted.iter().all(|&fd| nodelay(fd)));
-        assert!(!nodelay(client.as_raw_fd()), "a plain client socket keeps Nagle on");
+        assert!(
+            !nodelay(client.as_raw_fd()),
+            "a plain client socket keeps Nagle on"
+        );
     }
 }

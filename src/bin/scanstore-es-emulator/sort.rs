@@ -61,7 +61,10 @@ pub fn set_sort_keys(specs: &[SortSpec], hits: &mut [Hit]) {
         let current = match &fields {
             Some((mapping, refs)) if Arc::ptr_eq(mapping, &h.mapping) => refs,
             _ => {
-                let refs = specs.iter().map(|s| h.mapping.field_ref(&s.field)).collect();
+                let refs = specs
+                    .iter()
+                    .map(|s| h.mapping.field_ref(&s.field))
+                    .collect();
                 &fields.insert((h.mapping.clone(), refs)).1
             }
         };
