@@ -166,11 +166,9 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
     let logs = opts.out.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
     let started = chrono::Utc::now();
-    let mut sizes = Vec::new();
-    for &size in &opts.sizes {
-        eprintln!("== size {size}: ceiling, peer, upload, publication");
-        sizes.push(scenario::size_run(opts, size, &logs)?);
-    }
+    // The pool comparison first, on a quiet machine: right after the 1 M scenario, whose
+    // database and indices are being torn down, its runs lost seconds to stalls of the
+    // whole process and PostgreSQL (0.77 and 1.35 came out of two full runs).
     let mut pools = Vec::new();
     if !opts.no_pool {
         for pool in [16, 1] {
@@ -180,6 +178,11 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
             );
             pools.push(scenario::pool_run(opts, pool, &logs)?);
         }
+    }
+    let mut sizes = Vec::new();
+    for &size in &opts.sizes {
+        eprintln!("== size {size}: ceiling, peer, upload, publication");
+        sizes.push(scenario::size_run(opts, size, &logs)?);
     }
     let results = report::Results {
         started,
