@@ -4,7 +4,6 @@
 use std::ops::Range;
 
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 use super::error::EsError;
 
@@ -44,19 +43,6 @@ struct Meta<'a> {
 }
 
 #[derive(Serialize)]
-struct Script<'a, P> {
-    id: &'a str,
-    params: P,
-}
-
-#[derive(Serialize)]
-struct ScriptedUpsert<'a, P> {
-    script: Script<'a, P>,
-    scripted_upsert: bool,
-    upsert: Map<String, Value>,
-}
-
-#[derive(Serialize)]
 struct PartialDoc<'a, D> {
     doc: &'a D,
 }
@@ -66,8 +52,7 @@ struct PartialDoc<'a, D> {
 const RETRY_ON_CONFLICT: u32 = 3;
 
 impl BulkOp {
-    /// Serialises straight from borrowed data: publication encodes two operations per
-    /// endpoint, so no intermediate `Value` tree is built.
+    /// Serialises straight from borrowed data: no intermediate `Value` tree.
     fn encode(
         kind: OpKind,
         index: &str,
@@ -102,24 +87,6 @@ impl BulkOp {
         BulkOp::encode(OpKind::Index, index, id, None, source)
     }
 
-    /// A scripted upsert through a stored script (the script decides create or merge).
-    pub fn scripted_upsert(
-        index: &str,
-        id: &str,
-        script_id: &str,
-        params: impl Serialize,
-    ) -> BulkOp {
-        let body = ScriptedUpsert {
-            script: Script {
-                id: script_id,
-                params,
-            },
-            scripted_upsert: true,
-            upsert: Map::new(),
-        };
-        BulkOp::encode(OpKind::Update, index, id, Some(RETRY_ON_CONFLICT), &body)
-    }
-
     /// A partial document update; ES reports `noop` when nothing changes.
     pub fn partial_update(index: &str, id: &str, doc: &impl Serialize) -> BulkOp {
         BulkOp::encode(
@@ -137,6 +104,55 @@ impl BulkOp {
 
     pub fn is_empty(&self) -> bool {
         self.ndjson.is_empty()
+    }
+}
+
+/// Scripted upserts into one index through one stored script (the script decides create or
+/// merge). Everything but the document id and the script's params is the same for every
+/// operation, so it is encoded once: publication writes two such operations per endpoint,
+/// and encoding each whole through serde took a quarter of the publisher's CPU (3.3 ms per
+/// page of 1000 endpoints; 1.0 ms so).
+pub struct ScriptedUpserts {
+    index: String,
+    /// From after the id to the params: `,"_index":…,"retry_on_conflict":3}}`, the line
+    /// break, then `{"script":{"id":…,"params":`.
+    middle: Vec<u8>,
+}
+
+const UPSERT_HEAD: &[u8] = b"{\"update\":{\"_id\":";
+const UPSERT_TAIL: &[u8] = b"},\"scripted_upsert\":true,\"upsert\":{}}\n";
+
+impl ScriptedUpserts {
+    pub fn new(index: &str, script_id: &str) -> ScriptedUpserts {
+        let mut middle = b",\"_index\":".to_vec();
+        // Serialising a string into memory cannot fail.
+        let _ = serde_json::to_writer(&mut middle, index);
+        middle.extend_from_slice(
+            format!(",\"retry_on_conflict\":{RETRY_ON_CONFLICT}}}}}\n{{\"script\":{{\"id\":")
+                .as_bytes(),
+        );
+        let _ = serde_json::to_writer(&mut middle, script_id);
+        middle.extend_from_slice(b",\"params\":");
+        ScriptedUpserts {
+            index: index.to_string(),
+            middle,
+        }
+    }
+
+    /// The upsert of document `id`; `params` writes the script's params (one JSON object).
+    pub fn op(&self, id: &str, params: impl FnOnce(&mut Vec<u8>)) -> BulkOp {
+        let mut ndjson = Vec::with_capacity(512);
+        ndjson.extend_from_slice(UPSERT_HEAD);
+        let _ = serde_json::to_writer(&mut ndjson, id);
+        ndjson.extend_from_slice(&self.middle);
+        params(&mut ndjson);
+        ndjson.extend_from_slice(UPSERT_TAIL);
+        BulkOp {
+            kind: OpKind::Update,
+            index: self.index.clone(),
+            id: id.to_string(),
+            ndjson,
+        }
     }
 }
 
@@ -183,7 +199,7 @@ pub fn body(ops: &[BulkOp]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn op(id: usize, filler: usize) -> BulkOp {
         BulkOp::index("i", &id.to_string(), &json!({ "f": "x".repeat(filler) }))
@@ -196,12 +212,33 @@ mod tests {
             String::from_utf8(o.ndjson.clone()).unwrap(),
             "{\"index\":{\"_id\":\"a1\",\"_index\":\"idx\"}}\n{\"ip\":\"203.0.113.7\",\"port\":443}\n"
         );
-        let u = BulkOp::scripted_upsert("a", "b", "s", json!({"obs": {}}));
+        let u = ScriptedUpserts::new("a", "s").op("b", |p| p.extend_from_slice(b"{\"obs\":{}}"));
+        assert_eq!(
+            String::from_utf8(u.ndjson).unwrap(),
+            "{\"update\":{\"_id\":\"b\",\"_index\":\"a\",\"retry_on_conflict\":3}}\n\
+             {\"script\":{\"id\":\"s\",\"params\":{\"obs\":{}}},\"scripted_upsert\":true,\"upsert\":{}}\n"
+        );
+        assert_eq!(
+            (u.kind, u.index.as_str(), u.id.as_str()),
+            (OpKind::Update, "a", "b")
+        );
+    }
+
+    #[test]
+    fn upsert_names_are_escaped_and_lines_parse() {
+        let u = ScriptedUpserts::new("i\"x", "s\\1").op("a\"b\n", |p| p.extend_from_slice(b"{}"));
         let text = String::from_utf8(u.ndjson).unwrap();
-        assert!(text.starts_with(
-            "{\"update\":{\"_id\":\"b\",\"_index\":\"a\",\"retry_on_conflict\":3}}\n"
-        ));
-        assert!(text.ends_with("\"upsert\":{}}\n"));
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                json!({"update": {"_id": "a\"b\n", "_index": "i\"x", "retry_on_conflict": 3}}),
+                json!({"script": {"id": "s\\1", "params": {}}, "scripted_upsert": true, "upsert": {}})
+            ]
+        );
     }
 
     #[test]

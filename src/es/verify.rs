@@ -176,12 +176,13 @@ fn worst(failed: &[(u16, String, String)]) -> Option<(u16, String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::es::bulk::ScriptedUpserts;
     use serde_json::json;
 
     fn ops() -> Vec<BulkOp> {
         vec![
             BulkOp::index("i1", "a", &json!({})),
-            BulkOp::scripted_upsert("i2", "b", "s", json!({})),
+            ScriptedUpserts::new("i2", "s").op("b", |p| p.extend_from_slice(b"{}")),
         ]
     }
 

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::es::alias::AssetIndices;
-use crate::es::bulk::BulkOp;
+use crate::es::bulk::{BulkOp, ScriptedUpserts};
 use crate::es::{index, painless, EsClient, EsError};
 use crate::tags::Tags;
 
@@ -238,31 +238,41 @@ pub fn addresses<'a>(docs: &'a [Doc<'_>]) -> Vec<Cow<'a, str>> {
         .collect()
 }
 
-/// The asset-merge script's `params.obs`: the [`FIELDS`] the projection document has, plus
-/// the owner on the owner's copy. Serialised from the page's documents without copying them.
-struct Observation<'a> {
-    source: &'a Source<'a>,
-    owner_id: Option<&'a str>,
-}
+/// The asset-merge script's `params.obs`: the [`FIELDS`] the projection document has
+/// (the owner's copy adds `owner_id`). Serialised from the page's documents without
+/// copying them.
+struct Observation<'a>(&'a Source<'a>);
 
 impl Serialize for Observation<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(None)?;
-        for (f, v) in FIELDS.iter().zip(&self.source.0) {
+        for (f, v) in FIELDS.iter().zip(&self.0 .0) {
             if let Some(v) = v {
                 map.serialize_entry(f, v)?;
             }
-        }
-        if let Some(owner) = self.owner_id {
-            map.serialize_entry("owner_id", owner)?;
         }
         map.end()
     }
 }
 
-#[derive(Serialize)]
-struct MergeParams<'a> {
-    obs: Observation<'a>,
+/// Writes the merge params `{"obs":OBS}` for the global copy, or, given the owner (a JSON
+/// string), `OBS` with `"owner_id":OWNER` added for the owner's copy. `obs` is an encoded
+/// JSON object, so the owner goes in before its closing brace.
+fn merge_params(out: &mut Vec<u8>, obs: &[u8], owner: Option<&[u8]>) {
+    out.extend_from_slice(b"{\"obs\":");
+    match (owner, obs.split_last()) {
+        (Some(owner), Some((b'}', fields))) => {
+            out.extend_from_slice(fields);
+            if fields.len() > 1 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"owner_id\":");
+            out.extend_from_slice(owner);
+            out.push(b'}');
+        }
+        _ => out.extend_from_slice(obs),
+    }
+    out.push(b'}');
 }
 
 /// Merge updates into physical asset indices (`targets`: where the aliases point, or a
@@ -274,41 +284,31 @@ pub fn execution_operations(
     docs: &[Doc<'_>],
     tags: &Tags,
 ) -> Vec<BulkOp> {
-    let (global, user) = (&targets.global, &targets.user);
+    let global = ScriptedUpserts::new(&targets.global, painless::ASSET_MERGE_ID);
+    let user = ScriptedUpserts::new(&targets.user, painless::ASSET_MERGE_ID);
     let mut ops = Vec::with_capacity(docs.len() * 2);
-    let owner = owner_id.to_string();
+    let owner = serde_json::to_vec(&owner_id.to_string()).unwrap_or_default();
+    // One observation encoded per endpoint, copied into both of its operations.
+    let mut obs = Vec::with_capacity(512);
     for doc in docs {
         let (ip, transport, port) = doc.source.endpoint_key();
         let (ip, transport) = (ip.as_ref(), transport.as_ref());
-        ops.push(BulkOp::scripted_upsert(
-            global,
-            &index::global_asset_id(ip, transport, port),
-            painless::ASSET_MERGE_ID,
-            MergeParams {
-                obs: Observation {
-                    source: &doc.source,
-                    owner_id: None,
-                },
-            },
-        ));
+        obs.clear();
+        // Serialising borrowed JSON values into memory cannot fail.
+        let _ = serde_json::to_writer(&mut obs, &Observation(&doc.source));
+        ops.push(
+            global.op(&index::global_asset_id(ip, transport, port), |out| {
+                merge_params(out, &obs, None)
+            }),
+        );
         let user_id = index::user_asset_id(owner_id, ip, transport, port);
-        ops.push(BulkOp::scripted_upsert(
-            user,
-            &user_id,
-            painless::ASSET_MERGE_ID,
-            MergeParams {
-                obs: Observation {
-                    source: &doc.source,
-                    owner_id: Some(&owner),
-                },
-            },
-        ));
+        ops.push(user.op(&user_id, |out| merge_params(out, &obs, Some(&owner))));
         let tags = tags.for_ip(ip);
         if !tags.is_empty() {
             // Applied after the merge in the same request; the tags row of a later change
             // corrects it, so only current tags are ever written.
             ops.push(BulkOp::partial_update(
-                user,
+                &targets.user,
                 &user_id,
                 &json!({ "tags": tags }),
             ));
@@ -401,6 +401,38 @@ mod tests {
         assert_eq!(obs(2)["port"], json!("80"));
         assert_eq!(obs(2)["version"], json!(1.5));
         assert_eq!(addresses(&page.docs), ["10.0.0.1", "10.0.0.2"]);
+    }
+
+    #[test]
+    fn the_owners_copy_is_the_observation_plus_the_owner() {
+        let owner = Uuid::from_u128(9);
+        let full =
+            json!({"ip": "10.0.0.1", "port": 22, "transport": "tcp", "banner": "a\"}"}).to_string();
+        let sources = [full.as_str(), "{}"];
+        let docs: Vec<Doc> = sources
+            .iter()
+            .map(|text| Doc {
+                id: "d".into(),
+                source: Source::parse(text).unwrap(),
+            })
+            .collect();
+        let ops = execution_operations(
+            &AssetIndices::version("s", 1),
+            owner,
+            &docs,
+            &Tags::default(),
+        );
+        let obs = |i: usize| -> Value {
+            let text = String::from_utf8(ops[i].ndjson.clone()).unwrap();
+            let source: Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+            source["script"]["params"]["obs"].clone()
+        };
+        let mut with_owner = serde_json::from_str::<Value>(&full).unwrap();
+        with_owner["owner_id"] = json!(owner.to_string());
+        assert_eq!(obs(0), serde_json::from_str::<Value>(&full).unwrap());
+        assert_eq!(obs(1), with_owner);
+        assert_eq!(obs(2), json!({}));
+        assert_eq!(obs(3), json!({"owner_id": owner.to_string()}));
     }
 
     #[test]

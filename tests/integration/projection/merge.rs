@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use scanstore::es::bulk::{self, BulkOp};
+use scanstore::es::bulk::{self, BulkOp, ScriptedUpserts};
 use scanstore::es::painless::{self, ScriptCtx};
 use scanstore::es::setup;
 
@@ -82,15 +82,13 @@ fn any_order_and_repetition_gives_the_twins_document() {
             expected,
             "the twin is not order-independent for {order:?}"
         );
+        let upserts = ScriptedUpserts::new(&index, painless::ASSET_MERGE_ID);
         let ops: Vec<BulkOp> = seq
             .iter()
             .map(|o| {
-                BulkOp::scripted_upsert(
-                    &index,
-                    &format!("doc-{k}"),
-                    painless::ASSET_MERGE_ID,
-                    json!({"obs": o}),
-                )
+                upserts.op(&format!("doc-{k}"), |p| {
+                    p.extend_from_slice(json!({"obs": o}).to_string().as_bytes())
+                })
             })
             .collect();
         let body = bulk::body(&ops);
