@@ -139,13 +139,16 @@ impl ScriptedUpserts {
         }
     }
 
-    /// The upsert of document `id`; `params` writes the script's params (one JSON object).
-    pub fn op(&self, id: &str, params: impl FnOnce(&mut Vec<u8>)) -> BulkOp {
-        let mut ndjson = Vec::with_capacity(512);
+    /// The upsert of document `id` with the script's `params` (one encoded JSON object).
+    pub fn op(&self, id: &str, params: &[u8]) -> BulkOp {
+        // Sized for an id without escapes, so the buffer is allocated once.
+        let mut ndjson = Vec::with_capacity(
+            UPSERT_HEAD.len() + id.len() + 2 + self.middle.len() + params.len() + UPSERT_TAIL.len(),
+        );
         ndjson.extend_from_slice(UPSERT_HEAD);
         let _ = serde_json::to_writer(&mut ndjson, id);
         ndjson.extend_from_slice(&self.middle);
-        params(&mut ndjson);
+        ndjson.extend_from_slice(params);
         ndjson.extend_from_slice(UPSERT_TAIL);
         BulkOp {
             kind: OpKind::Update,
@@ -212,7 +215,7 @@ mod tests {
             String::from_utf8(o.ndjson.clone()).unwrap(),
             "{\"index\":{\"_id\":\"a1\",\"_index\":\"idx\"}}\n{\"ip\":\"203.0.113.7\",\"port\":443}\n"
         );
-        let u = ScriptedUpserts::new("a", "s").op("b", |p| p.extend_from_slice(b"{\"obs\":{}}"));
+        let u = ScriptedUpserts::new("a", "s").op("b", b"{\"obs\":{}}");
         assert_eq!(
             String::from_utf8(u.ndjson).unwrap(),
             "{\"update\":{\"_id\":\"b\",\"_index\":\"a\",\"retry_on_conflict\":3}}\n\
@@ -226,7 +229,7 @@ mod tests {
 
     #[test]
     fn upsert_names_are_escaped_and_lines_parse() {
-        let u = ScriptedUpserts::new("i\"x", "s\\1").op("a\"b\n", |p| p.extend_from_slice(b"{}"));
+        let u = ScriptedUpserts::new("i\"x", "s\\1").op("a\"b\n", b"{}");
         let text = String::from_utf8(u.ndjson).unwrap();
         let lines: Vec<Value> = text
             .lines()

@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::bulk::{BulkOp, OpKind};
+use super::client;
 use super::error::{status_class, ErrorClass, EsError};
 
 /// What a verified bulk did.
@@ -77,7 +78,7 @@ struct ItemResult<'a> {
 /// Checks every item; the first structural mismatch or the failed items become an error.
 pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
     let bad = |m: String| Err(EsError::BadResponse(m));
-    let response: BulkResponse = serde_json::from_slice(body)
+    let response: BulkResponse = client::parse(body)
         .map_err(|e| EsError::BadResponse(format!("unreadable bulk response: {e}")))?;
     let Some(items) = response.items else {
         return bad("bulk response has no items array".into());
@@ -182,7 +183,7 @@ mod tests {
     fn ops() -> Vec<BulkOp> {
         vec![
             BulkOp::index("i1", "a", &json!({})),
-            ScriptedUpserts::new("i2", "s").op("b", |p| p.extend_from_slice(b"{}")),
+            ScriptedUpserts::new("i2", "s").op("b", b"{}"),
         ]
     }
 

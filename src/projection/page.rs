@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::es::alias::AssetIndices;
 use crate::es::bulk::{BulkOp, ScriptedUpserts};
-use crate::es::{index, painless, EsClient, EsError};
+use crate::es::{client, index, painless, EsClient, EsError};
 use crate::tags::Tags;
 
 /// A page as read: the search response, parsed (and checked) by [`Fetched::page`]. Kept as
@@ -189,7 +189,7 @@ pub fn read(
 impl Fetched {
     /// The page's documents, borrowed from the response; a partial result is an error.
     pub fn page(&self) -> Result<Page<'_>, EsError> {
-        let r: SearchResponse = serde_json::from_slice(&self.body)
+        let r: SearchResponse = client::parse(&self.body)
             .map_err(|e| EsError::BadResponse(format!("unreadable search response: {e}")))?;
         if r.timed_out == Some(true) || r.shards.failed.unwrap_or(0) > 0 {
             return Err(EsError::BadResponse(
@@ -289,20 +289,20 @@ pub fn execution_operations(
     let mut ops = Vec::with_capacity(docs.len() * 2);
     let owner = serde_json::to_vec(&owner_id.to_string()).unwrap_or_default();
     // One observation encoded per endpoint, copied into both of its operations.
-    let mut obs = Vec::with_capacity(512);
+    let (mut obs, mut params) = (Vec::with_capacity(512), Vec::with_capacity(1024));
     for doc in docs {
         let (ip, transport, port) = doc.source.endpoint_key();
         let (ip, transport) = (ip.as_ref(), transport.as_ref());
         obs.clear();
         // Serialising borrowed JSON values into memory cannot fail.
         let _ = serde_json::to_writer(&mut obs, &Observation(&doc.source));
-        ops.push(
-            global.op(&index::global_asset_id(ip, transport, port), |out| {
-                merge_params(out, &obs, None)
-            }),
-        );
+        params.clear();
+        merge_params(&mut params, &obs, None);
+        ops.push(global.op(&index::global_asset_id(ip, transport, port), &params));
         let user_id = index::user_asset_id(owner_id, ip, transport, port);
-        ops.push(user.op(&user_id, |out| merge_params(out, &obs, Some(&owner))));
+        params.clear();
+        merge_params(&mut params, &obs, Some(&owner));
+        ops.push(user.op(&user_id, &params));
         let tags = tags.for_ip(ip);
         if !tags.is_empty() {
             // Applied after the merge in the same request; the tags row of a later change

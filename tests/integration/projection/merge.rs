@@ -86,9 +86,10 @@ fn any_order_and_repetition_gives_the_twins_document() {
         let ops: Vec<BulkOp> = seq
             .iter()
             .map(|o| {
-                upserts.op(&format!("doc-{k}"), |p| {
-                    p.extend_from_slice(json!({"obs": o}).to_string().as_bytes())
-                })
+                upserts.op(
+                    &format!("doc-{k}"),
+                    json!({"obs": o}).to_string().as_bytes(),
+                )
             })
             .collect();
         let body = bulk::body(&ops);
