@@ -287,7 +287,8 @@ pub fn execution_operations(
     let global = ScriptedUpserts::new(&targets.global, painless::ASSET_MERGE_ID);
     let user = ScriptedUpserts::new(&targets.user, painless::ASSET_MERGE_ID);
     let mut ops = Vec::with_capacity(docs.len() * 2);
-    let owner = serde_json::to_vec(&owner_id.to_string()).unwrap_or_default();
+    // A UUID's text needs no escaping.
+    let owner = format!("\"{owner_id}\"").into_bytes();
     // One observation encoded per endpoint, copied into both of its operations.
     let (mut obs, mut params) = (Vec::with_capacity(512), Vec::with_capacity(1024));
     for doc in docs {

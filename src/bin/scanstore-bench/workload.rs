@@ -71,14 +71,10 @@ impl ExecutionPlan {
     pub fn batches(&self, upload_id: Uuid) -> impl Iterator<Item = Batch> + '_ {
         let n_main = self.endpoints.div_ceil(self.batch).max(1);
         let short = self.endpoints - (n_main - 1) * self.batch;
-        // Where main batch `k` starts: after the short first batch, full batches.
-        let start = move |k: usize| {
-            self.first
-                + if k == 0 {
-                    0
-                } else {
-                    short + (k - 1) * self.batch
-                }
+        // Where main batch `k` starts: the short batch first, then full ones.
+        let start = move |k: usize| match k {
+            0 => self.first,
+            _ => self.first + short + (k - 1) * self.batch,
         };
         (0..n_main).flat_map(move |k| {
             let (from, to) = (start(k), start(k + 1));
