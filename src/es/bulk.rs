@@ -31,15 +31,39 @@ pub struct BulkOp {
     pub ndjson: Vec<u8>,
 }
 
-/// An action line's metadata (field order as ES writes it back).
-#[derive(Serialize)]
-struct Meta<'a> {
-    #[serde(rename = "_id")]
-    id: &'a str,
-    #[serde(rename = "_index")]
-    index: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retry_on_conflict: Option<u32>,
+/// An action line, encoded around its document id: `{"<kind>":{"_id":`, the id, then
+/// `,"_index":…` (and `,"retry_on_conflict":N`) `}}` and the line break — the field order
+/// ES writes back. Operations into one index share everything but the id.
+struct ActionLine {
+    kind: OpKind,
+    after_id: Vec<u8>,
+}
+
+impl ActionLine {
+    fn new(kind: OpKind, index: &str, retry_on_conflict: Option<u32>) -> ActionLine {
+        let mut after_id = b",\"_index\":".to_vec();
+        // Serialising a string into memory cannot fail.
+        let _ = serde_json::to_writer(&mut after_id, index);
+        if let Some(n) = retry_on_conflict {
+            after_id.extend_from_slice(format!(",\"retry_on_conflict\":{n}").as_bytes());
+        }
+        after_id.extend_from_slice(b"}}\n");
+        ActionLine { kind, after_id }
+    }
+
+    /// Bytes of the line for an id without escapes.
+    fn len(&self, id: &str) -> usize {
+        self.kind.as_str().len() + 13 + id.len() + self.after_id.len()
+    }
+
+    /// Appends the line of document `id`.
+    fn write(&self, out: &mut Vec<u8>, id: &str) {
+        out.extend_from_slice(b"{\"");
+        out.extend_from_slice(self.kind.as_str().as_bytes());
+        out.extend_from_slice(b"\":{\"_id\":");
+        let _ = serde_json::to_writer(&mut *out, id);
+        out.extend_from_slice(&self.after_id);
+    }
 }
 
 #[derive(Serialize)]
@@ -60,18 +84,9 @@ impl BulkOp {
         retry_on_conflict: Option<u32>,
         source: &impl Serialize,
     ) -> BulkOp {
-        let meta = Meta {
-            id,
-            index,
-            retry_on_conflict,
-        };
         let mut ndjson = Vec::with_capacity(256);
-        ndjson.extend_from_slice(b"{\"");
-        ndjson.extend_from_slice(kind.as_str().as_bytes());
-        ndjson.extend_from_slice(b"\":");
+        ActionLine::new(kind, index, retry_on_conflict).write(&mut ndjson, id);
         // Serialising these types into memory cannot fail: no maps with non-string keys.
-        let _ = serde_json::to_writer(&mut ndjson, &meta);
-        ndjson.extend_from_slice(b"}\n");
         let _ = serde_json::to_writer(&mut ndjson, source);
         ndjson.push(b'\n');
         BulkOp {
@@ -114,28 +129,22 @@ impl BulkOp {
 /// page of 1000 endpoints; 1.0 ms so).
 pub struct ScriptedUpserts {
     index: String,
-    /// From after the id to the params: `,"_index":…,"retry_on_conflict":3}}`, the line
-    /// break, then `{"script":{"id":…,"params":`.
-    middle: Vec<u8>,
+    action: ActionLine,
+    /// `{"script":{"id":…,"params":`
+    script_head: Vec<u8>,
 }
 
-const UPSERT_HEAD: &[u8] = b"{\"update\":{\"_id\":";
 const UPSERT_TAIL: &[u8] = b"},\"scripted_upsert\":true,\"upsert\":{}}\n";
 
 impl ScriptedUpserts {
     pub fn new(index: &str, script_id: &str) -> ScriptedUpserts {
-        let mut middle = b",\"_index\":".to_vec();
-        // Serialising a string into memory cannot fail.
-        let _ = serde_json::to_writer(&mut middle, index);
-        middle.extend_from_slice(
-            format!(",\"retry_on_conflict\":{RETRY_ON_CONFLICT}}}}}\n{{\"script\":{{\"id\":")
-                .as_bytes(),
-        );
-        let _ = serde_json::to_writer(&mut middle, script_id);
-        middle.extend_from_slice(b",\"params\":");
+        let mut script_head = b"{\"script\":{\"id\":".to_vec();
+        let _ = serde_json::to_writer(&mut script_head, script_id);
+        script_head.extend_from_slice(b",\"params\":");
         ScriptedUpserts {
             index: index.to_string(),
-            middle,
+            action: ActionLine::new(OpKind::Update, index, Some(RETRY_ON_CONFLICT)),
+            script_head,
         }
     }
 
@@ -143,11 +152,10 @@ impl ScriptedUpserts {
     pub fn op(&self, id: &str, params: &[u8]) -> BulkOp {
         // Sized for an id without escapes, so the buffer is allocated once.
         let mut ndjson = Vec::with_capacity(
-            UPSERT_HEAD.len() + id.len() + 2 + self.middle.len() + params.len() + UPSERT_TAIL.len(),
+            self.action.len(id) + self.script_head.len() + params.len() + UPSERT_TAIL.len(),
         );
-        ndjson.extend_from_slice(UPSERT_HEAD);
-        let _ = serde_json::to_writer(&mut ndjson, id);
-        ndjson.extend_from_slice(&self.middle);
+        self.action.write(&mut ndjson, id);
+        ndjson.extend_from_slice(&self.script_head);
         ndjson.extend_from_slice(params);
         ndjson.extend_from_slice(UPSERT_TAIL);
         BulkOp {
@@ -217,7 +225,7 @@ mod tests {
         );
         let u = ScriptedUpserts::new("a", "s").op("b", b"{\"obs\":{}}");
         assert_eq!(
-            String::from_utf8(u.ndjson).unwrap(),
+            String::from_utf8(u.ndjson.clone()).unwrap(),
             "{\"update\":{\"_id\":\"b\",\"_index\":\"a\",\"retry_on_conflict\":3}}\n\
              {\"script\":{\"id\":\"s\",\"params\":{\"obs\":{}}},\"scripted_upsert\":true,\"upsert\":{}}\n"
         );
@@ -225,6 +233,7 @@ mod tests {
             (u.kind, u.index.as_str(), u.id.as_str()),
             (OpKind::Update, "a", "b")
         );
+        assert_eq!(u.ndjson.len(), u.ndjson.capacity(), "sized up front");
     }
 
     #[test]
