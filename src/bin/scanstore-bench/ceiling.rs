@@ -39,6 +39,8 @@ pub struct Sent {
     pub bytes: usize,
     /// The time of each run: one, or the two of [`Sent::bracket`].
     pub runs: Vec<f64>,
+    /// When each run began and ended (seconds since the Unix epoch), for its CPU.
+    pub spans: Vec<(f64, f64)>,
 }
 
 impl Sent {
@@ -47,6 +49,7 @@ impl Sent {
     pub fn bracket(before: Sent, after: Sent) -> Sent {
         Sent {
             runs: [before.runs.as_slice(), after.runs.as_slice()].concat(),
+            spans: [before.spans.as_slice(), after.spans.as_slice()].concat(),
             ..before
         }
     }
@@ -186,7 +189,7 @@ pub fn delete(es_url: &str, prefix: &str, written: &[String]) {
 pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String> {
     let next = AtomicUsize::new(0);
     let url = format!("{}/_bulk", es_url.trim_end_matches('/'));
-    let started = Instant::now();
+    let (started, from) = (Instant::now(), crate::cpu::now());
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads.max(1))
             .map(|_| {
@@ -238,5 +241,6 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
         requests: req.bodies.len(),
         bytes: req.bodies.iter().map(Vec::len).sum(),
         runs: vec![seconds],
+        spans: vec![(from, crate::cpu::now())],
     })
 }

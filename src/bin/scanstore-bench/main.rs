@@ -4,6 +4,7 @@
 //! a raw-`_bulk` ceiling and the Python peer, and writes `report.md` with PNG plots.
 
 mod ceiling;
+mod cpu;
 mod factory;
 mod logs;
 mod peer;
@@ -180,10 +181,12 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
         }
     }
     let mut sizes = Vec::new();
+    let sampler = cpu::Sampler::start();
     for &size in &opts.sizes {
         eprintln!("== size {size}: ceiling, peer, upload, publication");
-        sizes.push(scenario::size_run(opts, size, &logs)?);
+        sizes.push(scenario::size_run(opts, size, &logs, &sampler)?);
     }
+    drop(sampler);
     let results = report::Results {
         started,
         finished: chrono::Utc::now(),

@@ -9,6 +9,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
 use crate::ceiling::Sent;
+use crate::cpu;
 use crate::logs::{pct, LogStats};
 use crate::scanner::{Latencies, CLASSES};
 use crate::scenario::{PoolResult, SizeResult};
@@ -243,6 +244,46 @@ Final uploads by stage (server side, `ScanWriteStageCompleted` with `class=final
     }
 }
 
+/// Where the machine's CPU went in each phase: the ceiling has the emulator alone on the
+/// cores that publication shares with scanstore and PostgreSQL.
+fn cpu_section(o: &mut String, r: &Results, cpus: usize) {
+    let _ = writeln!(o, "\n## CPU per phase (first round)\n");
+    let _ = writeln!(o, "CPU seconds of each local process over the phase's wall time, read from `/proc` every 10 ms (ticks of 10 ms: about ±0.01 s per process and phase); a ceiling phase is the mean of its runs; busy = all CPU over wall × {cpus} CPUs. \"—\": not on this machine (a real cluster, a remote database).\n");
+    let mut head = String::from("| endpoints | phase | wall s |");
+    for name in cpu::ROLE_NAMES {
+        head.push_str(&format!(" {name} |"));
+    }
+    let _ = writeln!(
+        o,
+        "{head} total | busy |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for s in &r.sizes {
+        for (phase, u) in &s.cpu {
+            let roles: String = u
+                .roles
+                .iter()
+                .map(|c| c.map_or(" — |".to_string(), |c| format!(" {c:.2} |")))
+                .collect();
+            let _ = writeln!(
+                o,
+                "| {} | {phase} | {:.2} |{roles} {:.2} | {:.0} % |",
+                s.size,
+                u.wall,
+                u.total(),
+                100.0 * u.total() / (u.wall * cpus.max(1) as f64).max(1e-9)
+            );
+        }
+    }
+    for s in &r.sizes {
+        let find = |name: &str| s.cpu.iter().find(|(p, _)| *p == name).map(|(_, u)| u);
+        if let (Some(c), Some(p)) = (find("ceiling publication"), find("publication")) {
+            let _ = writeln!(o, "\n- {}: publication used {:.2} CPU s ({:.2} of them outside the emulator) where the ceiling used {:.2} for the same writes: ceiling CPU / publication CPU = {:.2}, throughput ratio {:.2}",
+                s.size, p.total(), p.total() - p.roles[cpu::Role::Emulator as usize].unwrap_or(0.0), c.total(),
+                ratio(c.total(), p.total()), ratio(s.publish_eps(), s.ceiling_publish.endpoints_per_s()));
+        }
+    }
+}
+
 fn dist(v: &[f64]) -> String {
     if v.is_empty() {
         return "—".into();
@@ -364,6 +405,8 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
             s.ceiling_publish.ops, s.ceiling_publish.requests, s.ceiling_publish.bytes as f64 / 1e6, s.ceiling_publish.seconds(), runs(&s.ceiling_publish),
             match &s.peer { Ok(p) => format!("; peer (elasticsearch-py {}) {} ops in {:.2} s", p.client, p.ops, p.seconds), Err(_) => String::new() });
     }
+
+    cpu_section(&mut o, r, m.cpus);
 
     let _ = writeln!(o, "\n## Upload latency per class (client side)\n");
     for s in &r.sizes {
@@ -526,6 +569,11 @@ pub fn summary(r: &Results) -> Value {
             "latency": lat(&s.upload.latencies),
             "peak_rss_kib": s.rss_upload_kib.max(s.rss_publish_kib),
             "upload_max_hold_ms": s.upload_logs.max_hold_outside_migrate(),
+            "cpu_seconds": s.cpu.iter().map(|(phase, u)| json!({
+                "phase": phase,
+                "wall_s": u.wall,
+                "roles": cpu::ROLE_NAMES.iter().zip(u.roles).map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<String, Value>>(),
+            })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "pools": r.pools.iter().map(|p| json!({
             "pool_size": p.pool_size,
@@ -573,6 +621,13 @@ const METHOD: &str = "
   `helpers.streaming_bulk` (one client, as the helper works) with `chunk_size` =
   `bulk_batch_size` and `max_chunk_bytes` = `projection_bulk_max_bytes`, loading the same
   asset-merge operations (parsed before the clock starts) into the same ES target.
+- **CPU per phase**: a thread of the bench reads user + system time from
+  `/proc/<pid>/stat` every 10 ms for the emulator, each scanstore process, the PostgreSQL
+  server (the postmaster with its live backends and those it has reaped) and the bench
+  itself; a phase's CPU is the difference between its start and end, interpolated between
+  samples. The ceiling has the emulator and the bench's client threads on the machine's
+  cores; publication shares them with scanstore and PostgreSQL, so where the emulator is
+  CPU-bound the throughput ratio follows the ratio of CPU spent.
 - **Connection hold during ES I/O**: scanstore checks it itself: every checkout is recorded
   for its thread, and the ES client logs `ElasticsearchRequestWithConnectionHeld` (and counts
   `es_requests_with_connection_held`) for any request that would leave a thread holding one.

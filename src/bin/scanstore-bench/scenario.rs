@@ -13,6 +13,7 @@ use postgres::Client;
 use uuid::Uuid;
 
 use crate::ceiling::{self, Sent};
+use crate::cpu::{self, Role, Sampler, Usage};
 use crate::logs::{self, LogStats};
 use crate::peer::{self, PeerResult};
 use crate::scanner::{self, Job, UploadOutcome};
@@ -37,6 +38,8 @@ pub struct SizeResult {
     pub peer: Result<PeerResult, String>,
     pub rss_upload_kib: Option<u64>,
     pub rss_publish_kib: Option<u64>,
+    /// CPU per phase of the first round, in the report's order.
+    pub cpu: Vec<(&'static str, Usage)>,
 }
 
 impl SizeResult {
@@ -175,10 +178,18 @@ fn wait_published(
     }
 }
 
-pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, String> {
+pub fn size_run(
+    opts: &Opts,
+    size: usize,
+    dir: &Path,
+    sampler: &Sampler,
+) -> Result<SizeResult, String> {
     let name = format!("size{size}");
     let db = Database::open(opts)?;
-    let (_emulator, es_url) = es_target(opts, dir, &name)?;
+    let (emulator, es_url) = es_target(opts, dir, &name)?;
+    if let Some(e) = &emulator {
+        sampler.watch(Role::Emulator, e.pid());
+    }
     let prefix = prefix();
     let mut cfg = ServeCfg {
         pool_size: opts.pool_size,
@@ -197,7 +208,9 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
         dir,
         &format!("{name}-upload"),
     )?;
+    sampler.watch(Role::Scanstore, up.pid());
     let mut c = db.connect()?;
+    watch_postgres(&mut c, sampler);
     let owner = factory::owner(&mut c)?;
     // A round's executions: one per scanner, `size` endpoints between them.
     let new_jobs = |c: &mut Client| jobs(c, owner, opts.scanners, size, opts.batch, opts.dns_every);
@@ -262,7 +275,9 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
 
     // Uploads, with publication off so that both are measured alone.
     let b = bar(size as u64, &format!("upload {size}"));
+    let upload_from = cpu::now();
     let mut upload = scanner::run(&up.url, first, opts.retry_every, &b)?;
+    let upload_span = (upload_from, cpu::now());
     b.finish_and_clear();
     let rss_upload_kib = up.peak_rss_kib();
     up.stop();
@@ -275,6 +290,7 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
     let (mut published, mut publish_seconds, mut rss_publish_kib) = (0, 0.0, None);
     let mut publish_wall_seconds = 0.0;
     let mut publish_logs = LogStats::default();
+    let mut publish_span = None;
     if !opts.no_publication {
         cfg.workers = opts.workers;
         let t0 = db_now(&mut c)?;
@@ -287,6 +303,7 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
             dir,
             &format!("{name}-publish"),
         )?;
+        sampler.watch(Role::Scanstore, publisher.pid());
         let last;
         (published, last) = wait_published(
             &mut c,
@@ -301,10 +318,12 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
         publish_logs = LogStats::from_events(&events);
         publish_wall_seconds = seconds(t0, last);
         // The ceiling pays no process start, so throughput counts from the first claim.
-        publish_seconds = events
+        let first_claim = events
             .iter()
             .find(|e| e.name == "ScanProjectionClaimed")
-            .map_or(publish_wall_seconds, |e| seconds(e.at, last));
+            .map_or(t0, |e| e.at);
+        publish_seconds = seconds(first_claim, last);
+        publish_span = Some((unix(first_claim), unix(last)));
         if published != size as i64 {
             return Err(format!("published {published} endpoints, expected {size}"));
         }
@@ -332,6 +351,17 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
         upload_events.extend(logs::read(&stack::log_path(dir, &label)));
     }
     let upload_logs = LogStats::from_events(&upload_events);
+    let mut phases = vec![
+        ("ceiling upload", usage(sampler, &ceiling_upload.spans)),
+        ("upload", usage(sampler, &[upload_span])),
+    ];
+    if let Some(span) = publish_span {
+        phases.push((
+            "ceiling publication",
+            usage(sampler, &ceiling_publish.spans),
+        ));
+        phases.push(("publication", usage(sampler, &[span])));
+    }
     Ok(SizeResult {
         size,
         scanners: opts.scanners,
@@ -347,7 +377,29 @@ pub fn size_run(opts: &Opts, size: usize, dir: &Path) -> Result<SizeResult, Stri
         peer,
         rss_upload_kib,
         rss_publish_kib,
+        cpu: phases,
     })
+}
+
+/// The mean CPU of the runs of one phase.
+fn usage(sampler: &Sampler, spans: &[(f64, f64)]) -> Usage {
+    let all: Vec<Usage> = spans.iter().map(|&(a, b)| sampler.usage(a, b)).collect();
+    Usage::mean(&all)
+}
+
+/// Watches the PostgreSQL server when it runs here (not when it is remote).
+fn watch_postgres(c: &mut Client, sampler: &Sampler) {
+    let backend = c
+        .query_one("SELECT pg_backend_pid()", &[])
+        .ok()
+        .and_then(|r| u32::try_from(r.get::<_, i32>(0)).ok());
+    if let Some(pm) = backend.and_then(cpu::postmaster) {
+        sampler.watch(Role::Postgres, pm);
+    }
+}
+
+fn unix(t: DateTime<Utc>) -> f64 {
+    t.timestamp_micros() as f64 / 1e6
 }
 
 pub fn pool_run(opts: &Opts, pool_size: u32, dir: &Path) -> Result<PoolResult, String> {

@@ -82,6 +82,39 @@ fn quick_mode_writes_a_sane_report() {
         .as_f64()
         .unwrap();
     assert!((rate - mean).abs() < 1e-6 * mean, "{rate} vs {mean}");
+    // CPU per phase: the emulator (when it is ours) worked in every phase; scanstore only in
+    // its own, not in the ceiling's.
+    let phases = size["cpu_seconds"].as_array().expect("cpu_seconds");
+    let names: Vec<&str> = phases.iter().filter_map(|p| p["phase"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "ceiling upload",
+            "upload",
+            "ceiling publication",
+            "publication"
+        ],
+        "{summary:#}"
+    );
+    let cpu = |phase: &str, role: &str| {
+        phases.iter().find(|p| p["phase"] == phase).expect("phase")["roles"][role].as_f64()
+    };
+    if real.is_none() {
+        for phase in &names {
+            assert!(
+                cpu(phase, "ES emulator").unwrap_or(0.0) > 0.0,
+                "{phase}: {summary:#}"
+            );
+        }
+    }
+    assert!(
+        cpu("upload", "scanstore").unwrap_or(0.0) > 0.0,
+        "{summary:#}"
+    );
+    assert!(
+        cpu("ceiling upload", "scanstore").unwrap_or(1.0) < 0.05,
+        "{summary:#}"
+    );
     // One final per scanner and round: the extra round's latencies are counted too.
     assert_eq!(size["latency"]["final"]["count"], 8, "{summary:#}");
     for class in ["normal", "final", "confirmed_retry", "dns"] {

@@ -1,0 +1,311 @@
+//! CPU time of the local processes a size run measures (the ES emulator, scanstore,
+//! PostgreSQL and the bench itself), sampled from `/proc` every 10 ms so that what a phase
+//! cost the machine can be read afterwards for any wall-clock window: the ceiling's CPU
+//! against publication's, on the same cores.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Who a process is, in the report's column order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Emulator = 0,
+    Scanstore = 1,
+    Postgres = 2,
+    Bench = 3,
+}
+
+pub const ROLES: usize = 4;
+pub const ROLE_NAMES: [&str; ROLES] = ["ES emulator", "scanstore", "PostgreSQL", "bench"];
+
+const PERIOD: Duration = Duration::from_millis(10);
+
+/// CPU seconds per role over a window (`None`: no such process was watched, e.g. a remote
+/// PostgreSQL or a real cluster).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    pub wall: f64,
+    pub roles: [Option<f64>; ROLES],
+}
+
+impl Usage {
+    pub fn total(&self) -> f64 {
+        self.roles.iter().flatten().sum()
+    }
+
+    /// The mean of several windows of the same work (the two ceiling runs).
+    pub fn mean(all: &[Usage]) -> Usage {
+        let n = all.len().max(1) as f64;
+        let mut out = Usage::default();
+        for u in all {
+            out.wall += u.wall / n;
+            for (o, r) in out.roles.iter_mut().zip(u.roles) {
+                if let Some(r) = r {
+                    *o = Some(o.unwrap_or(0.0) + r / n);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One sample: when, and each role's cumulative CPU ticks.
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    at: f64,
+    ticks: [u64; ROLES],
+}
+
+#[derive(Default)]
+struct State {
+    /// Each process with whether it still runs: an exited one is not read again (its pid
+    /// may come back as another process).
+    watched: Vec<(Role, u32, bool)>,
+    /// The last ticks read of every process ever watched: a process that exited keeps
+    /// counting what it used, so a role's total never goes back.
+    last: HashMap<u32, u64>,
+    samples: Vec<Sample>,
+}
+
+impl State {
+    fn sample(&mut self, at: f64) {
+        let mut ticks = [0u64; ROLES];
+        for (role, pid, alive) in &mut self.watched {
+            if *alive {
+                match process_ticks(*pid, *role != Role::Bench) {
+                    Some(t) => {
+                        let last = self.last.entry(*pid).or_insert(0);
+                        *last = (*last).max(t);
+                    }
+                    None => *alive = false,
+                }
+            }
+            ticks[*role as usize] += self.last.get(pid).copied().unwrap_or(0);
+        }
+        self.samples.push(Sample { at, ticks });
+    }
+
+    /// A role's ticks at `at`, interpolated between the samples around it.
+    fn ticks_at(&self, role: usize, at: f64) -> f64 {
+        let i = self.samples.partition_point(|s| s.at < at);
+        match (
+            i.checked_sub(1).map(|j| self.samples[j]),
+            self.samples.get(i),
+        ) {
+            (Some(a), Some(b)) if b.at > a.at => {
+                let f = (at - a.at) / (b.at - a.at);
+                a.ticks[role] as f64 + f * (b.ticks[role] as f64 - a.ticks[role] as f64)
+            }
+            (_, Some(b)) => b.ticks[role] as f64,
+            (Some(a), None) => a.ticks[role] as f64,
+            (None, None) => 0.0,
+        }
+    }
+
+    fn usage(&self, from: f64, to: f64, hz: f64) -> Usage {
+        let mut u = Usage {
+            wall: to - from,
+            roles: [None; ROLES],
+        };
+        for (r, slot) in u.roles.iter_mut().enumerate() {
+            if self.watched.iter().any(|(role, _, _)| *role as usize == r) {
+                *slot = Some(((self.ticks_at(r, to) - self.ticks_at(r, from)) / hz).max(0.0));
+            }
+        }
+        u
+    }
+}
+
+/// The sampling thread and what it has seen; stops on drop.
+pub struct Sampler {
+    state: Arc<Mutex<State>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    hz: f64,
+}
+
+impl Sampler {
+    /// Starts sampling, watching the bench itself.
+    pub fn start() -> Sampler {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let state = Arc::new(Mutex::new(State::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (state.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                s.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .sample(now());
+                std::thread::sleep(PERIOD);
+            }
+        });
+        let sampler = Sampler {
+            state,
+            stop,
+            thread: Some(thread),
+            hz,
+        };
+        sampler.watch(Role::Bench, std::process::id());
+        sampler
+    }
+
+    pub fn watch(&self, role: Role, pid: u32) {
+        let mut s = self.lock();
+        if s.watched.iter().any(|(_, p, _)| *p == pid) {
+            return;
+        }
+        s.watched.push((role, pid, true));
+        // A first reading now: the process's CPU before it was watched is not a phase's.
+        s.sample(now());
+    }
+
+    /// CPU per role between two instants (seconds since the Unix epoch).
+    pub fn usage(&self, from: f64, to: f64) -> Usage {
+        let mut s = self.lock();
+        s.sample(now());
+        s.usage(from, to, self.hz)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The PostgreSQL server process behind a connection, when it runs on this machine: the
+/// parent of the connection's backend (whose children are all the backends).
+pub fn postmaster(backend_pid: u32) -> Option<u32> {
+    let (comm, fields) = stat_fields(backend_pid)?;
+    let ppid: u32 = fields.get(1)?.parse().ok()?;
+    (comm == "postgres" && stat_fields(ppid)?.0 == "postgres").then_some(ppid)
+}
+
+/// `(comm, fields after it)` of `/proc/<pid>/stat`; the field after comm is the state.
+fn stat_fields(pid: u32) -> Option<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+fn parse_stat(text: &str) -> Option<(String, Vec<String>)> {
+    // comm may contain spaces and parentheses: it ends at the last ')'.
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let fields = text.get(close + 1..)?.split_whitespace().map(String::from);
+    Some((comm, fields.collect()))
+}
+
+/// utime + stime (+ cutime + cstime with `reaped`) of a parsed stat line.
+fn ticks_of(fields: &[String], reaped: bool) -> Option<u64> {
+    // After comm: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
+    let f = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    let own = f(11)? + f(12)?;
+    Some(if reaped { own + f(13)? + f(14)? } else { own })
+}
+
+/// A process's CPU ticks. With `family`, those of its reaped children and of its live
+/// direct children too (PostgreSQL's backends; the process a wrapper script started).
+/// The bench counts only its own: the scanstore processes it reaps are counted as
+/// scanstore already.
+fn process_ticks(pid: u32, family: bool) -> Option<u64> {
+    let mut total = 0;
+    if family {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for child in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+        {
+            if let Some((_, f)) = stat_fields(child) {
+                total += ticks_of(&f, true).unwrap_or(0);
+            }
+        }
+    }
+    let (_, fields) = stat_fields(pid)?;
+    Some(total + ticks_of(&fields, family)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_line_with_a_strange_name() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 1 0 5 0 0";
+        let (comm, f) = parse_stat(line).unwrap();
+        assert_eq!(comm, "a (b) c");
+        assert_eq!(f[1], "1", "ppid");
+        assert_eq!(ticks_of(&f, false), Some(280));
+        assert_eq!(ticks_of(&f, true), Some(290));
+    }
+
+    #[test]
+    fn windows_interpolate_between_samples_and_exited_processes_keep_counting() {
+        let mut s = State {
+            watched: vec![(Role::Emulator, 1, false), (Role::Bench, 2, false)],
+            ..State::default()
+        };
+        for (at, ticks) in [
+            (10.0, [100, 0, 0, 5]),
+            (11.0, [300, 0, 0, 5]),
+            (12.0, [300, 0, 0, 25]),
+        ] {
+            s.samples.push(Sample { at, ticks });
+        }
+        let u = s.usage(10.5, 12.0, 100.0);
+        assert_eq!(u.wall, 1.5);
+        assert_eq!(
+            u.roles[Role::Emulator as usize],
+            Some(1.0),
+            "200 − 200 halfway"
+        );
+        assert_eq!(u.roles[Role::Scanstore as usize], None, "not watched");
+        assert_eq!(u.roles[Role::Bench as usize], Some(0.2));
+        assert!((u.total() - 1.2).abs() < 1e-9);
+        let m = Usage::mean(&[
+            u,
+            Usage {
+                wall: 0.5,
+                roles: [Some(3.0), None, None, Some(0.0)],
+            },
+        ]);
+        assert_eq!(m.wall, 1.0);
+        assert_eq!(m.roles[0], Some(2.0));
+    }
+
+    #[test]
+    fn sampler_sees_its_own_cpu() {
+        let s = Sampler::start();
+        let from = now();
+        let spin = std::time::Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < Duration::from_millis(300) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        std::hint::black_box(x);
+        let u = s.usage(from, now());
+        let bench = u.roles[Role::Bench as usize].unwrap();
+        // Ticks are 10 ms; a busy 300 ms shows as most of that (and never as nothing).
+        assert!(bench > 0.1, "{u:?}");
+        assert_eq!(u.roles[Role::Emulator as usize], None);
+    }
+}
