@@ -148,7 +148,7 @@ fn throughput(r: &Results, path: &Path) -> Result<(), String> {
                     s.upload_eps(),
                     s.ceiling_upload.endpoints_per_s(),
                     s.publish_eps(),
-                    s.ceiling_publish.endpoints_per_s(),
+                    s.publication().map_or(0.0, |p| p.ceiling.endpoints_per_s()),
                     peer,
                 ],
             )
