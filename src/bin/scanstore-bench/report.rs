@@ -266,7 +266,7 @@ Final uploads by stage (server side, `ScanWriteStageCompleted` with `class=final
 /// cores that publication shares with scanstore and PostgreSQL.
 fn cpu_section(o: &mut String, r: &Results, cpus: usize) {
     let _ = writeln!(o, "\n## CPU per phase (first round)\n");
-    let _ = writeln!(o, "CPU seconds of each local process over the phase's wall time, read from `/proc` every 10 ms (ticks of 10 ms: about ±0.01 s per process and phase); a ceiling phase is the mean of its runs; busy = all CPU over wall × {cpus} CPUs. \"—\": not on this machine (a real cluster, a remote database).\n");
+    let _ = writeln!(o, "CPU seconds of each local process over the phase's wall time, read from `/proc` every 50 ms and interpolated at the phase's start and end (the kernel counts in 10 ms ticks; a phase of a few tenths of a second is good to a few hundredths of a second per process); a ceiling phase is the mean of its runs; busy = all CPU over wall × {cpus} CPUs. \"—\": not on this machine (a real cluster, a remote database).\n");
     let mut head = String::from("| endpoints | phase | wall s |");
     for name in cpu::ROLE_NAMES {
         head.push_str(&format!(" {name} |"));
@@ -677,7 +677,7 @@ const METHOD: &str = "
   `bulk_batch_size` and `max_chunk_bytes` = `projection_bulk_max_bytes`, loading the same
   asset-merge operations (parsed before the clock starts) into the same ES target.
 - **CPU per phase**: a thread of the bench reads user + system time from
-  `/proc/<pid>/stat` every 10 ms for the emulator, each scanstore process, the PostgreSQL
+  `/proc/<pid>/stat` every 50 ms for the emulator, each scanstore process, the PostgreSQL
   server (the postmaster with its live backends and those it has reaped) and the bench
   itself; a phase's CPU is the difference between its start and end, interpolated between
   samples. The ceiling has the emulator and the bench's client threads on the machine's
