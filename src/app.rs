@@ -11,6 +11,7 @@ use crate::es::limit::Limiter;
 use crate::es::{setup, EsClient, EsError};
 use crate::http::router;
 use crate::http::server::{self, Handler, HttpServer};
+use crate::projection::wake::Wake;
 use crate::projection::Workers;
 use crate::telemetry::sampler::Sampler;
 use crate::telemetry::Line;
@@ -30,6 +31,8 @@ pub struct App {
     pub es_probe: EsClient,
     /// Bound on concurrent ES requests, shared by uploads and publication.
     pub limiter: Limiter,
+    /// Rung when publication work may be due, so idle workers need not wait for their poll.
+    pub projection_wake: Wake,
     /// Set once the index templates and indices are installed (at start, or lazily by
     /// the first write when ES was down at start).
     indices_ready: AtomicBool,
@@ -58,6 +61,7 @@ impl App {
             es,
             es_probe,
             limiter,
+            projection_wake: Wake::default(),
             indices_ready: AtomicBool::new(false),
         })
     }

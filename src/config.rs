@@ -189,6 +189,9 @@ pub struct EsConfig {
 #[derive(Debug, Clone)]
 pub struct ProjectionConfig {
     pub workers: usize,
+    /// How often an idle worker looks for due rows nobody rang about (not a file setting:
+    /// rows made due by this instance ring the workers; tests lengthen it to prove that).
+    pub poll_interval: Duration,
 }
 
 /// One documented range: `(key, low, high, unit)`. The table is the single source for
@@ -414,6 +417,7 @@ impl Config {
             },
             projection: ProjectionConfig {
                 workers: to_usize(checked("projection.workers", raw.projection.workers)?),
+                poll_interval: crate::projection::worker::IDLE_WAIT,
             },
         })
     }

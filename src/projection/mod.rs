@@ -27,6 +27,7 @@ pub mod heartbeat;
 pub mod outbox;
 pub mod page;
 pub mod status;
+pub mod wake;
 pub mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,6 +67,7 @@ impl ProjectionError {
 
 /// The running worker threads.
 pub struct Workers {
+    app: Arc<App>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -82,12 +84,18 @@ impl Workers {
                     .spawn(move || worker::run(&worker::Worker::new(app), &stop))?,
             );
         }
-        Ok(Workers { stop, threads })
+        Ok(Workers {
+            app: app.clone(),
+            stop,
+            threads,
+        })
     }
 
     /// Stops after the current ticks (each bounded by `projection_pages_per_tick`).
     pub fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
+        // Idle workers are waiting to be rung: they stop now, not at their next poll.
+        self.app.projection_wake.ring();
         for t in self.threads {
             let _ = t.join();
         }

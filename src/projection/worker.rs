@@ -24,7 +24,7 @@ use super::heartbeat::Heartbeat;
 use super::outbox::{self, Claim, Work};
 use super::{page, ProjectionError};
 
-/// Wait between claims when nothing is due.
+/// Wait between claims when nothing is due and no one rings (see [`super::wake`]).
 pub const IDLE_WAIT: Duration = Duration::from_millis(250);
 
 /// Backoff of a failed row: transient errors grow from 1 s to the cap; permanent ones go
@@ -320,10 +320,18 @@ fn write_page(
     })
 }
 
-/// The worker thread's loop: ticks until `stop`, idling when nothing is due. A panic in
-/// a tick is logged and the loop goes on (the claimed row recovers by lease expiry).
+/// The worker thread's loop: ticks until `stop`, idling when nothing is due until rung or
+/// the poll interval has passed. A worker that finds work after idling rings the others:
+/// executions finish in bursts, and each idle worker would otherwise find its share only at
+/// its own next poll. A panic in a tick is logged and the loop goes on (the claimed row
+/// recovers by lease expiry).
 pub fn run(worker: &Worker, stop: &AtomicBool) {
+    let wake = &worker.app.projection_wake;
+    let poll = worker.app.config.projection.poll_interval;
+    // Starting counts as coming back from idle.
+    let mut was_idle = true;
     while !stop.load(Ordering::SeqCst) {
+        let seen = wake.generation();
         let outcome = catch_unwind(AssertUnwindSafe(|| worker.tick()));
         let idle = match outcome {
             Ok(Ok(TickOutcome::Idle)) => true,
@@ -340,7 +348,10 @@ pub fn run(worker: &Worker, stop: &AtomicBool) {
             }
         };
         if idle {
-            std::thread::sleep(IDLE_WAIT);
+            wake.wait(seen, poll);
+        } else if was_idle {
+            wake.ring();
         }
+        was_idle = idle;
     }
 }

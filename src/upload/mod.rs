@@ -192,6 +192,10 @@ fn write_batch(
         )?;
         span.stage("commit", || tx.commit())?;
     }
+    if final_facts.is_some() {
+        // The execution's outbox row is due now: idle publishers take it at once.
+        app.projection_wake.ring();
+    }
     Ok(saved(batch.observations.len()))
 }
 

@@ -42,6 +42,26 @@ fn a_final_is_published_into_both_views_by_the_workers() {
 
 #[test]
 #[ignore = "needs PostgreSQL"]
+fn a_final_rings_the_idle_workers() {
+    // Workers that would look for due rows only once an hour: the final's commit rings
+    // them, so its execution is published now; shutting down rings them too (the test
+    // would otherwise wait out the hour when the stack is dropped).
+    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+        cfg.projection.workers = 2;
+        cfg.projection.poll_interval = Duration::from_secs(3600);
+    });
+    // Both workers have looked once, found nothing and are waiting.
+    std::thread::sleep(Duration::from_millis(200));
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 10, T0);
+    wait_for("publication", Duration::from_secs(30), || {
+        outbox_row(&s, s.execution())["processed_at"].is_string()
+    });
+    assert_eq!(outbox_row(&s, s.execution())["processed_endpoints"], 25);
+    assert_eq!(assets(&s, "user").len(), 25);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
 fn later_executions_merge_first_and_last_seen() {
     let s = Stack::new("port_scan");
     let mut c = s.sql();
