@@ -408,6 +408,13 @@ pub fn size_run(
     })
 }
 
+const HOLD_BACKLOG: &str = "
+    UPDATE scan_projection_outbox SET available_at = 'infinity'
+     WHERE kind = 'execution' AND processed_at IS NULL";
+const RELEASE_BACKLOG: &str = "
+    UPDATE scan_projection_outbox SET available_at = now()
+     WHERE kind = 'execution' AND processed_at IS NULL";
+
 /// What a publication run needs of its size run.
 struct PublishCtx<'a> {
     opts: &'a Opts,
@@ -439,9 +446,15 @@ fn publication_run(
         Ok(sent)
     };
     let before = ceiling_once()?;
+    // The backlog is held back until the publisher is up, then made due: publication is
+    // timed as a running publisher's (its workers idle, polling), not as a process start
+    // whose first claims race its own start-up.
+    let hold = |c: &mut Client, sql: &str| c.execute(sql, &[]).map_err(|e| e.to_string());
+    hold(c, HOLD_BACKLOG)?;
     let t0 = db_now(c)?;
     let mut publisher = stack::scanstore(x.opts, x.db, x.es_url, x.prefix, cfg, x.dir, label)?;
     x.sampler.watch(Role::Scanstore, publisher.pid());
+    hold(c, RELEASE_BACKLOG)?;
     let (published, last) = wait_published(
         c,
         t0,
