@@ -1,14 +1,11 @@
 //! A borrowed view of the parts of an index that candidate lookup needs.
 
-use std::sync::Arc;
-
-use rustc_hash::FxHashMap;
-
+use crate::doc_map::DocMap;
 use crate::postings::Searchable;
-use crate::store::{Index, Slot};
+use crate::store::Index;
 
 pub struct IndexView<'a> {
-    pub docs: &'a FxHashMap<Arc<str>, Slot>,
+    pub docs: &'a DocMap,
     pub searchable: &'a Searchable,
 }
 

@@ -13,6 +13,7 @@ mod composite;
 mod date_histogram;
 mod doc_api;
 mod doc_check;
+mod doc_map;
 mod docs;
 mod error;
 mod extract;

@@ -18,12 +18,13 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 
+use crate::doc_map::DocMap;
 use crate::extract::FieldRef;
 use crate::extract::{any_value, to_key};
 use crate::index_view::IndexView;
 use crate::mapping::{Field, Mapping, Ty};
 use crate::query_exec::Compiled;
-use crate::store::{DocVersion, Slot};
+use crate::store::DocVersion;
 use crate::values::Key;
 
 /// A document number: the position of an indexed version in [`Searchable`]. 32 bits: the
@@ -135,7 +136,7 @@ impl Searchable {
 
     /// Renumbers the live versions densely once most numbers are dead (updates and deletes
     /// retire numbers; a real index reclaims them in segment merges), updating each slot.
-    pub fn renumber_if_sparse(&mut self, slots: &mut FxHashMap<Arc<str>, Slot>) {
+    pub fn renumber_if_sparse(&mut self, slots: &mut DocMap) {
         let live = self.by_docno.len() - self.dead;
         if self.dead <= live + RENUMBER_SLACK {
             return;
@@ -607,7 +608,7 @@ mod tests {
             idx.searchable.by_docno.len()
         );
         // Every slot still names its own version.
-        for (id, slot) in &idx.docs {
+        for (id, slot) in idx.docs.iter() {
             let published = slot
                 .searchable
                 .and_then(|d| idx.searchable.get(d))

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustc_hash::FxHashMap;
 use serde_json::{json, Map, Value};
 
+use crate::doc_map::DocMap;
 use crate::error::EsError;
 use crate::mapping::Mapping;
 use crate::postings::{DocNo, KeywordFields, Searchable};
@@ -56,7 +56,7 @@ pub struct Index {
     pub aliases: BTreeMap<String, AliasMeta>,
     /// Ids are shared (`Arc<str>`) between this map, the dirty list and the postings; Fx
     /// hashing because every write, refresh and candidate lookup goes through it.
-    pub docs: FxHashMap<Arc<str>, Slot>,
+    pub docs: DocMap,
     /// Ids with writes search does not see yet, oldest first. Publication takes them from
     /// the front only, so a write queued as the n-th is searchable once `published >= n`.
     pub dirty: VecDeque<Arc<str>>,
@@ -212,7 +212,7 @@ impl Store {
             settings,
             mapping,
             aliases,
-            docs: FxHashMap::default(),
+            docs: DocMap::default(),
             dirty: VecDeque::new(),
             queued: 0,
             published: 0,
