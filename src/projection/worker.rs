@@ -330,8 +330,13 @@ pub fn run(worker: &Worker, stop: &AtomicBool) {
     let poll = worker.app.config.projection.poll_interval;
     // Starting counts as coming back from idle.
     let mut was_idle = true;
-    while !stop.load(Ordering::SeqCst) {
+    loop {
+        // The generation first, then `stop`: a stop that rang after this read ends the
+        // wait below; one that rang before it is seen here (the ring's lock orders them).
         let seen = wake.generation();
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
         let outcome = catch_unwind(AssertUnwindSafe(|| worker.tick()));
         let idle = match outcome {
             Ok(Ok(TickOutcome::Idle)) => true,
