@@ -82,22 +82,23 @@ fn quick_mode_writes_a_sane_report() {
         .as_f64()
         .unwrap();
     assert!((rate - mean).abs() < 1e-6 * mean, "{rate} vs {mean}");
-    // A 10 k publication is short: quick mode publishes it three times (fresh executions
-    // each time) and reports the run with the median ratio to its ceiling.
-    let pubs: Vec<f64> = size["publication_runs"]
+    // A publication under 2 s is repeated: quick mode publishes three times in all (fresh
+    // executions each time) and reports the run with the median ratio to its ceiling. (A
+    // slow debug build may take longer than that: then there is one run.)
+    let publications = size["publication_runs"]
         .as_array()
-        .expect("publication_runs")
+        .expect("publication_runs");
+    let first_seconds = publications[0]["seconds"].as_f64().unwrap_or(0.0);
+    let expected = if first_seconds < 2.0 { 3 } else { 1 };
+    assert_eq!(publications.len(), expected, "{summary:#}");
+    let mut sorted: Vec<f64> = publications
         .iter()
         .map(|r| r["ratio"].as_f64().unwrap_or(0.0))
         .collect();
-    assert_eq!(pubs.len(), 3, "{summary:#}");
-    let mut sorted = pubs.clone();
     sorted.sort_by(f64::total_cmp);
     let reported = size["publication_endpoints_per_s"].as_f64().unwrap() / rate;
-    assert!(
-        (reported - sorted[1]).abs() < 1e-9,
-        "{reported} vs {pubs:?}"
-    );
+    let median = sorted[(sorted.len() - 1) / 2];
+    assert!((reported - median).abs() < 1e-9, "{reported} vs {sorted:?}");
     // CPU per phase: the emulator (when it is ours) worked in every phase; scanstore only in
     // its own, not in the ceiling's.
     let phases = size["cpu_seconds"].as_array().expect("cpu_seconds");
