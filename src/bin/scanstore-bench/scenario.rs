@@ -337,6 +337,7 @@ pub fn size_run(
         es_url: &es_url,
         prefix: &prefix,
         cp: &cp,
+        owner,
         dir,
         sampler,
     };
@@ -408,12 +409,14 @@ pub fn size_run(
     })
 }
 
+// Only the bench owner's rows: with `--database-url` the database may be a deployment's.
 const HOLD_BACKLOG: &str = "
     UPDATE scan_projection_outbox SET available_at = 'infinity'
-     WHERE kind = 'execution' AND processed_at IS NULL";
+     WHERE kind = 'execution' AND processed_at IS NULL AND owner_id = $1";
 const RELEASE_BACKLOG: &str = "
     UPDATE scan_projection_outbox SET available_at = now()
-     WHERE kind = 'execution' AND processed_at IS NULL";
+     WHERE kind = 'execution' AND processed_at IS NULL AND owner_id = $1
+       AND available_at = 'infinity'";
 
 /// What a publication run needs of its size run.
 struct PublishCtx<'a> {
@@ -423,6 +426,8 @@ struct PublishCtx<'a> {
     prefix: &'a str,
     /// The ceiling's index prefix.
     cp: &'a str,
+    /// The bench's owner: its executions' rows are the backlog.
+    owner: Uuid,
     dir: &'a Path,
     sampler: &'a Sampler,
 }
@@ -449,12 +454,18 @@ fn publication_run(
     // The backlog is held back until the publisher is up, then made due: publication is
     // timed as a running publisher's (its workers idle, polling), not as a process start
     // whose first claims race its own start-up.
-    let hold = |c: &mut Client, sql: &str| c.execute(sql, &[]).map_err(|e| e.to_string());
+    let hold = |c: &mut Client, sql: &str| {
+        c.execute(sql, &[&x.owner])
+            .map_err(|e| format!("outbox backlog: {e}"))
+    };
     hold(c, HOLD_BACKLOG)?;
     let t0 = db_now(c)?;
-    let mut publisher = stack::scanstore(x.opts, x.db, x.es_url, x.prefix, cfg, x.dir, label)?;
+    let started = stack::scanstore(x.opts, x.db, x.es_url, x.prefix, cfg, x.dir, label);
+    // Released whether or not the publisher started: nothing stays held back.
+    let released = hold(c, RELEASE_BACKLOG);
+    let mut publisher = started?;
+    released?;
     x.sampler.watch(Role::Scanstore, publisher.pid());
-    hold(c, RELEASE_BACKLOG)?;
     let (published, last) = wait_published(
         c,
         t0,
