@@ -196,32 +196,43 @@ pub fn now() -> f64 {
 /// The PostgreSQL server process behind a connection, when it runs on this machine: the
 /// parent of the connection's backend (whose children are all the backends).
 pub fn postmaster(backend_pid: u32) -> Option<u32> {
-    let (comm, fields) = stat_fields(backend_pid)?;
-    let ppid: u32 = fields.get(1)?.parse().ok()?;
-    (comm == "postgres" && stat_fields(ppid)?.0 == "postgres").then_some(ppid)
+    let backend = Stat::of(backend_pid)?;
+    (backend.comm == "postgres" && Stat::of(backend.ppid)?.comm == "postgres")
+        .then_some(backend.ppid)
 }
 
-/// `(comm, fields after it)` of `/proc/<pid>/stat`; the field after comm is the state.
-fn stat_fields(pid: u32) -> Option<(String, Vec<String>)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&text)
+/// What the sampler reads of `/proc/<pid>/stat`.
+#[derive(Debug, PartialEq)]
+struct Stat {
+    comm: String,
+    ppid: u32,
+    /// utime + stime.
+    own: u64,
+    /// cutime + cstime: children this process has reaped.
+    reaped: u64,
 }
 
-fn parse_stat(text: &str) -> Option<(String, Vec<String>)> {
-    // comm may contain spaces and parentheses: it ends at the last ')'.
-    let open = text.find('(')?;
-    let close = text.rfind(')')?;
-    let comm = text.get(open + 1..close)?.to_string();
-    let fields = text.get(close + 1..)?.split_whitespace().map(String::from);
-    Some((comm, fields.collect()))
-}
+impl Stat {
+    fn of(pid: u32) -> Option<Stat> {
+        Stat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
 
-/// utime + stime (+ cutime + cstime with `reaped`) of a parsed stat line.
-fn ticks_of(fields: &[String], reaped: bool) -> Option<u64> {
-    // After comm: state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
-    let f = |i: usize| fields.get(i)?.parse::<u64>().ok();
-    let own = f(11)? + f(12)?;
-    Some(if reaped { own + f(13)? + f(14)? } else { own })
+    fn parse(text: &str) -> Option<Stat> {
+        // comm may contain spaces and parentheses: it ends at the last ')'. After it:
+        // state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
+        let comm = text.get(text.find('(')? + 1..text.rfind(')')?)?;
+        let f: Vec<&str> = text
+            .get(text.rfind(')')? + 1..)?
+            .split_whitespace()
+            .collect();
+        let n = |i: usize| f.get(i)?.parse::<u64>().ok();
+        Some(Stat {
+            comm: comm.to_string(),
+            ppid: f.get(1)?.parse().ok()?,
+            own: n(11)? + n(12)?,
+            reaped: n(13)? + n(14)?,
+        })
+    }
 }
 
 /// A process's CPU ticks. With `family`, those of its reaped children and of its live
@@ -237,13 +248,13 @@ fn process_ticks(pid: u32, family: bool) -> Option<u64> {
             .split_whitespace()
             .filter_map(|c| c.parse::<u32>().ok())
         {
-            if let Some((_, f)) = stat_fields(child) {
-                total += ticks_of(&f, true).unwrap_or(0);
+            if let Some(c) = Stat::of(child) {
+                total += c.own + c.reaped;
             }
         }
     }
-    let (_, fields) = stat_fields(pid)?;
-    Some(total + ticks_of(&fields, family)?)
+    let stat = Stat::of(pid)?;
+    Some(total + stat.own + if family { stat.reaped } else { 0 })
 }
 
 #[cfg(test)]
@@ -253,11 +264,17 @@ mod tests {
     #[test]
     fn stat_line_with_a_strange_name() {
         let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 1 0 5 0 0";
-        let (comm, f) = parse_stat(line).unwrap();
-        assert_eq!(comm, "a (b) c");
-        assert_eq!(f[1], "1", "ppid");
-        assert_eq!(ticks_of(&f, false), Some(280));
-        assert_eq!(ticks_of(&f, true), Some(290));
+        let stat = Stat::parse(line).unwrap();
+        assert_eq!(
+            stat,
+            Stat {
+                comm: "a (b) c".into(),
+                ppid: 1,
+                own: 280,
+                reaped: 10
+            }
+        );
+        assert_eq!(Stat::parse("4242 (x) S 1"), None, "truncated");
     }
 
     #[test]
