@@ -276,7 +276,7 @@ fn cpu_section(o: &mut String, r: &Results, cpus: usize) {
         "{head} total | busy |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     );
     for s in &r.sizes {
-        for (phase, u) in &s.cpu {
+        for (phase, u) in s.cpu.named() {
             let roles: String = u
                 .roles
                 .iter()
@@ -293,8 +293,7 @@ fn cpu_section(o: &mut String, r: &Results, cpus: usize) {
         }
     }
     for s in &r.sizes {
-        let find = |name: &str| s.cpu.iter().find(|(p, _)| *p == name).map(|(_, u)| u);
-        if let (Some(c), Some(p)) = (find("ceiling publication"), find("publication")) {
+        if let Some((c, p)) = &s.cpu.publication {
             let _ = writeln!(o, "\n- {}: publication used {:.2} CPU s ({:.2} of them outside the emulator) where the ceiling used {:.2} for the same writes: ceiling CPU / publication CPU = {:.2}, throughput ratio {:.2}",
                 s.size, p.total(), p.total() - p.roles[cpu::Role::Emulator as usize].unwrap_or(0.0), c.total(),
                 ratio(c.total(), p.total()), s.publications.first().map_or(0.0, PublicationRun::ratio));
@@ -621,7 +620,7 @@ pub fn summary(r: &Results) -> Value {
             "latency": lat(&s.upload.latencies),
             "peak_rss_kib": s.rss_upload_kib.max(s.rss_publish_kib),
             "upload_max_hold_ms": s.upload_logs.max_hold_outside_migrate(),
-            "cpu_seconds": s.cpu.iter().map(|(phase, u)| json!({
+            "cpu_seconds": s.cpu.named().into_iter().map(|(phase, u)| json!({
                 "phase": phase,
                 "wall_s": u.wall,
                 "roles": cpu::ROLE_NAMES.iter().zip(u.roles).map(|(n, c)| (n.to_string(), json!(c))).collect::<serde_json::Map<String, Value>>(),

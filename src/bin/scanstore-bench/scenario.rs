@@ -63,8 +63,31 @@ pub struct SizeResult {
     pub peer: Result<PeerResult, String>,
     pub rss_upload_kib: Option<u64>,
     pub rss_publish_kib: Option<u64>,
-    /// CPU per phase of the first round, in the report's order.
-    pub cpu: Vec<(&'static str, Usage)>,
+    pub cpu: PhaseCpu,
+}
+
+/// CPU of the first round's phases.
+pub struct PhaseCpu {
+    pub ceiling_upload: Usage,
+    pub upload: Usage,
+    /// The publication ceiling's (mean of its runs) and the publication's; none with
+    /// `--no-publication`.
+    pub publication: Option<(Usage, Usage)>,
+}
+
+impl PhaseCpu {
+    /// Every phase measured, named, in the report's order.
+    pub fn named(&self) -> Vec<(&'static str, &Usage)> {
+        let mut all = vec![
+            ("ceiling upload", &self.ceiling_upload),
+            ("upload", &self.upload),
+        ];
+        if let Some((ceiling, publication)) = &self.publication {
+            all.push(("ceiling publication", ceiling));
+            all.push(("publication", publication));
+        }
+        all
+    }
 }
 
 impl SizeResult {
@@ -385,14 +408,16 @@ pub fn size_run(
         upload_events.extend(logs::read(&stack::log_path(dir, &label)));
     }
     let upload_logs = LogStats::from_events(&upload_events);
-    let mut phases = vec![
-        ("ceiling upload", usage(sampler, &ceiling_upload.spans)),
-        ("upload", usage(sampler, &[upload_span])),
-    ];
-    if let Some(first) = publications.first() {
-        phases.push(("ceiling publication", usage(sampler, &first.ceiling.spans)));
-        phases.push(("publication", usage(sampler, &[first.span])));
-    }
+    let cpu = PhaseCpu {
+        ceiling_upload: usage(sampler, &ceiling_upload.spans),
+        upload: usage(sampler, &[upload_span]),
+        publication: publications.first().map(|first| {
+            (
+                usage(sampler, &first.ceiling.spans),
+                usage(sampler, &[first.span]),
+            )
+        }),
+    };
     Ok(SizeResult {
         size,
         scanners: opts.scanners,
@@ -405,7 +430,7 @@ pub fn size_run(
         peer,
         rss_upload_kib,
         rss_publish_kib,
-        cpu: phases,
+        cpu,
     })
 }
 
