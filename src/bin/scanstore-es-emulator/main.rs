@@ -8,6 +8,7 @@ mod app;
 mod bench;
 mod bulk;
 mod bulk_parse;
+mod chunked;
 mod cluster;
 mod composite;
 mod date_histogram;

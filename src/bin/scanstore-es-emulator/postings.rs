@@ -18,6 +18,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 
+use crate::chunked::Chunked;
 use crate::doc_map::DocMap;
 use crate::extract::FieldRef;
 use crate::extract::{any_value, to_key};
@@ -42,7 +43,7 @@ pub struct Published {
 /// The numbers of the versions holding one term, ascending (searchable or not).
 #[derive(Debug, Default)]
 pub struct DocList {
-    docs: Vec<DocNo>,
+    docs: Chunked<DocNo>,
 }
 
 /// value → document numbers (Fx hashing: every written document looks up every term).
@@ -56,7 +57,7 @@ const RENUMBER_SLACK: usize = 1 << 16;
 #[derive(Debug, Default)]
 pub struct Searchable {
     /// number → version, pending or searchable; `None` once superseded or deleted.
-    by_docno: Vec<Option<Published>>,
+    by_docno: Chunked<Option<Published>>,
     /// Bit per number: searchable.
     visible: Vec<u64>,
     dead: usize,
@@ -142,7 +143,7 @@ impl Searchable {
             return;
         }
         let mut remap = vec![DocNo::MAX; self.by_docno.len()];
-        let mut dense = Vec::with_capacity(live);
+        let mut dense = Chunked::default();
         let mut visible = Vec::with_capacity(live / 64 + 1);
         for (d, entry) in std::mem::take(&mut self.by_docno).into_iter().enumerate() {
             let Some(entry) = entry else { continue };
@@ -162,12 +163,16 @@ impl Searchable {
         }
         for terms in self.fields.values_mut() {
             for list in terms.values_mut() {
-                list.docs.retain_mut(|d| {
-                    *d = remap[*d as usize];
-                    *d != DocNo::MAX
-                });
+                let mut kept = Chunked::default();
+                for d in std::mem::take(&mut list.docs) {
+                    let n = remap[d as usize];
+                    if n != DocNo::MAX {
+                        kept.push(n);
+                    }
+                }
+                list.docs = kept;
             }
-            terms.retain(|_, list| !list.docs.is_empty());
+            terms.retain(|_, list| list.docs.len() > 0);
         }
         self.by_docno = dense;
         self.visible = visible;
@@ -214,7 +219,9 @@ fn append(terms: &mut Terms, term: &str, d: DocNo) {
             }
         }
         None => {
-            terms.insert(term.to_owned(), DocList { docs: vec![d] });
+            let mut docs = Chunked::default();
+            docs.push(d);
+            terms.insert(term.to_owned(), DocList { docs });
         }
     }
 }
@@ -366,7 +373,7 @@ impl<'a> View<'a> {
 
     fn contains(&self, d: DocNo) -> bool {
         match self {
-            View::Lists(lists) => lists.iter().any(|l| l.docs.binary_search(&d).is_ok()),
+            View::Lists(lists) => lists.iter().any(|l| l.docs.contains_sorted(&d)),
             View::Docs(docs) => docs.binary_search(&d).is_ok(),
         }
     }
@@ -596,9 +603,11 @@ mod tests {
             );
             let lists = &idx.searchable.fields["e"];
             assert!(
-                lists
-                    .values()
-                    .all(|l| l.docs.windows(2).all(|w| w[0] < w[1])),
+                lists.values().all(|l| l
+                    .docs
+                    .iter()
+                    .zip(l.docs.iter().skip(1))
+                    .all(|(a, b)| a < b)),
                 "each list ascending, each number once"
             );
         }
