@@ -199,10 +199,12 @@ fn db_now(c: &mut Client) -> Result<DateTime<Utc>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Waits until every execution outbox row is processed; returns (endpoints published,
-/// the last `processed_at`).
+/// Waits until every execution outbox row of `owner` is processed (with `--database-url` the
+/// database may hold a deployment's rows too); returns (endpoints published since `t0`, the
+/// last `processed_at`).
 fn wait_published(
     c: &mut Client,
+    owner: Uuid,
     t0: DateTime<Utc>,
     expected: u64,
     timeout: Duration,
@@ -216,8 +218,8 @@ fn wait_published(
                 "SELECT count(*) FILTER (WHERE processed_at IS NULL),
                         coalesce(sum(processed_endpoints) FILTER (WHERE processed_at IS NULL OR processed_at >= $1), 0)::bigint,
                         max(processed_at), count(*)
-                   FROM scan_projection_outbox WHERE kind = 'execution'",
-                &[&t0],
+                   FROM scan_projection_outbox WHERE kind = 'execution' AND owner_id = $2",
+                &[&t0, &owner],
             )
             .map_err(|e| e.to_string())?;
         let (pending, done, last, rows): (i64, i64, Option<DateTime<Utc>>, i64) =
@@ -493,6 +495,7 @@ fn publication_run(
     x.sampler.watch(Role::Scanstore, publisher.pid());
     let (published, last) = wait_published(
         c,
+        x.owner,
         t0,
         size as u64,
         Duration::from_secs(x.opts.publish_timeout),
@@ -585,6 +588,7 @@ pub fn pool_run(opts: &Opts, pool_size: u32, dir: &Path) -> Result<PoolResult, S
     b.finish_and_clear();
     let (published, last) = wait_published(
         &mut c,
+        owner,
         t0,
         total as u64,
         Duration::from_secs(opts.publish_timeout),
