@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::app::{lock, App};
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
-use crate::store::{glob_match, Store};
+use crate::store::glob_match;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -264,7 +264,9 @@ pub fn control(app: &App, req: &Req) -> HandlerResult {
     let segs: Vec<&str> = req.segments.iter().skip(1).map(String::as_str).collect();
     match (req.method.as_str(), segs.as_slice()) {
         ("POST", ["reset"]) => {
-            *app.lock_store() = Store::default();
+            // The old store is freed once the lock is released (see `indices::delete`).
+            let old = std::mem::take(&mut *app.lock_store());
+            drop(old);
             lock(&app.faults).clear();
             lock(&app.log).clear();
             app.released.notify_all();

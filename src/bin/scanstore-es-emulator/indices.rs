@@ -29,9 +29,14 @@ pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {
         }
     }
     let names = resolve_read(&store, expr, opts)?;
-    for n in &names {
-        store.indices.remove(n);
-    }
+    let removed: Vec<_> = names
+        .iter()
+        .filter_map(|n| store.indices.remove(n))
+        .collect();
+    drop(store);
+    // Freed after the store is unlocked: dropping a million-document index took 1.5–2.4 s,
+    // and every other request waited for it.
+    drop(removed);
     Ok(Reply::ok(&json!({"acknowledged": true})))
 }
 
