@@ -34,16 +34,22 @@ pub struct Machine {
     pub cpu_model: String,
 }
 
-pub fn machine() -> Machine {
-    let mem_kib: f64 = std::fs::read_to_string("/proc/meminfo")
+/// A `/proc/meminfo` value in KiB (e.g. `MemTotal`), 0 if unreadable.
+pub fn meminfo_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
             s.lines().find_map(|l| {
-                l.strip_prefix("MemTotal:")
+                l.strip_prefix(key)?
+                    .strip_prefix(':')
                     .map(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             })?
         })
-        .unwrap_or(0.0);
+        .unwrap_or(0)
+}
+
+pub fn machine() -> Machine {
+    let mem_kib = meminfo_kib("MemTotal") as f64;
     let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -363,7 +369,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
         opts.es_url
             .as_deref()
             .map(|u| format!("`{u}`"))
-            .unwrap_or_else(|| "a fresh `scanstore-es-emulator` per scenario".into())
+            .unwrap_or_else(|| format!("a fresh `scanstore-es-emulator` per scenario, a size run's touching {} KiB of heap per endpoint before it listens (at most the memory available less 6 GiB), as Elasticsearch pre-touches its heap", opts.emulator_pretouch_kib_per_endpoint))
     );
     let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}",
         opts.scanners, opts.dns_every, opts.batch, opts.retry_every, opts.pool_size, opts.bulk_concurrency, opts.bulk_batch_size, opts.page_size, opts.workers);

@@ -19,7 +19,7 @@ use crate::peer::{self, PeerResult};
 use crate::scanner::{self, Job, UploadOutcome};
 use crate::stack::{self, Database, Proc, ServeCfg};
 use crate::workload::ExecutionPlan;
-use crate::{factory, Opts};
+use crate::{factory, report, Opts};
 
 /// A publication shorter than this is repeated (`--short-publication-runs`): one run of a
 /// few tenths of a second is at the mercy of the machine's moment.
@@ -143,15 +143,31 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     b
 }
 
-fn es_target(opts: &Opts, dir: &Path, name: &str) -> Result<(Option<Proc>, String), String> {
+/// The ES target: `--es-url`, or a fresh emulator that pre-touches `pretouch_mib` of heap.
+fn es_target(
+    opts: &Opts,
+    dir: &Path,
+    name: &str,
+    pretouch_mib: usize,
+) -> Result<(Option<Proc>, String), String> {
     match &opts.es_url {
         Some(u) => Ok((None, u.trim_end_matches('/').to_string())),
         None => {
-            let p = stack::emulator(opts, &stack::log_path(dir, &format!("{name}-emulator")))?;
+            let log = stack::log_path(dir, &format!("{name}-emulator"));
+            let p = stack::emulator(opts, &log, pretouch_mib)?;
             let u = p.url.clone();
             Ok((Some(p), u))
         }
     }
+}
+
+/// What a size run's emulator pre-touches: `--emulator-pretouch-kib-per-endpoint`, leaving
+/// 6 GiB of the memory available to everything else (the bench's ceiling bodies alone are
+/// 2 GB at 1 M).
+fn pretouch_mib(opts: &Opts, size: usize) -> usize {
+    let wanted = size * opts.emulator_pretouch_kib_per_endpoint / 1024;
+    let spare = report::meminfo_kib("MemAvailable").saturating_sub(6 << 20) / 1024;
+    wanted.min(usize::try_from(spare).unwrap_or(usize::MAX))
 }
 
 fn prefix() -> String {
@@ -246,7 +262,7 @@ pub fn size_run(
 ) -> Result<SizeResult, String> {
     let name = format!("size{size}");
     let db = Database::open(opts)?;
-    let (emulator, es_url) = es_target(opts, dir, &name)?;
+    let (emulator, es_url) = es_target(opts, dir, &name, pretouch_mib(opts, size))?;
     if let Some(e) = &emulator {
         sampler.watch(Role::Emulator, e.pid());
     }
@@ -547,7 +563,7 @@ fn unix(t: DateTime<Utc>) -> f64 {
 pub fn pool_run(opts: &Opts, pool_size: u32, dir: &Path) -> Result<PoolResult, String> {
     let name = format!("pool{pool_size}");
     let db = Database::open(opts)?;
-    let (emulator, es_url) = es_target(opts, dir, &name)?;
+    let (emulator, es_url) = es_target(opts, dir, &name, 0)?;
     let cfg = ServeCfg {
         pool_size,
         workers: opts.workers,

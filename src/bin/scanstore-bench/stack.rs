@@ -159,13 +159,15 @@ fn spawn_announcing(mut cmd: Command, log: &Path, what: &str) -> Result<Proc, St
 }
 
 /// A fresh emulator process.
-pub fn emulator(opts: &Opts, log: &Path) -> Result<Proc, String> {
+pub fn emulator(opts: &Opts, log: &Path, pretouch_mib: usize) -> Result<Proc, String> {
     let mut cmd = Command::new(&opts.emulator_bin);
     cmd.args([
         "--listen",
         "127.0.0.1:0",
         "--threads",
         &opts.emulator_threads.to_string(),
+        "--pretouch-mib",
+        &pretouch_mib.to_string(),
     ]);
     spawn_announcing(cmd, log, "scanstore-es-emulator")
 }

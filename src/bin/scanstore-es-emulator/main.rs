@@ -74,6 +74,10 @@ struct Cli {
     /// `http.max_content_length` in bytes.
     #[arg(long, default_value_t = 100 * 1024 * 1024)]
     max_content_length: u64,
+    /// MiB of heap to touch before listening, so that the store grows into memory the OS
+    /// has already backed instead of faulting it in under the store lock (0: none).
+    #[arg(long, default_value_t = 0)]
+    pretouch_mib: usize,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -126,6 +130,7 @@ fn main() -> ExitCode {
             }
         };
     }
+    scanstore::allocator::pretouch(cli.pretouch_mib);
     let limits = Limits {
         max_content_length: cli.max_content_length,
         ..Limits::default()
