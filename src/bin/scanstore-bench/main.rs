@@ -63,10 +63,10 @@ pub struct Opts {
     #[arg(long, default_value_t = 8)]
     pub emulator_threads: usize,
     /// KiB of heap per endpoint that a size run's emulator touches before it listens (at
-    /// most the memory available less 6 GiB; 0: none). Memory first touched costs a page
-    /// fault, 1–3 s of kernel time per GiB on this VM, taken by whichever bulk grows the
-    /// store, under its lock; Elasticsearch pre-touches its heap (`-XX:+AlwaysPreTouch`).
-    /// A 1 M run's emulator grows to about 20 GiB.
+    /// most the memory available less 6 GiB and the Python peer's share; 0: none). Memory
+    /// first touched costs a page fault, 1–3 s of kernel time per GiB on this VM, taken by
+    /// whichever bulk grows the store, under its lock; Elasticsearch pre-touches its heap
+    /// (`-XX:+AlwaysPreTouch`). A 1 M run's emulator grows to about 20 GiB.
     #[arg(long, default_value_t = 20)]
     pub emulator_pretouch_kib_per_endpoint: usize,
     /// Where report.md, the PNGs and the logs go.

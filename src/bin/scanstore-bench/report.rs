@@ -369,7 +369,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
         opts.es_url
             .as_deref()
             .map(|u| format!("`{u}`"))
-            .unwrap_or_else(|| format!("a fresh `scanstore-es-emulator` per scenario, a size run's touching {} KiB of heap per endpoint before it listens (at most the memory available less 6 GiB), as Elasticsearch pre-touches its heap", opts.emulator_pretouch_kib_per_endpoint))
+            .unwrap_or_else(|| format!("a fresh `scanstore-es-emulator` per scenario, a size run's touching {} KiB of heap per endpoint before it listens (at most the memory available less 6 GiB and 5 KiB per endpoint for the Python peer), as Elasticsearch pre-touches its heap", opts.emulator_pretouch_kib_per_endpoint))
     );
     let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}",
         opts.scanners, opts.dns_every, opts.batch, opts.retry_every, opts.pool_size, opts.bulk_concurrency, opts.bulk_batch_size, opts.page_size, opts.workers);
