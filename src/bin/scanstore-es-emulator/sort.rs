@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::error::EsError;
-use crate::extract::FieldRef;
+use crate::extract::{to_key, FieldRef};
 use crate::mapping::{Mapping, Ty};
 use crate::ranked::Hit;
 use crate::values::{cmp_keys, parse_date, parse_ip, Key};
@@ -82,15 +82,32 @@ fn sort_key(s: &SortSpec, field: Option<&FieldRef>, h: &Hit) -> Option<Key> {
         "_index" => Some(Key::Str(h.index.to_string())),
         "_score" => Some(Key::Double(f64::from(h.score))),
         "_doc" => Some(Key::Long(h.doc.seq_no)),
-        _ => {
-            let keys = field?.keys(&h.doc.source);
-            if s.desc {
-                keys.into_iter().max_by(cmp_keys)
-            } else {
-                keys.into_iter().min_by(cmp_keys)
+        _ => extreme_key(field?, &h.doc.source, s.desc),
+    }
+}
+
+/// The smallest (with `max`, the largest) key of a field in a document, as its sort key:
+/// kept while visiting the values, as a first sorted page computes one for every match.
+fn extreme_key(field: &FieldRef, src: &Value, max: bool) -> Option<Key> {
+    let wanted = if max {
+        Ordering::Greater
+    } else {
+        Ordering::Less
+    };
+    let mut best: Option<Key> = None;
+    field.any(src, &mut |v| {
+        if let Ok(Some(key)) = to_key(field.ty, v) {
+            let better = match &best {
+                Some(b) => cmp_keys(&key, b) == wanted,
+                None => true,
+            };
+            if better {
+                best = Some(key);
             }
         }
-    }
+        false
+    });
+    best
 }
 
 pub fn cmp_sort(specs: &[SortSpec], a: &[Option<Key>], b: &[Option<Key>]) -> Ordering {

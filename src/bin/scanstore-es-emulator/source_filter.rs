@@ -26,15 +26,15 @@ fn list(v: &Value) -> Vec<String> {
     }
 }
 
-/// Whether `child` is a dotted descendant of `parent` (`a.b` of `a`).
+/// Whether `child` is a dotted descendant of `parent` (`a.b` of `a`). The separator is
+/// checked first: it rules out most pairs without comparing the prefix.
 fn is_under(child: &str, parent: &str) -> bool {
-    child.len() > parent.len()
-        && child.starts_with(parent)
-        && child.as_bytes()[parent.len()] == b'.'
+    child.as_bytes().get(parent.len()) == Some(&b'.') && child.starts_with(parent)
 }
 
 /// Whether include pattern `pattern` selects `path`: the field itself or anything under it.
-/// Runs for every field of every hit, so the common literal pattern allocates nothing.
+/// Runs for every field of every hit against every include, so the common literal pattern
+/// is two slice comparisons and allocates nothing.
 fn includes(pattern: &str, path: &str) -> bool {
     if pattern.contains('*') {
         glob_match(pattern, path) || glob_match(&format!("{pattern}.*"), path)
