@@ -137,11 +137,15 @@ impl Default for RawElasticsearch {
 #[serde(deny_unknown_fields, default)]
 pub struct RawProjection {
     pub workers: u64,
+    pub nice: u64,
 }
 
 impl Default for RawProjection {
     fn default() -> Self {
-        RawProjection { workers: 1 }
+        RawProjection {
+            workers: 1,
+            nice: 0,
+        }
     }
 }
 
@@ -189,6 +193,10 @@ pub struct EsConfig {
 #[derive(Debug, Clone)]
 pub struct ProjectionConfig {
     pub workers: usize,
+    /// Added to the worker threads' nice value (and so to the heartbeat, bulk and page-read
+    /// threads they start): background publication yields the CPU to uploads and to a
+    /// co-located Elasticsearch or PostgreSQL.
+    pub nice: i32,
     /// How often an idle worker looks for due rows nobody rang about (not a file setting:
     /// rows made due by this instance ring the workers; tests lengthen it to prove that).
     pub poll_interval: Duration,
@@ -218,6 +226,7 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("elasticsearch.projection_lease_seconds", 10, 3600, " s"),
     ("elasticsearch.projection_heartbeat_seconds", 1, 1200, " s"),
     ("projection.workers", 0, 64, ""),
+    ("projection.nice", 0, 19, ""),
 ];
 
 fn checked(key: &str, value: u64) -> Result<u64, ConfigError> {
@@ -417,6 +426,7 @@ impl Config {
             },
             projection: ProjectionConfig {
                 workers: to_usize(checked("projection.workers", raw.projection.workers)?),
+                nice: i32::try_from(checked("projection.nice", raw.projection.nice)?).unwrap_or(19),
                 poll_interval: crate::projection::worker::IDLE_WAIT,
             },
         })
@@ -492,6 +502,7 @@ mod tests {
             Duration::from_secs(20)
         );
         assert_eq!(c.projection.workers, 1);
+        assert_eq!(c.projection.nice, 0);
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub struct Opts {
     /// scanstore `projection.workers`.
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
+    /// scanstore `projection.nice`: on this one machine the publisher shares the CPU with
+    /// the emulator and PostgreSQL, as on a single-node install (0 to compare).
+    #[arg(long, default_value_t = 10)]
+    pub projection_nice: u32,
     /// scanstore `elasticsearch.bulk_max_concurrency` of the size runs (also the ceiling's client threads).
     #[arg(long, default_value_t = 4)]
     pub bulk_concurrency: usize,

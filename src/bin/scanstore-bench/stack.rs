@@ -190,7 +190,7 @@ pub fn scanstore(
          [elasticsearch]\nindex_prefix = \"{prefix}\"\nbulk_batch_size = {}\nbulk_max_concurrency = {}\n\
          request_timeout_ms = 120000\nprojection_page_size = {}\nprojection_bulk_max_bytes = {}\n\
          projection_pages_per_tick = 4\nprojection_lease_seconds = {}\nprojection_heartbeat_seconds = {}\n\
-         [projection]\nworkers = {}\n",
+         [projection]\nworkers = {}\nnice = {}\n",
         cfg.worker_threads,
         cfg.pool_size,
         opts.bulk_batch_size,
@@ -200,6 +200,7 @@ pub fn scanstore(
         cfg.lease_seconds,
         cfg.heartbeat_seconds,
         cfg.workers,
+        opts.projection_nice,
     );
     std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
     let mut cmd = Command::new(&opts.scanstore_bin);

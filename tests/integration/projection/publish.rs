@@ -8,6 +8,7 @@ use super::{
     assets, outbox_row, three_pages_one_per_tick, tick_holding, tick_until_done, wait_for, worker,
     T0,
 };
+use crate::support::emulator::Fault;
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
@@ -294,5 +295,65 @@ fn a_carried_page_is_dropped_when_another_worker_moved_the_row_on() {
     let row = outbox_row(&s, s.execution());
     assert_eq!(row["processed_endpoints"], 25, "{row}");
     assert!(row["last_error"].is_null(), "{row}");
+    assert_eq!(assets(&s, "global").len(), 25);
+}
+
+/// The nice value of this process's thread named `name` (as `/proc` shows names: at most 15
+/// bytes), if it is running.
+fn nice_of_thread(name: &str) -> Option<i32> {
+    let name: String = name.chars().take(15).collect();
+    std::fs::read_dir("/proc/self/task")
+        .ok()?
+        .flatten()
+        .find_map(|task| {
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            if comm.trim_end() != name {
+                return None;
+            }
+            // Field 19 of stat; the name (field 2) is in parentheses and may hold spaces.
+            let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+            let after_name = &stat[stat.rfind(')')? + 2..];
+            after_name.split(' ').nth(16)?.parse().ok()
+        })
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn projection_nice_lowers_the_publishers_threads_only() {
+    let Some(s) = Stack::with_faults("projection_nice", "port_scan", |cfg| {
+        cfg.projection.workers = 1;
+        cfg.projection.nice = 7;
+    }) else {
+        return;
+    };
+    // Slow asset writes keep the claim (and its heartbeat thread) alive long enough to look.
+    s.emulator().add_fault(Fault::Latency {
+        path: "/_bulk".into(),
+        method: None,
+        ms: 1500,
+        count: None,
+    });
+    let own = scanstore::projection::thread_nice(scanstore::projection::thread_id()).unwrap();
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    let id = outbox_row(&s, s.execution())["id"].as_i64().unwrap();
+    let mut heartbeat = None;
+    wait_for(
+        "the claim's heartbeat thread",
+        Duration::from_secs(30),
+        || {
+            heartbeat = nice_of_thread(&format!("heartbeat-{id}"));
+            heartbeat.is_some()
+        },
+    );
+    assert_eq!(heartbeat, Some((own + 7).min(19)));
+    assert_eq!(
+        scanstore::projection::thread_nice(scanstore::projection::thread_id()).unwrap(),
+        own,
+        "the rest of the process keeps its priority"
+    );
+    wait_for("publication", Duration::from_secs(30), || {
+        outbox_row(&s, s.execution())["processed_at"].is_string()
+    });
+    assert_eq!(assets(&s, "user").len(), 25);
     assert_eq!(assets(&s, "global").len(), 25);
 }
