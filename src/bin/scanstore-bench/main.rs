@@ -78,9 +78,10 @@ pub struct Opts {
     /// scanstore `projection.workers`.
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
-    /// scanstore `projection.nice`: on this one machine the publisher shares the CPU with
-    /// the emulator and PostgreSQL, as on a single-node install (0 to compare).
-    #[arg(long, default_value_t = 10)]
+    /// scanstore `projection.nice`. Here the publisher shares two cores with the emulator
+    /// and PostgreSQL; 10 made no difference beyond run-to-run noise (session 12: 10 k
+    /// medians 0.72–0.75 with it, 0.75–0.76 without), so the default is scanstore's own.
+    #[arg(long, default_value_t = 0)]
     pub projection_nice: u32,
     /// scanstore `elasticsearch.bulk_max_concurrency` of the size runs (also the ceiling's client threads).
     #[arg(long, default_value_t = 4)]

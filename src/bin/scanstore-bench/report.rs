@@ -371,7 +371,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
             .map(|u| format!("`{u}`"))
             .unwrap_or_else(|| format!("a fresh `scanstore-es-emulator` per scenario, a size run's touching {} KiB of heap per endpoint before it listens (at most the memory available less 6 GiB and 5 KiB per endpoint for the Python peer), as Elasticsearch pre-touches its heap", opts.emulator_pretouch_kib_per_endpoint))
     );
-    let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}, `projection.nice` {} (the publisher's threads yield the CPU to the emulator and PostgreSQL on this one machine)",
+    let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}, `projection.nice` {}",
         opts.scanners, opts.dns_every, opts.batch, opts.retry_every, opts.pool_size, opts.bulk_concurrency, opts.bulk_batch_size, opts.page_size, opts.workers, opts.projection_nice);
     if !opts.no_publication {
         let _ = writeln!(o, "- the publication ceiling is sent twice, right before scanstore's publication and right after it; its throughput is the mean of the two runs' times (each run's time is in the notes under the table)");
