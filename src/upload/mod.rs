@@ -151,8 +151,13 @@ fn write_batch(
         cancel: None,
         trace_id: &req.request_id,
     };
-    span.stage("es_facts_bulk", || writer.write(&ops.facts))?;
-    span.stage("es_endpoint_bulk", || writer.write(&ops.endpoints))?;
+    // Facts and the execution's endpoints are different documents in different indices:
+    // their requests go out together (each under a concurrency permit), so a batch waits
+    // for the slower of the two, not for their sum.
+    span.stages_together(
+        ("es_facts_bulk", || writer.write(&ops.facts)),
+        ("es_endpoint_bulk", || writer.write(&ops.endpoints)),
+    )?;
     let final_facts = match &final_reads {
         Some(reads) => {
             let plan = final_scope::plan(prefix, &reads.scope)?;

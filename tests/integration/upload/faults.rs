@@ -76,10 +76,11 @@ fn corrupted_bulk_response_is_not_trusted() {
     let Some(s) = Stack::with_faults("corrupted_bulk", "port_scan", |_| {}) else {
         return;
     };
-    // Every attempt of the request gets a corrupted answer.
+    // Every attempt gets a corrupted answer: three attempts each of the facts request and
+    // of the endpoints request, which go out together.
     s.emulator().add_fault(Fault::CorruptBulk {
         mode: crate::support::emulator::Corruption::WrongId,
-        count: Some(3),
+        count: Some(6),
     });
     let b0 = Batch::main(Uuid::new_v4(), 0, endpoints(0, 4, T0));
     let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b0);
