@@ -68,7 +68,7 @@ impl ProjectionError {
 
 /// Adds `by` to the calling thread's nice value (capped at 19). On Linux the nice value
 /// belongs to the thread, not the process, and threads it starts inherit it: a worker's
-/// heartbeat, bulk and read-ahead threads yield with it, while the HTTP threads keep the
+/// heartbeat and page-writing threads yield with it, while the HTTP threads keep the
 /// process's priority. Raising a nice value needs no privilege.
 pub fn lower_thread_priority(by: i32) -> std::io::Result<()> {
     if by == 0 {

@@ -3,18 +3,24 @@
 //! and either yields the row, or refreshes the asset indices once and completes it. The loop around it
 //! survives panics (recorded as errors) and idles between empty claims.
 
+use std::cell::Cell;
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 use crate::app::App;
 use crate::db::Stage;
-use crate::es::bulk::BulkOp;
+use crate::es::alias::{self, AssetIndices};
 use crate::es::error::{ErrorClass, EsError};
+use crate::es::index;
 use crate::es::retry::Backoff;
-use crate::es::writer::{WritePolicy, Writer};
-use crate::es::{alias, index};
+use crate::es::writer::{WritePolicy, WriteReport, Writer};
+use crate::es::EsClient;
 use crate::tags;
 use crate::telemetry::events::ms;
 use crate::telemetry::metrics;
@@ -60,6 +66,50 @@ struct Carried {
     /// The cursor the page was read after (the row's checkpoint when it was yielded).
     cursor: String,
     fetched: page::Fetched,
+}
+
+/// Where a row's pages come from: `filter` over `index`, `size` documents a page.
+struct PageSource<'a> {
+    es: &'a EsClient,
+    index: &'a str,
+    filter: Value,
+    size: usize,
+}
+
+impl PageSource<'_> {
+    /// The page after `cursor` (from the start without one).
+    fn read(&self, cursor: Option<&str>) -> Result<page::Fetched, EsError> {
+        page::read(self.es, self.index, self.filter.clone(), cursor, self.size)
+    }
+}
+
+/// What one tick's pages share.
+struct Run<'a> {
+    claim: &'a Claim,
+    heartbeat: &'a Heartbeat,
+    targets: &'a AssetIndices,
+    writer: &'a Writer<'a>,
+    source: &'a PageSource<'a>,
+    /// The row's `processed_endpoints` as of the last checkpoint.
+    processed: Cell<i64>,
+}
+
+/// How a tick's pages ended.
+enum Pages {
+    /// The row has no page left after these.
+    Done(usize),
+    /// The tick's share was sent and the row given back.
+    Yielded(usize),
+}
+
+/// A page whose write is under way; settled (joined, then checkpointed) in order.
+struct InFlight<'scope> {
+    write: ScopedJoinHandle<'scope, Result<WriteReport, EsError>>,
+    /// The cursor after the page's last document.
+    next: String,
+    endpoints: i64,
+    /// When the page's read began.
+    started: Instant,
 }
 
 impl Worker {
@@ -167,89 +217,34 @@ impl Worker {
         };
         let mut pages = 0;
         if let (false, Some(filter)) = (claim.refreshing, filter) {
-            let mut cursor = claim.cursor.clone();
-            let mut processed = claim.processed_endpoints;
-            let mut prefetched = self.take_carried(claim);
-            loop {
-                if heartbeat.is_lost() {
-                    return Err(ProjectionError::LeaseLost);
+            let source = PageSource {
+                es: &app.es,
+                index: &source,
+                filter,
+                size: cfg.projection_page_size,
+            };
+            let run = Run {
+                claim,
+                heartbeat,
+                targets: &targets,
+                writer: &writer,
+                source: &source,
+                processed: Cell::new(claim.processed_endpoints),
+            };
+            let outcome = std::thread::scope(|s| {
+                let mut in_flight = VecDeque::new();
+                let outcome = self.pages(&run, s, &mut in_flight);
+                // Only a failed tick leaves pages here: their writes are waited for but not
+                // checkpointed, since a cursor saved past a page that failed would skip it;
+                // the next claim replays them.
+                for page in in_flight {
+                    let _ = page.write.join();
                 }
-                if pages == cfg.projection_pages_per_tick {
-                    heartbeat.stop();
-                    outbox::release(&app.db, claim)?;
-                    self.carry(claim, cursor, prefetched);
-                    return Ok(TickOutcome::Yielded { pages });
-                }
-                let started = Instant::now();
-                let fetched = match prefetched.take() {
-                    Some(fetched) => fetched,
-                    None => page::read(
-                        &app.es,
-                        &source,
-                        filter.clone(),
-                        cursor.as_deref(),
-                        cfg.projection_page_size,
-                    )?,
-                };
-                let page = fetched.page()?;
-                let Some(next) = page.cursor.clone() else {
-                    break;
-                };
-                let tags = {
-                    let mut conn = app.db.checkout(Stage::Context)?;
-                    tags::lookup(
-                        &mut *conn,
-                        claim.owner_id,
-                        &page::addresses(&page.docs),
-                        &[],
-                    )?
-                };
-                let ops = match &claim.work {
-                    Work::Execution(_) => {
-                        page::execution_operations(&targets, claim.owner_id, &page.docs, &tags)
-                    }
-                    Work::Tags(_) => page::retag_operations(&targets, &page.docs, &tags),
-                };
-                // An execution's next page is read while this one is written: its source,
-                // the execution projection, is not what publication writes, and the cursor
-                // of the next read is already known. A failed read-ahead is simply redone
-                // (and reported) at the top of the loop. After the tick's last page it is
-                // carried to this worker's next claim, which is usually the same row again
-                // (a page read wasted when it is not). Tag pages read the index they write,
-                // so they stay strictly one after the other.
-                let read_ahead = matches!(claim.work, Work::Execution(_))
-                    && page.docs.len() == cfg.projection_page_size;
-                let read_next = read_ahead.then_some(|| {
-                    page::read(
-                        &app.es,
-                        &source,
-                        filter.clone(),
-                        Some(&next),
-                        cfg.projection_page_size,
-                    )
-                });
-                prefetched = write_page(&writer, &ops, !tags.is_empty(), read_next)?;
-                if heartbeat.is_lost() {
-                    return Err(ProjectionError::LeaseLost);
-                }
-                let n = page.docs.len() as i64;
-                outbox::checkpoint(&app.db, claim, &next, n)?;
-                processed += n;
-                pages += 1;
-                metrics::get()
-                    .projection_endpoints_published
-                    .inc_by(n as u64);
-                cursor = Some(next);
-                Line::new("ScanProjectionPageCompleted")
-                    .field("outbox_id", claim.id)
-                    .field("work", &claim.work)
-                    .field("endpoints", n)
-                    .field("processed_endpoints", processed)
-                    .field("duration_ms", ms(started.elapsed()))
-                    .info();
-                if page.docs.len() < cfg.projection_page_size {
-                    break;
-                }
+                outcome
+            })?;
+            match outcome {
+                Pages::Yielded(n) => return Ok(TickOutcome::Yielded { pages: n }),
+                Pages::Done(n) => pages = n,
             }
         }
         if !claim.refreshing {
@@ -268,6 +263,172 @@ impl Worker {
             .field("pages", pages)
             .info();
         Ok(TickOutcome::Completed { pages })
+    }
+
+    /// Publishes pages until the row has none left (`Done`) or the tick's share is sent
+    /// (`Yielded`: settled, released, and the next page carried). An execution's pages
+    /// merge distinct documents, and what they read (the execution projection) is not
+    /// what they write, so the next page is read, built and sent while the previous one is
+    /// still being written: at most two pages in flight, settled in order, so each worker
+    /// keeps the cluster busy through its own reads, builds and checkpoints. A tags row's
+    /// pages read the index they write: each is settled before the next is read.
+    fn pages<'scope>(
+        &self,
+        run: &'scope Run<'scope>,
+        s: &'scope Scope<'scope, '_>,
+        in_flight: &mut VecDeque<InFlight<'scope>>,
+    ) -> Result<Pages, ProjectionError> {
+        let claim = run.claim;
+        let overlap = matches!(claim.work, Work::Execution(_));
+        let keep = usize::from(overlap);
+        let per_tick = self.app.config.elasticsearch.projection_pages_per_tick;
+        let mut cursor = claim.cursor.clone();
+        let mut carried = self.take_carried(claim);
+        let mut pages = 0;
+        loop {
+            if run.heartbeat.is_lost() {
+                return Err(ProjectionError::LeaseLost);
+            }
+            let yielding = pages == per_tick;
+            if yielding && !overlap {
+                self.settle_all(run, in_flight)?;
+                self.release(run, None, None)?;
+                return Ok(Pages::Yielded(pages));
+            }
+            let started = Instant::now();
+            let fetched = match carried.take() {
+                Some(fetched) => fetched,
+                None => match run.source.read(cursor.as_deref()) {
+                    Ok(fetched) => fetched,
+                    // Read while a page was being written: settle that page and read again
+                    // in line, at no cost to the row (a failure now is the row's error).
+                    Err(_) if !in_flight.is_empty() => {
+                        self.settle_all(run, in_flight)?;
+                        run.source.read(cursor.as_deref())?
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+            };
+            if yielding {
+                // The tick's pages are sent: the page just read goes to this worker's next
+                // claim, which is usually this row again (a read wasted when it is not).
+                self.settle_all(run, in_flight)?;
+                self.release(run, cursor, Some(fetched))?;
+                return Ok(Pages::Yielded(pages));
+            }
+            let page = fetched.page()?;
+            let Some(next) = page.cursor.clone() else {
+                break;
+            };
+            let tags = {
+                let mut conn = self.app.db.checkout(Stage::Context)?;
+                tags::lookup(
+                    &mut *conn,
+                    claim.owner_id,
+                    &page::addresses(&page.docs),
+                    &[],
+                )?
+            };
+            let ops = match &claim.work {
+                Work::Execution(_) => {
+                    page::execution_operations(run.targets, claim.owner_id, &page.docs, &tags)
+                }
+                Work::Tags(_) => page::retag_operations(run.targets, &page.docs, &tags),
+            };
+            let endpoints = page.docs.len();
+            if run.heartbeat.is_lost() {
+                return Err(ProjectionError::LeaseLost);
+            }
+            // Without tags every operation merges a distinct document, so the page's
+            // requests go out together; a tag update must follow the merge that may create
+            // its document, so a tagged page keeps its requests in order.
+            let in_order = !tags.is_empty();
+            let writer = run.writer;
+            let write = s.spawn(move || {
+                if in_order {
+                    writer.write(&ops)
+                } else {
+                    writer.write_concurrently(&ops)
+                }
+            });
+            in_flight.push_back(InFlight {
+                write,
+                next: next.clone(),
+                endpoints: endpoints as i64,
+                started,
+            });
+            pages += 1;
+            while in_flight.len() > keep {
+                if let Some(page) = in_flight.pop_front() {
+                    self.settle(run, page)?;
+                }
+            }
+            cursor = Some(next);
+            if endpoints < self.app.config.elasticsearch.projection_page_size {
+                break;
+            }
+        }
+        self.settle_all(run, in_flight)?;
+        Ok(Pages::Done(pages))
+    }
+
+    /// Gives the row back for others' turn (due now), carrying `fetched`, the page after
+    /// `cursor`, to this worker's next claim.
+    fn release(
+        &self,
+        run: &Run,
+        cursor: Option<String>,
+        fetched: Option<page::Fetched>,
+    ) -> Result<(), ProjectionError> {
+        run.heartbeat.stop();
+        outbox::release(&self.app.db, run.claim)?;
+        self.carry(run.claim, cursor, fetched);
+        Ok(())
+    }
+
+    /// Waits for a page's write, then saves the cursor after it: verified pages only, in
+    /// order, and only while the lease holds.
+    fn settle(&self, run: &Run, page: InFlight) -> Result<(), ProjectionError> {
+        page.write
+            .join()
+            .unwrap_or_else(|_| Err(EsError::Transport("page writer panicked".into())))?;
+        if run.heartbeat.is_lost() {
+            return Err(ProjectionError::LeaseLost);
+        }
+        let claim = run.claim;
+        outbox::checkpoint(&self.app.db, claim, &page.next, page.endpoints)?;
+        let processed = run.processed.get() + page.endpoints;
+        run.processed.set(processed);
+        metrics::get()
+            .projection_endpoints_published
+            .inc_by(page.endpoints as u64);
+        Line::new("ScanProjectionPageCompleted")
+            .field("outbox_id", claim.id)
+            .field("work", &claim.work)
+            .field("endpoints", page.endpoints)
+            .field("processed_endpoints", processed)
+            .field("duration_ms", ms(page.started.elapsed()))
+            .info();
+        Ok(())
+    }
+
+    /// Settles every page in flight, oldest first; after a failure the rest are still
+    /// waited for (their checkpoints would no longer follow on), and the first error is
+    /// returned.
+    fn settle_all(
+        &self,
+        run: &Run,
+        in_flight: &mut VecDeque<InFlight>,
+    ) -> Result<(), ProjectionError> {
+        let mut first = Ok(());
+        while let Some(page) = in_flight.pop_front() {
+            if first.is_ok() {
+                first = self.settle(run, page);
+            } else {
+                let _ = page.write.join();
+            }
+        }
+        first
     }
 
     fn record(
@@ -297,27 +458,6 @@ impl Worker {
             Err(e) => Err(e),
         }
     }
-}
-
-/// Writes a page's operations while `read_next` (if any) reads the following page; returns
-/// that page when it was read. Without tags every operation merges a distinct document, so
-/// the page's requests go out together; a tag update must follow the merge that may create
-/// its document, so a tagged page (`in_order`) keeps its requests in order.
-fn write_page(
-    writer: &Writer,
-    ops: &[BulkOp],
-    in_order: bool,
-    read_next: Option<impl FnOnce() -> Result<page::Fetched, EsError> + Send>,
-) -> Result<Option<page::Fetched>, EsError> {
-    std::thread::scope(|s| {
-        let ahead = read_next.map(|read| s.spawn(read));
-        if in_order {
-            writer.write(ops)?;
-        } else {
-            writer.write_concurrently(ops)?;
-        }
-        Ok(ahead.and_then(|h| h.join().ok()).and_then(Result::ok))
-    })
 }
 
 /// The worker thread's loop: ticks until `stop`, idling when nothing is due until rung or
