@@ -172,7 +172,8 @@ pub fn install(es_url: &str, prefix: &str) -> Result<(), String> {
     setup::install(&es, prefix).map_err(|e| format!("install {prefix}: {e}"))
 }
 
-/// Deletes the indices a ceiling or peer run wrote (by name: real clusters refuse
+/// Deletes the indices written under `prefix` — by a ceiling or peer run, or by scanstore
+/// before an extra round — and its execution projection (by name: real clusters refuse
 /// wildcard deletes).
 pub fn delete(es_url: &str, prefix: &str, written: &[String]) {
     let es = EsClient::new(es_url, Duration::from_secs(120));

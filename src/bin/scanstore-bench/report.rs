@@ -381,7 +381,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
             crate::scenario::SHORT_PUBLICATION_S, opts.short_publication_runs);
     }
     if opts.extra_rounds > 0 {
-        let _ = writeln!(o, "- {} upload rounds per size: after the first round and its publication, {} more sets of executions of the same size were uploaded (publication off) into the same indices; latency tables and server-side stages count every round, throughput and memory are the first round's", opts.extra_rounds + 1, opts.extra_rounds);
+        let _ = writeln!(o, "- {} upload rounds per size: after the first round and its publication, {} more sets of executions of the same size were uploaded (publication off), each into fresh indices (scanstore's indices are deleted before a round and installed again by its scanstore, so every round meets the store as the first did); latency tables and server-side stages count every round, throughput and memory are the first round's", opts.extra_rounds + 1, opts.extra_rounds);
     }
     if opts.quick {
         let _ = writeln!(o, "- **quick mode**: 10 k endpoints only, small pool comparison; this checks the tool, not the product's limits");

@@ -1,7 +1,8 @@
 //! The scenarios. A size run: ceiling and peer first (their own index prefixes, deleted
 //! afterwards), then scanstore with publication off while the scanners upload, then
 //! scanstore restarted with publishers to drain the backlog, then any extra upload rounds
-//! (more latency samples of the same size). A pool run: 16 scanners
+//! (more latency samples of the same size, each into indices as empty as the first
+//! round's). A pool run: 16 scanners
 //! against ES slowed on every request, publishers on, at a given `pool_size`.
 
 use std::path::Path;
@@ -18,8 +19,9 @@ use crate::logs::{self, LogStats};
 use crate::peer::{self, PeerResult};
 use crate::scanner::{self, Job, UploadOutcome};
 use crate::stack::{self, Database, Proc, ServeCfg};
-use crate::workload::ExecutionPlan;
+use crate::workload::{self, ExecutionPlan};
 use crate::{factory, report, Opts};
+use scanstore::es::{index, setup};
 
 /// A publication shorter than this is repeated (`--short-publication-runs`): one run of a
 /// few tenths of a second is at the mercy of the machine's moment.
@@ -417,6 +419,7 @@ pub fn size_run(
     // with publication off into indices that now hold the earlier rounds as well.
     cfg.workers = 0;
     for round in 2..=opts.extra_rounds + 1 {
+        drop_indices(&es_url, &prefix)?;
         let label = format!("{name}-upload-round{round}");
         let mut more = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;
         let round_jobs = new_jobs(&mut c, 0)?;
@@ -452,6 +455,24 @@ pub fn size_run(
         rss_publish_kib,
         cpu,
     })
+}
+
+/// Deletes what scanstore wrote under the bench's `prefix` (the facts month, the execution
+/// projection, the asset versions); the next scanstore installs them afresh. An extra round
+/// then meets the store as the first round did: uploaded into the earlier rounds' documents
+/// as well, a "1 M" round wrote into 2–3 M documents and took most of the slowest finals.
+fn drop_indices(es_url: &str, prefix: &str) -> Result<(), String> {
+    let month: DateTime<Utc> = workload::OBSERVED_AT
+        .parse()
+        .map_err(|e| format!("observation time: {e}"))?;
+    let version = |alias: String| index::versioned(&alias, setup::ASSETS_VERSION);
+    let written = [
+        index::facts_index(prefix, &month),
+        version(index::assets_global_alias(prefix)),
+        version(index::assets_user_alias(prefix)),
+    ];
+    ceiling::delete(es_url, prefix, &written);
+    Ok(())
 }
 
 // Only the bench owner's rows: with `--database-url` the database may be a deployment's.
