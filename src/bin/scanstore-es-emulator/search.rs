@@ -17,7 +17,7 @@ use crate::query::{self, Query};
 use crate::query_exec::{compile, score};
 use crate::ranked::Hit;
 use crate::resolve::{resolve_read, IndicesOptions};
-use crate::sort::{after_value, cmp_sort, parse_sort, set_sort_keys, sort_value_json, SortSpec};
+use crate::sort::{after_value, cmp_sort, parse_sort, set_sort_keys, SortSpec, SortValues};
 use crate::source_filter::{Filtered, SourceFilter};
 use crate::store::Store;
 use crate::values::Key;
@@ -315,11 +315,9 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             version: version.then_some(h.doc.version),
             score: scored.then_some(f64::from(h.score)),
             source: filter.view(&h.doc.source),
-            sort: (!sort.is_empty()).then(|| {
-                sort.iter()
-                    .zip(&h.sort)
-                    .map(|(s, k)| sort_value_json(s, k.as_ref()))
-                    .collect()
+            sort: (!sort.is_empty()).then_some(SortValues {
+                specs: &sort,
+                keys: &h.sort,
             }),
         })
         .collect();
@@ -388,7 +386,7 @@ struct HitReply<'a> {
     #[serde(rename = "_source", skip_serializing_if = "Option::is_none")]
     source: Option<Filtered<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sort: Option<Vec<Value>>,
+    sort: Option<SortValues<'a>>,
 }
 
 pub fn count(app: &App, req: &Req, expr: &str) -> HandlerResult {

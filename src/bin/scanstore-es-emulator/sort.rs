@@ -5,7 +5,8 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde::ser::{Serialize, SerializeSeq, Serializer};
+use serde_json::Value;
 
 use crate::error::EsError;
 use crate::extract::{to_key, FieldRef};
@@ -158,10 +159,23 @@ pub fn after_value(v: &Value, ty: Option<Ty>) -> Option<Key> {
     }
 }
 
-pub fn sort_value_json(s: &SortSpec, k: Option<&Key>) -> Value {
-    match k {
-        Some(k) => k.to_json(),
-        None if s.desc => json!(i64::MIN),
-        None => json!(i64::MAX),
+/// A hit's `sort` values as ES writes them (a missing value as the extreme of its order),
+/// serialised from its keys.
+pub struct SortValues<'a> {
+    pub specs: &'a [SortSpec],
+    pub keys: &'a [Option<Key>],
+}
+
+impl Serialize for SortValues<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.specs.len()))?;
+        for (spec, key) in self.specs.iter().zip(self.keys) {
+            match key {
+                Some(k) => seq.serialize_element(k)?,
+                None if spec.desc => seq.serialize_element(&i64::MIN)?,
+                None => seq.serialize_element(&i64::MAX)?,
+            }
+        }
+        seq.end()
     }
 }

@@ -11,8 +11,35 @@ use crate::store::glob_match;
 #[derive(Debug, Clone, Default)]
 pub struct SourceFilter {
     pub enabled: bool,
-    pub includes: Vec<String>,
-    pub excludes: Vec<String>,
+    includes: Vec<Include>,
+    excludes: Vec<String>,
+}
+
+/// An include pattern, classified once: it is matched against every field of every hit.
+#[derive(Debug, Clone)]
+struct Include {
+    pattern: String,
+    /// For a pattern with `*`: the pattern with `.*` appended, which selects what is under
+    /// a matching object. `None` for a literal field path.
+    under: Option<String>,
+}
+
+impl Include {
+    fn new(pattern: &str) -> Include {
+        Include {
+            pattern: pattern.to_owned(),
+            under: pattern.contains('*').then(|| format!("{pattern}.*")),
+        }
+    }
+
+    /// Whether this pattern selects `path`: the field itself or anything under it. The
+    /// common literal pattern is two slice comparisons.
+    fn selects(&self, path: &str) -> bool {
+        match &self.under {
+            Some(under) => glob_match(&self.pattern, path) || glob_match(under, path),
+            None => self.pattern == path || is_under(path, &self.pattern),
+        }
+    }
 }
 
 fn list(v: &Value) -> Vec<String> {
@@ -26,21 +53,14 @@ fn list(v: &Value) -> Vec<String> {
     }
 }
 
+fn patterns<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<Include> {
+    items.into_iter().map(Include::new).collect()
+}
+
 /// Whether `child` is a dotted descendant of `parent` (`a.b` of `a`). The separator is
 /// checked first: it rules out most pairs without comparing the prefix.
 fn is_under(child: &str, parent: &str) -> bool {
     child.as_bytes().get(parent.len()) == Some(&b'.') && child.starts_with(parent)
-}
-
-/// Whether include pattern `pattern` selects `path`: the field itself or anything under it.
-/// Runs for every field of every hit against every include, so the common literal pattern
-/// is two slice comparisons and allocates nothing.
-fn includes(pattern: &str, path: &str) -> bool {
-    if pattern.contains('*') {
-        glob_match(pattern, path) || glob_match(&format!("{pattern}.*"), path)
-    } else {
-        pattern == path || is_under(path, pattern)
-    }
 }
 
 impl SourceFilter {
@@ -57,11 +77,14 @@ impl SourceFilter {
             Some(Value::Bool(false)) => SourceFilter::default(),
             Some(Value::Object(o)) => SourceFilter {
                 enabled: true,
-                includes: o
-                    .get("includes")
-                    .or_else(|| o.get("include"))
-                    .map(list)
-                    .unwrap_or_default(),
+                includes: patterns(
+                    o.get("includes")
+                        .or_else(|| o.get("include"))
+                        .map(list)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(String::as_str),
+                ),
                 excludes: o
                     .get("excludes")
                     .or_else(|| o.get("exclude"))
@@ -70,7 +93,7 @@ impl SourceFilter {
             },
             Some(other) => SourceFilter {
                 enabled: true,
-                includes: list(other),
+                includes: patterns(list(other).iter().map(String::as_str)),
                 excludes: Vec::new(),
             },
         }
@@ -88,13 +111,13 @@ impl SourceFilter {
             Some("true") | Some("") => self.enabled = true,
             Some(fields) => {
                 self.enabled = true;
-                self.includes = fields.split(',').map(str::to_owned).collect();
+                self.includes = patterns(fields.split(','));
             }
             None => {}
         }
         if let Some(i) = includes {
             self.enabled = true;
-            self.includes = i.split(',').map(str::to_owned).collect();
+            self.includes = patterns(i.split(','));
         }
         if let Some(e) = excludes {
             self.excludes = e.split(',').map(str::to_owned).collect();
@@ -122,7 +145,7 @@ impl SourceFilter {
         if self.excludes.iter().any(|e| glob_match(e, path)) {
             return (false, false);
         }
-        if self.includes.is_empty() || self.includes.iter().any(|i| includes(i, path)) {
+        if self.includes.is_empty() || self.includes.iter().any(|i| i.selects(path)) {
             return (true, false);
         }
         // An object whose descendants may match an include is walked into.
@@ -130,7 +153,7 @@ impl SourceFilter {
             && self
                 .includes
                 .iter()
-                .any(|i| is_under(i, path) || i.starts_with('*'));
+                .any(|i| is_under(&i.pattern, path) || i.pattern.starts_with('*'));
         (false, partial)
     }
 }

@@ -1,10 +1,12 @@
 //! Typed field values: how `ip`, `date`, numeric and keyword values parse, order and print.
 
 use std::cmp::Ordering;
+use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
 use chrono::{DateTime, NaiveDate, NaiveTime, TimeZone, Utc};
-use serde_json::{json, Value};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
 
 /// A comparable indexed value (what doc values hold).
 #[derive(Debug, Clone, PartialEq)]
@@ -39,13 +41,7 @@ impl Key {
 
     /// The JSON form used in sort values, composite keys and terms buckets.
     pub fn to_json(&self) -> Value {
-        match self {
-            Key::Bool(b) => json!(b),
-            Key::Long(v) | Key::Date(v) => json!(v),
-            Key::Double(v) => json!(v),
-            Key::Str(s) => json!(s),
-            Key::Ip(v) => json!(fmt_ip(*v)),
-        }
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
     /// Numeric value for metric aggregations.
@@ -77,11 +73,30 @@ pub fn parse_ip(s: &str) -> Option<u128> {
     }
 }
 
-pub fn fmt_ip(v: u128) -> String {
-    let v6 = Ipv6Addr::from(v);
-    match v6.to_ipv4_mapped() {
-        Some(v4) => v4.to_string(),
-        None => v6.to_string(),
+/// An address as ES writes it: IPv4-mapped addresses as IPv4, others as IPv6.
+struct IpText(u128);
+
+impl fmt::Display for IpText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v6 = Ipv6Addr::from(self.0);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => v4.fmt(f),
+            None => v6.fmt(f),
+        }
+    }
+}
+
+/// A key as ES writes it in `sort` values and bucket keys: written straight into a reply,
+/// with no JSON value of its own (a page of hits has three per hit).
+impl Serialize for Key {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Key::Bool(b) => s.serialize_bool(*b),
+            Key::Long(v) | Key::Date(v) => s.serialize_i64(*v),
+            Key::Double(v) => s.serialize_f64(*v),
+            Key::Str(v) => s.serialize_str(v),
+            Key::Ip(v) => s.collect_str(&IpText(*v)),
+        }
     }
 }
 
@@ -207,11 +222,16 @@ mod tests {
         let a = parse_ip("10.0.0.9").unwrap_or(0);
         let b = parse_ip("10.0.0.12").unwrap_or(0);
         assert!(a < b);
-        assert_eq!(fmt_ip(a), "10.0.0.9");
+        assert_eq!(IpText(a).to_string(), "10.0.0.9");
         let (lo, hi) = parse_cidr("10.0.0.0/24").unwrap_or((1, 0));
         assert!(lo <= a && a <= hi);
         assert!(parse_cidr("10.0.0.0/33").is_none());
         assert!(parse_ip("10.0.0.256").is_none());
-        assert_eq!(fmt_ip(parse_ip("2001:db8::1").unwrap_or(0)), "2001:db8::1");
+        assert_eq!(
+            IpText(parse_ip("2001:db8::1").unwrap_or(0)).to_string(),
+            "2001:db8::1"
+        );
+        assert_eq!(serde_json::to_value(Key::Ip(a)).unwrap(), "10.0.0.9");
+        assert_eq!(Key::Double(f64::NAN).to_json(), Value::Null);
     }
 }
