@@ -251,19 +251,26 @@ fn an_untagged_page_sends_its_requests_together_a_tagged_one_in_order() {
     }
 }
 
+/// A stack with no workers holding a 25-endpoint execution (pages of 10, 10 and 5, all in
+/// one tick) with its final uploaded; `None` on a real cluster.
+fn three_pages_in_one_tick(name: &str) -> Option<Stack> {
+    let s = Stack::with_faults(name, "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        cfg.elasticsearch.projection_page_size = 10;
+    })?;
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    Some(s)
+}
+
 // An execution's next page is read, built and sent while the previous page's write is still
 // unanswered; its cursor is saved only once that write is verified, and pages settle in
 // order (the worker waits on page 1 before reading page 3).
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn the_next_page_is_sent_while_the_previous_one_is_in_flight() {
-    let Some(s) = Stack::with_faults("projection_two_in_flight", "port_scan", |cfg| {
-        cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
-    }) else {
+    let Some(s) = three_pages_in_one_tick("projection_two_in_flight") else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
     let (reads, bulks) = (
         page_reads(&s),
         s.emulator().requests(Some("POST"), Some("/_bulk")).count,
@@ -296,13 +303,9 @@ fn the_next_page_is_sent_while_the_previous_one_is_in_flight() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_failed_page_is_not_skipped_by_the_page_written_after_it() {
-    let Some(s) = Stack::with_faults("projection_failed_before_next", "port_scan", |cfg| {
-        cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
-    }) else {
+    let Some(s) = three_pages_in_one_tick("projection_failed_before_next") else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
     let w = worker(&s);
     // Page 1 (10.0.0.1–10) has one item failing.
     s.emulator().add_fault(Fault::BulkItemFail {
