@@ -289,10 +289,15 @@ impl Worker {
             if run.heartbeat.is_lost() {
                 return Err(ProjectionError::LeaseLost);
             }
-            let yielding = pages == per_tick;
-            if yielding && !overlap {
+            if pages == per_tick {
+                // The tick's pages are sent. An execution reads the next page while the last
+                // write finishes, for this worker's next claim (usually this row again; a
+                // read wasted when it is not); a failed read only loses that.
+                let ahead = overlap
+                    .then(|| run.source.read(cursor.as_deref()).ok())
+                    .flatten();
                 self.settle_all(run, in_flight)?;
-                self.release(run, None, None)?;
+                self.release(run, cursor, ahead)?;
                 return Ok(Pages::Yielded(pages));
             }
             let started = Instant::now();
@@ -309,13 +314,6 @@ impl Worker {
                     Err(e) => return Err(e.into()),
                 },
             };
-            if yielding {
-                // The tick's pages are sent: the page just read goes to this worker's next
-                // claim, which is usually this row again (a read wasted when it is not).
-                self.settle_all(run, in_flight)?;
-                self.release(run, cursor, Some(fetched))?;
-                return Ok(Pages::Yielded(pages));
-            }
             let page = fetched.page()?;
             let Some(next) = page.cursor.clone() else {
                 break;

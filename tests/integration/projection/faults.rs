@@ -301,3 +301,42 @@ fn a_failed_read_ahead_is_read_again_not_recorded() {
     assert_eq!(assets(&s, "global").len(), 25);
     assert_eq!(outbox_row(&s, s.execution())["processed_endpoints"], 25);
 }
+
+// The page read for the next claim when a tick yields: a failure there loses only that
+// read (the row is yielded as usual, with no error), and the next claim reads it again.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_failed_read_for_the_next_claim_costs_the_row_nothing() {
+    let Some(s) = three_pages_one_per_tick("projection_yield_read") else {
+        return;
+    };
+    // Hold page 1's read so that the failures land on the read for the next claim; two of
+    // them, so that reading it again in line would fail too.
+    let failing = std::cell::Cell::new(None);
+    let outcome = tick_holding(&s, "*/_search", 1, || {
+        failing.set(Some(s.emulator().add_fault(Fault::fail(
+            "*/_search",
+            2,
+            503,
+            "search_phase_execution_exception",
+        ))));
+    });
+    assert_eq!(outcome, TickOutcome::Yielded { pages: 1 });
+    if let Some(f) = failing.take() {
+        s.emulator().remove_fault(f);
+    }
+    let row = outbox_row(&s, s.execution());
+    assert_eq!(
+        (
+            row["processed_endpoints"].as_i64(),
+            row["attempts"].as_i64()
+        ),
+        (Some(10), Some(0)),
+        "{row}"
+    );
+    assert!(row["last_error"].is_null(), "{row}");
+    let w = worker(&s);
+    tick_until_done(&w, &s, s.execution(), 3);
+    assert_eq!(outbox_row(&s, s.execution())["processed_endpoints"], 25);
+    assert_eq!(assets(&s, "global").len(), 25);
+}
