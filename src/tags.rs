@@ -5,8 +5,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use postgres::GenericClient;
 use uuid::Uuid;
+
+use crate::db::Queries;
 
 // Exact IP tags through the primary key, containing CIDR tags through the partial GiST
 // index asset_tags_cidr_gist (`kind = 'cidr'` repeated so the planner can use it).
@@ -49,7 +50,7 @@ impl Tags {
 
 /// Looks up the tags of `owner_id` for `ips` and `names` (both may repeat).
 pub fn lookup(
-    db: &mut impl GenericClient,
+    db: &mut impl Queries,
     owner_id: Uuid,
     ips: &[impl AsRef<str>],
     names: &[&str],

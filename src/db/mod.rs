@@ -7,12 +7,14 @@
 
 pub mod error;
 pub mod migrate;
+pub mod session;
 
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use postgres::{NoTls, Transaction};
+use postgres::types::ToSql;
+use postgres::{NoTls, Row, Transaction};
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::config::DatabaseConfig;
@@ -20,8 +22,8 @@ use crate::telemetry::context;
 use crate::telemetry::events::{ConnectionAcquired, ConnectionReleased, ConnectionTimedOut};
 
 pub use error::DbError;
-
-type Manager = PostgresConnectionManager<NoTls>;
+use session::Manager;
+pub use session::Queries;
 
 /// What a connection is checked out for; logged with every acquire and release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +94,7 @@ impl Db {
     /// connection rather than for a new backend.
     pub fn new(cfg: &DatabaseConfig) -> Result<Db, DbError> {
         let pg: postgres::Config = cfg.url.parse().map_err(DbError::Unavailable)?;
-        let manager = PostgresConnectionManager::new(pg, NoTls);
+        let manager = Manager(PostgresConnectionManager::new(pg, NoTls));
         let pool = r2d2::Pool::builder()
             .max_size(cfg.pool_size)
             .connection_timeout(cfg.pool_timeout)
@@ -174,13 +176,40 @@ pub struct Conn {
 impl Deref for Conn {
     type Target = postgres::Client;
     fn deref(&self) -> &postgres::Client {
-        &self.inner
+        &self.inner.client
     }
 }
 
 impl DerefMut for Conn {
     fn deref_mut(&mut self) -> &mut postgres::Client {
-        &mut self.inner
+        &mut self.inner.client
+    }
+}
+
+/// The named SQL constants run as statements cached on the connection.
+impl Queries for Conn {
+    fn query(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, postgres::Error> {
+        self.inner.query(sql, params)
+    }
+
+    fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, postgres::Error> {
+        self.inner.query_opt(sql, params)
+    }
+
+    fn execute(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
+        self.inner.execute(sql, params)
     }
 }
 

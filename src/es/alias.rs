@@ -69,41 +69,36 @@ pub fn version_of(alias: &str, physical: &str) -> Option<u32> {
         .ok()
 }
 
-/// Physical indices an alias points at (empty when the alias does not exist).
-pub fn targets(es: &EsClient, alias: &str) -> Result<Vec<String>, EsError> {
+/// Where both asset aliases point now, read in one request (publication asks at every
+/// tick). Both must point at exactly one index each, of the same version; anything else (a
+/// half-done manual change) is refused, never guessed.
+pub fn current(es: &EsClient, prefix: &str) -> Result<AssetIndices, EsError> {
+    let aliases = View::BOTH.map(|v| v.alias(prefix));
     let r = es.request(
         "GET",
-        &format!("/_alias/{}", index::encode_path(alias)),
+        &format!("/_alias/{}", index::encode_path(&aliases.join(","))),
         None,
     )?;
-    if r.status == 404 {
-        return Ok(Vec::new());
-    }
-    let r = r.ok()?;
-    let mut out: Vec<String> = r
-        .body
-        .as_object()
-        .map(|o| o.keys().cloned().collect())
-        .unwrap_or_default();
-    out.sort();
-    Ok(out)
-}
-
-/// Where both asset aliases point now. Both must point at exactly one index each, of the
-/// same version; anything else (a half-done manual change) is refused, never guessed.
-pub fn current(es: &EsClient, prefix: &str) -> Result<AssetIndices, EsError> {
+    // A missing alias is a 404 whose body still lists the aliases that exist.
+    let r = if r.status == 404 { r } else { r.ok()? };
+    let none = serde_json::Map::new();
+    let indices = r.body.as_object().unwrap_or(&none);
     let mut versions = Vec::new();
-    for view in View::BOTH {
-        let alias = view.alias(prefix);
-        let t = targets(es, &alias)?;
+    for alias in &aliases {
+        let mut t: Vec<&String> = indices
+            .iter()
+            .filter(|(_, v)| v["aliases"].get(alias).is_some())
+            .map(|(name, _)| name)
+            .collect();
+        t.sort();
         let [one] = t.as_slice() else {
             return Err(EsError::BadResponse(format!(
                 "alias {alias} points at {} indices ({}), expected exactly one",
                 t.len(),
-                t.join(", ")
+                t.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
             )));
         };
-        let Some(v) = version_of(&alias, one) else {
+        let Some(v) = version_of(alias, one) else {
             return Err(EsError::BadResponse(format!(
                 "alias {alias} points at {one}, which is not a versioned {alias}-vN index"
             )));

@@ -1,15 +1,15 @@
 //! The outbox's SQL: claim, context, lease renewal, checkpoint, release, completion and
-//! error recording — each one short statement on a freshly checked-out connection. Every
-//! write after the claim matches the whole lease (`claim_token = $2 AND lease_expires_at >
-//! now()`): zero rows means the lease is lost and the caller must stop. Leases use the
-//! database clock, so workers' clocks never matter.
+//! error recording — each one short statement, prepared once per connection, on a freshly
+//! checked-out connection. Every write after the claim matches the whole lease
+//! (`claim_token = $2 AND lease_expires_at > now()`): zero rows means the lease is lost and
+//! the caller must stop. Leases use the database clock, so workers' clocks never matter.
 
 use std::time::Duration;
 
 use uuid::Uuid;
 
 use super::ProjectionError;
-use crate::db::{Db, Stage};
+use crate::db::{Db, Queries, Stage};
 
 /// A claimed row, as the claim returned it.
 #[derive(Debug, Clone)]
@@ -133,7 +133,7 @@ pub fn claim(db: &Db, lease: Duration) -> Result<Option<Claim>, ProjectionError>
 fn guarded(
     db: &Db,
     stage: Stage,
-    sql: &str,
+    sql: &'static str,
     claim: &Claim,
     extra: &[&(dyn postgres::types::ToSql + Sync)],
 ) -> Result<(), ProjectionError> {

@@ -320,12 +320,7 @@ impl Worker {
             };
             let tags = {
                 let mut conn = self.app.db.checkout(Stage::Context)?;
-                tags::lookup(
-                    &mut *conn,
-                    claim.owner_id,
-                    &page::addresses(&page.docs),
-                    &[],
-                )?
+                tags::lookup(&mut conn, claim.owner_id, &page::addresses(&page.docs), &[])?
             };
             let ops = match &claim.work {
                 Work::Execution(_) => {

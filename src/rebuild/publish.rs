@@ -105,7 +105,7 @@ fn each_page(
         };
         let tags = {
             let mut conn = app.db.checkout(Stage::Rebuild)?;
-            tags::lookup(&mut *conn, owner_id, &page::addresses(&page.docs), &[])?
+            tags::lookup(&mut conn, owner_id, &page::addresses(&page.docs), &[])?
         };
         writer.write(&ops(&page.docs, &tags))?;
         documents += page.docs.len() as u64;
