@@ -391,7 +391,8 @@ pub fn size_run(
     if !opts.no_publication {
         cfg.workers = opts.workers;
         let label = format!("{name}-publish");
-        let (run, logs, rss) = publication_run(&ctx, &mut c, &cfg, &publish_reqs, size, &label)?;
+        let (run, logs, rss) =
+            publication_run(&ctx, &mut c, &cfg, &publish_reqs, size, (1, &label))?;
         (publish_logs, rss_publish_kib) = (logs, rss);
         let repeats = if run.seconds < SHORT_PUBLICATION_S {
             opts.short_publication_runs
@@ -411,7 +412,7 @@ pub fn size_run(
             more.stop();
             cfg.workers = opts.workers;
             let label = format!("{name}-publish-run{n}");
-            publications.push(publication_run(&ctx, &mut c, &cfg, &reqs, size, &label)?.0);
+            publications.push(publication_run(&ctx, &mut c, &cfg, &reqs, size, (n, &label))?.0);
         }
     }
     drop(publish_reqs);
@@ -508,7 +509,7 @@ fn publication_run(
     cfg: &ServeCfg,
     reqs: &ceiling::Requests,
     size: usize,
-    label: &str,
+    (run, label): (usize, &str),
 ) -> Result<(PublicationRun, LogStats, Option<u64>), String> {
     let ceiling_once = || -> Result<Sent, String> {
         ceiling::install(x.es_url, x.cp)?;
@@ -517,19 +518,26 @@ fn publication_run(
         Ok(sent)
     };
     let before = ceiling_once()?;
-    // The backlog is held back until the publisher is up, then made due: publication is
-    // timed as a running publisher's (its workers idle, polling), not as a process start
-    // whose first claims race its own start-up.
+    // The backlog is held back until the publisher is up and warm, then made due:
+    // publication is timed as a running publisher's, not as a process start whose first
+    // claims race its own start-up, open its database sessions and grow its heap.
     let hold = |c: &mut Client, sql: &str| {
         c.execute(sql, &[&x.owner])
             .map_err(|e| format!("outbox backlog: {e}"))
     };
     hold(c, HOLD_BACKLOG)?;
-    let t0 = db_now(c)?;
+    let started_at = db_now(c)?;
     let started = stack::scanstore(x.opts, x.db, x.es_url, x.prefix, cfg, x.dir, label);
-    // Released whether or not the publisher started: nothing stays held back.
+    let warm = started
+        .as_ref()
+        .map_err(String::clone)
+        .and_then(|p| warm_up(x, c, &p.url, run));
+    // Released whether or not the publisher started and warmed: nothing stays held back.
+    let t0 = db_now(c);
     let released = hold(c, RELEASE_BACKLOG);
     let mut publisher = started?;
+    let warmed = warm?;
+    let t0 = t0?;
     released?;
     x.sampler.watch(Role::Scanstore, publisher.pid());
     let (published, last) = wait_published(
@@ -542,12 +550,17 @@ fn publication_run(
     )?;
     let rss = publisher.peak_rss_kib();
     publisher.stop();
-    let events = logs::read(&stack::log_path(x.dir, label));
+    // The backlog's events: from its first claim on (the warm-up's rows come before).
+    let mut events = logs::read(&stack::log_path(x.dir, label));
+    let first = events.iter().position(|e| {
+        e.name == "ScanProjectionClaimed"
+            && !e
+                .get("work")
+                .is_some_and(|w| warmed.iter().any(|id| w.ends_with(id)))
+    });
+    events.drain(..first.unwrap_or(events.len()));
     // The ceiling pays no process start, so throughput counts from the first claim.
-    let first_claim = events
-        .iter()
-        .find(|e| e.name == "ScanProjectionClaimed")
-        .map_or(t0, |e| e.at);
+    let first_claim = events.first().map_or(t0, |e| e.at);
     if published != size as i64 {
         return Err(format!("published {published} endpoints, expected {size}"));
     }
@@ -555,11 +568,52 @@ fn publication_run(
     let run = PublicationRun {
         published,
         seconds: seconds(first_claim, last),
-        wall_seconds: seconds(t0, last),
+        wall_seconds: seconds(started_at, last),
         ceiling: Sent::bracket(before, after),
         span: (unix(first_claim), unix(last)),
     };
     Ok((run, LogStats::from_events(&events), rss))
+}
+
+/// Endpoints of one warm-up execution beyond this index: far above any size run's, so a
+/// warm-up never merges into the documents a timed publication writes.
+const WARM_UP_FIRST: usize = 40_000_000;
+
+/// Warms a started publisher as a running one is warm: uploads one execution of one page
+/// per worker through it and waits until its workers have published them; `run` (the
+/// size's publication run) gives each warm-up endpoints of its own. Returns the warm-up
+/// executions' ids.
+fn warm_up(x: &PublishCtx, c: &mut Client, url: &str, run: usize) -> Result<Vec<String>, String> {
+    let (workers, page) = (x.opts.workers.max(1), x.opts.page_size.max(1));
+    let first = WARM_UP_FIRST + run * workers * page;
+    let warm = jobs(
+        c,
+        x.owner,
+        (workers, workers * page, first),
+        x.opts.batch,
+        x.opts.dns_every,
+    )?;
+    let ids: Vec<Uuid> = warm.iter().map(|j| j.execution_id).collect();
+    let hidden = ProgressBar::hidden();
+    scanner::run(url, warm, 0, &hidden)?;
+    let deadline = Instant::now() + Duration::from_secs(x.opts.publish_timeout);
+    loop {
+        let pending: i64 = c
+            .query_one(
+                "SELECT count(*) FROM scan_projection_outbox
+                  WHERE kind = 'execution' AND execution_id = ANY($1) AND processed_at IS NULL",
+                &[&ids],
+            )
+            .map_err(|e| format!("warm-up: {e}"))?
+            .get(0);
+        if pending == 0 {
+            return Ok(ids.iter().map(Uuid::to_string).collect());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("warm-up not published: {pending} rows pending"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The mean CPU of the runs of one phase.
