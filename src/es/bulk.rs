@@ -2,6 +2,7 @@
 //! operations into requests by operation count and by the actual encoded bytes.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -26,7 +27,8 @@ impl OpKind {
 #[derive(Debug, Clone)]
 pub struct BulkOp {
     pub kind: OpKind,
-    pub index: String,
+    /// Shared by the operations built for one index (a page builds thousands).
+    pub index: Arc<str>,
     pub id: String,
     pub ndjson: Vec<u8>,
 }
@@ -91,7 +93,7 @@ impl BulkOp {
         ndjson.push(b'\n');
         BulkOp {
             kind,
-            index: index.to_string(),
+            index: Arc::from(index),
             id: id.to_string(),
             ndjson,
         }
@@ -128,7 +130,7 @@ impl BulkOp {
 /// and encoding each whole through serde took a quarter of the publisher's CPU (3.3 ms per
 /// page of 1000 endpoints; 1.0 ms so).
 pub struct ScriptedUpserts {
-    index: String,
+    index: Arc<str>,
     action: ActionLine,
     /// `{"script":{"id":…,"params":`
     script_head: Vec<u8>,
@@ -142,7 +144,7 @@ impl ScriptedUpserts {
         let _ = serde_json::to_writer(&mut script_head, script_id);
         script_head.extend_from_slice(b",\"params\":");
         ScriptedUpserts {
-            index: index.to_string(),
+            index: Arc::from(index),
             action: ActionLine::new(OpKind::Update, index, Some(RETRY_ON_CONFLICT)),
             script_head,
         }
@@ -230,7 +232,7 @@ mod tests {
              {\"script\":{\"id\":\"s\",\"params\":{\"obs\":{}}},\"scripted_upsert\":true,\"upsert\":{}}\n"
         );
         assert_eq!(
-            (u.kind, u.index.as_str(), u.id.as_str()),
+            (u.kind, &*u.index, u.id.as_str()),
             (OpKind::Update, "a", "b")
         );
         assert_eq!(u.ndjson.len(), u.ndjson.capacity(), "sized up front");

@@ -110,7 +110,7 @@ pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
                 result.id, op.id
             ));
         }
-        if result.index.as_deref() != Some(op.index.as_str()) {
+        if result.index.as_deref() != Some(&*op.index) {
             return bad(format!(
                 "item {n}: _index {:?} instead of {}",
                 result.index, op.index

@@ -350,10 +350,10 @@ mod tests {
         );
         assert_eq!(ops.len(), 2);
         assert_eq!(
-            (ops[0].index.as_str(), ops[0].id.as_str()),
+            (&*ops[0].index, ops[0].id.as_str()),
             ("s-assets-global-v1", "203.0.113.7-tcp-443")
         );
-        assert_eq!(ops[1].index, "s-assets-user-v1");
+        assert_eq!(&*ops[1].index, "s-assets-user-v1");
         assert_eq!(ops[1].id, format!("{}-203.0.113.7-tcp-443", owner.simple()));
         let user = String::from_utf8(ops[1].ndjson.clone()).unwrap();
         assert!(user.contains(&owner.to_string()));

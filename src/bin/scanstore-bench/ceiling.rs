@@ -75,8 +75,8 @@ fn push(
     }
     out.ops += ops.len();
     for op in ops {
-        if !out.indices.contains(&op.index) {
-            out.indices.push(op.index.clone());
+        if !out.indices.iter().any(|i| **i == *op.index) {
+            out.indices.push(op.index.to_string());
         }
     }
     Ok(())

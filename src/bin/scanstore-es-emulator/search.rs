@@ -339,18 +339,27 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             Some(json!({"value": value, "relation": relation}))
         }
     };
-    Ok(Reply::ok(&SearchReply {
-        took: started.elapsed().as_millis() as u64,
-        timed_out: false,
-        shards,
-        hits: HitsReply {
-            total,
-            max_score,
-            hits: page,
+    // Room for the page at a typical document's size.
+    let capacity = 512 + page.len() * HIT_BYTES;
+    Ok(Reply::json_sized(
+        200,
+        &SearchReply {
+            took: started.elapsed().as_millis() as u64,
+            timed_out: false,
+            shards,
+            hits: HitsReply {
+                total,
+                max_score,
+                hits: page,
+            },
+            aggregations,
         },
-        aggregations,
-    }))
+        capacity,
+    ))
 }
+
+/// A hit's expected share of a reply: a small document with its metadata and sort values.
+const HIT_BYTES: usize = 512;
 
 /// A search reply, in ES's key order; hits are written straight from the stored
 /// documents (no JSON tree per hit).
