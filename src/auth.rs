@@ -2,11 +2,10 @@
 //! hashes the presented token and finds the row by its digest; a disabled principal is
 //! treated like an unknown one.
 
-use postgres::GenericClient;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::db::DbError;
+use crate::db::{DbError, Queries};
 use crate::telemetry::Secret;
 
 /// SHA-256 of a token, as stored in `owners.token_sha256` / `scanners.token_sha256`.
@@ -35,10 +34,7 @@ const SCANNER_BY_TOKEN: &str =
 const OWNER_BY_TOKEN: &str =
     "SELECT id, is_admin FROM owners WHERE token_sha256 = $1 AND NOT disabled";
 
-pub fn scanner(
-    db: &mut impl GenericClient,
-    token: &Secret<String>,
-) -> Result<Option<Scanner>, DbError> {
+pub fn scanner(db: &mut impl Queries, token: &Secret<String>) -> Result<Option<Scanner>, DbError> {
     let row = db.query_opt(SCANNER_BY_TOKEN, &[&token_digest(token)])?;
     Ok(row.map(|r| Scanner {
         id: r.get(0),
@@ -46,10 +42,7 @@ pub fn scanner(
     }))
 }
 
-pub fn owner(
-    db: &mut impl GenericClient,
-    token: &Secret<String>,
-) -> Result<Option<Owner>, DbError> {
+pub fn owner(db: &mut impl Queries, token: &Secret<String>) -> Result<Option<Owner>, DbError> {
     let row = db.query_opt(OWNER_BY_TOKEN, &[&token_digest(token)])?;
     Ok(row.map(|r| Owner {
         id: r.get(0),

@@ -13,8 +13,7 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use postgres::types::ToSql;
-use postgres::{NoTls, Row, Transaction};
+use postgres::{NoTls, Row};
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::config::DatabaseConfig;
@@ -23,7 +22,8 @@ use crate::telemetry::events::{ConnectionAcquired, ConnectionReleased, Connectio
 
 pub use error::DbError;
 use session::Manager;
-pub use session::Queries;
+use session::Params;
+pub use session::{Queries, Tx};
 
 /// What a connection is checked out for; logged with every acquire and release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +145,7 @@ impl Db {
     pub fn in_tx<T, E>(
         &self,
         stage: Stage,
-        f: impl FnOnce(&mut Transaction<'_>) -> Result<T, E>,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T, E>,
     ) -> Result<T, E>
     where
         E: From<DbError>,
@@ -186,30 +186,29 @@ impl DerefMut for Conn {
     }
 }
 
+impl Conn {
+    /// A transaction whose statements are this connection's cached ones.
+    pub fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
+        self.inner.transaction()
+    }
+}
+
 /// The named SQL constants run as statements cached on the connection.
 impl Queries for Conn {
-    fn query(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, postgres::Error> {
-        self.inner.query(sql, params)
+    fn query(&mut self, sql: &'static str, p: Params) -> Result<Vec<Row>, postgres::Error> {
+        self.inner.query(sql, p)
     }
 
-    fn query_opt(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, postgres::Error> {
-        self.inner.query_opt(sql, params)
+    fn query_opt(&mut self, sql: &'static str, p: Params) -> Result<Option<Row>, postgres::Error> {
+        self.inner.query_opt(sql, p)
     }
 
-    fn execute(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, postgres::Error> {
-        self.inner.execute(sql, params)
+    fn query_one(&mut self, sql: &'static str, p: Params) -> Result<Row, postgres::Error> {
+        self.inner.query_one(sql, p)
+    }
+
+    fn execute(&mut self, sql: &'static str, p: Params) -> Result<u64, postgres::Error> {
+        self.inner.execute(sql, p)
     }
 }
 

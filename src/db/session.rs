@@ -1,6 +1,7 @@
 //! A pooled connection's session: its client and the statements prepared on it, each
-//! once for the connection's life, so the hot statements (claims, checkpoints, tag
-//! lookups) cost one round trip and no parse or plan instead of two round trips and both.
+//! once for the connection's life, so the named SQL constants (claims, checkpoints, tag
+//! lookups, the write path's transactions) cost one round trip and no parse or plan
+//! instead of two round trips and both.
 
 use std::collections::HashMap;
 
@@ -8,114 +9,151 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement, Transaction};
 use r2d2_postgres::PostgresConnectionManager;
 
+/// Statements by SQL text; a few dozen per connection.
+type Prepared = HashMap<&'static str, Statement>;
+
 /// One PostgreSQL connection as the pool keeps it.
 pub struct Session {
     pub(super) client: Client,
-    /// Keyed by SQL text; a handful per connection.
-    prepared: HashMap<&'static str, Statement>,
+    prepared: Prepared,
 }
 
 impl Session {
-    /// The statement for `sql`, prepared on first use.
-    fn statement(&mut self, sql: &'static str) -> Result<Statement, postgres::Error> {
-        if let Some(s) = self.prepared.get(sql) {
-            return Ok(s.clone());
-        }
-        let s = self.client.prepare(sql)?;
-        self.prepared.insert(sql, s.clone());
-        Ok(s)
-    }
-
-    /// Runs a cached statement. A statement that failed is prepared afresh next time: after
-    /// a schema change under a running server, a cached plan can fail ("cached plan must not
-    /// change result type") until it is replaced.
-    fn run<T>(
-        &mut self,
-        sql: &'static str,
-        f: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
-    ) -> Result<T, postgres::Error> {
-        let statement = self.statement(sql)?;
-        let result = f(&mut self.client, &statement);
-        if result.is_err() {
-            self.prepared.remove(sql);
-        }
-        result
+    /// A transaction whose statements come from (and go into) this session's cache.
+    pub(super) fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
+        let Session { client, prepared } = self;
+        Ok(Tx {
+            tx: client.transaction()?,
+            prepared,
+        })
     }
 }
 
-/// Where the named SQL constants run: a pooled connection (statements cached) or a
-/// transaction (prepared per call, as `postgres` does for text).
+/// A transaction on a pooled session (see [`crate::db::Conn::transaction`]).
+pub struct Tx<'a> {
+    tx: Transaction<'a>,
+    prepared: &'a mut Prepared,
+}
+
+impl Tx<'_> {
+    pub fn commit(self) -> Result<(), postgres::Error> {
+        self.tx.commit()
+    }
+}
+
+/// Runs `sql` as the cached statement, preparing it on first use. A statement that failed
+/// is prepared afresh next time: after a schema change under a running server a cached
+/// plan can fail ("cached plan must not change result type") until it is replaced.
+fn cached<C, T>(
+    client: &mut C,
+    prepared: &mut Prepared,
+    sql: &'static str,
+    prepare: impl FnOnce(&mut C, &str) -> Result<Statement, postgres::Error>,
+    run: impl FnOnce(&mut C, &Statement) -> Result<T, postgres::Error>,
+) -> Result<T, postgres::Error> {
+    let statement = match prepared.get(sql) {
+        Some(s) => s.clone(),
+        None => {
+            let s = prepare(client, sql)?;
+            prepared.insert(sql, s.clone());
+            s
+        }
+    };
+    let result = run(client, &statement);
+    if result.is_err() {
+        prepared.remove(sql);
+    }
+    result
+}
+
+pub type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+
+/// Where the named SQL constants run: a pooled session or a transaction on one
+/// (statements cached), or a bare client or transaction (prepared per call, as `postgres`
+/// does for text).
 pub trait Queries {
-    fn query(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, postgres::Error>;
+    fn query(&mut self, sql: &'static str, params: Params) -> Result<Vec<Row>, postgres::Error>;
 
     fn query_opt(
         &mut self,
         sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
+        params: Params,
     ) -> Result<Option<Row>, postgres::Error>;
 
-    fn execute(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, postgres::Error>;
+    fn query_one(&mut self, sql: &'static str, params: Params) -> Result<Row, postgres::Error>;
+
+    fn execute(&mut self, sql: &'static str, params: Params) -> Result<u64, postgres::Error>;
 }
 
-impl Queries for Session {
-    fn query(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, postgres::Error> {
-        self.run(sql, |c, s| c.query(s, params))
-    }
+/// Implements [`Queries`] for a type through `$run(self, sql, |c, statement| …)`.
+macro_rules! queries {
+    ($ty:ty, $run:path) => {
+        impl Queries for $ty {
+            fn query(&mut self, sql: &'static str, p: Params) -> Result<Vec<Row>, postgres::Error> {
+                $run(self, sql, |c, s| c.query(s, p))
+            }
 
-    fn query_opt(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, postgres::Error> {
-        self.run(sql, |c, s| c.query_opt(s, params))
-    }
+            fn query_opt(
+                &mut self,
+                sql: &'static str,
+                p: Params,
+            ) -> Result<Option<Row>, postgres::Error> {
+                $run(self, sql, |c, s| c.query_opt(s, p))
+            }
 
-    fn execute(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, postgres::Error> {
-        self.run(sql, |c, s| c.execute(s, params))
-    }
+            fn query_one(&mut self, sql: &'static str, p: Params) -> Result<Row, postgres::Error> {
+                $run(self, sql, |c, s| c.query_one(s, p))
+            }
+
+            fn execute(&mut self, sql: &'static str, p: Params) -> Result<u64, postgres::Error> {
+                $run(self, sql, |c, s| c.execute(s, p))
+            }
+        }
+    };
 }
 
-impl Queries for Transaction<'_> {
-    fn query(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, postgres::Error> {
-        Transaction::query(self, sql, params)
-    }
-
-    fn query_opt(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, postgres::Error> {
-        Transaction::query_opt(self, sql, params)
-    }
-
-    fn execute(
-        &mut self,
-        sql: &'static str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, postgres::Error> {
-        Transaction::execute(self, sql, params)
-    }
+fn on_session<T>(
+    s: &mut Session,
+    sql: &'static str,
+    run: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
+) -> Result<T, postgres::Error> {
+    cached(
+        &mut s.client,
+        &mut s.prepared,
+        sql,
+        |c, q| c.prepare(q),
+        run,
+    )
 }
+
+fn on_tx<T>(
+    t: &mut Tx<'_>,
+    sql: &'static str,
+    run: impl FnOnce(&mut Transaction<'_>, &Statement) -> Result<T, postgres::Error>,
+) -> Result<T, postgres::Error> {
+    cached(&mut t.tx, t.prepared, sql, |c, q| c.prepare(q), run)
+}
+
+fn on_client<T>(
+    c: &mut Client,
+    sql: &'static str,
+    run: impl FnOnce(&mut Client, &str) -> Result<T, postgres::Error>,
+) -> Result<T, postgres::Error> {
+    run(c, sql)
+}
+
+fn on_transaction<T>(
+    t: &mut Transaction<'_>,
+    sql: &'static str,
+    run: impl FnOnce(&mut Transaction<'_>, &str) -> Result<T, postgres::Error>,
+) -> Result<T, postgres::Error> {
+    run(t, sql)
+}
+
+queries!(Session, on_session);
+queries!(Tx<'_>, on_tx);
+queries!(Client, on_client);
+queries!(Transaction<'_>, on_transaction);
 
 /// r2d2's manager for [`Session`]s: `r2d2_postgres`'s connect and health checks, plus an
 /// empty statement cache per connection.

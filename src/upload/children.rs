@@ -9,12 +9,12 @@
 
 use std::net::IpAddr;
 
-use postgres::Transaction;
 use serde_json::json;
 use uuid::Uuid;
 
 use super::error::UploadError;
 use super::final_scope::Plan;
+use crate::db::{Queries, Tx};
 use crate::es::EsClient;
 
 /// Most addresses one DNS execution turns into child targets.
@@ -50,7 +50,7 @@ const FORGET_ANSWERS: &str = "DELETE FROM execution_dns_answers WHERE execution_
 
 /// Records a confirmed batch's distinct answers, up to the execution's room left.
 pub fn record(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     execution_id: Uuid,
     answers: &[IpAddr],
 ) -> Result<(), postgres::Error> {
@@ -63,10 +63,7 @@ pub fn record(
 
 /// The answers recorded for `execution_id`, removed: the final that reads them is their
 /// last use.
-pub fn take_recorded(
-    tx: &mut Transaction<'_>,
-    execution_id: Uuid,
-) -> Result<Vec<IpAddr>, postgres::Error> {
+pub fn take_recorded(tx: &mut Tx<'_>, execution_id: Uuid) -> Result<Vec<IpAddr>, postgres::Error> {
     let mut answers: Vec<IpAddr> = tx
         .query(TAKE_ANSWERS, &[&execution_id])?
         .iter()
@@ -79,10 +76,7 @@ pub fn take_recorded(
 
 /// Removes the answers recorded for `execution_id` unread (the final took them from the
 /// facts, which hold them too).
-pub fn forget_recorded(
-    tx: &mut Transaction<'_>,
-    execution_id: Uuid,
-) -> Result<(), postgres::Error> {
+pub fn forget_recorded(tx: &mut Tx<'_>, execution_id: Uuid) -> Result<(), postgres::Error> {
     tx.execute(FORGET_ANSWERS, &[&execution_id]).map(|_| ())
 }
 
@@ -150,7 +144,7 @@ const CHILD_EXECUTION: &str = "
 /// Creates the child task of `execution_id` for `addresses`; `None` when there is
 /// nothing to scan or the child exists already.
 pub fn generate(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     task_id: Uuid,
     execution_id: Uuid,
     addresses: &[IpAddr],

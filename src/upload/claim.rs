@@ -2,12 +2,12 @@
 //! marking it running, in one short transaction. `SKIP LOCKED` lets concurrent claims of
 //! the same scanner take different executions instead of waiting on each other.
 
-use postgres::Transaction;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::error::UploadError;
 use crate::auth::Scanner;
+use crate::db::{Queries, Tx};
 
 const CLAIM: &str = "
     WITH next AS (
@@ -29,7 +29,7 @@ const TARGETS: &str =
     "SELECT kind, value FROM task_targets WHERE task_id = $1 ORDER BY kind, value";
 
 /// The claimed execution as the scanner receives it, or `None` when nothing is queued.
-pub fn run(tx: &mut Transaction<'_>, scanner: &Scanner) -> Result<Option<Value>, UploadError> {
+pub fn run(tx: &mut Tx<'_>, scanner: &Scanner) -> Result<Option<Value>, UploadError> {
     let Some(row) = tx.query_opt(CLAIM, &[&scanner.id])? else {
         return Ok(None);
     };

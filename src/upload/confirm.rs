@@ -6,13 +6,12 @@
 
 use std::net::IpAddr;
 
-use postgres::Transaction;
-
 use super::children::ChildTargets;
 use super::error::UploadError;
 use super::final_scope::Counts;
 use super::reserve::Execution;
 use super::{children, freshness};
+use crate::db::{Queries, Tx};
 use crate::telemetry::span::UploadSpan;
 
 const LOCK_EXECUTION: &str = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE";
@@ -64,7 +63,7 @@ pub struct FinalFacts {
 /// Confirms `receipt_id` and records the batch's A/AAAA `answers` (empty for a
 /// `port_scan` execution); with `final_facts`, also commits the final's bookkeeping.
 pub fn run(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     span: &UploadSpan,
     execution: &Execution,
     receipt_id: i64,
@@ -134,7 +133,7 @@ pub fn run(
     Ok(())
 }
 
-fn enqueue(tx: &mut Transaction<'_>, execution: &Execution) -> Result<(), postgres::Error> {
+fn enqueue(tx: &mut Tx<'_>, execution: &Execution) -> Result<(), postgres::Error> {
     tx.execute(ANALYSIS_ROW, &[&execution.id])?;
     // DNS-only executions have no endpoints to publish.
     if execution.task_kind != "dns" {

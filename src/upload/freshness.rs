@@ -5,8 +5,9 @@
 //! inet; an older scan never overwrites a newer time. A DNS parent task waits until all
 //! its child tasks have succeeded, then becomes succeeded and refreshes its own targets.
 
-use postgres::Transaction;
 use uuid::Uuid;
+
+use crate::db::{Queries, Tx};
 
 // The scan time of a task: the start of its latest succeeded execution (the moment the
 // targets were looked at), so an execution that started earlier but finished later does
@@ -50,11 +51,7 @@ const PARENT: &str = "SELECT parent_task_id, owner_id FROM tasks WHERE id = $1";
 
 /// Applies freshness for `task_id` (just succeeded, or with a new succeeded execution)
 /// and walks up to its DNS parent. Returns the number of targets updated.
-pub fn apply(
-    tx: &mut Transaction<'_>,
-    owner_id: Uuid,
-    task_id: Uuid,
-) -> Result<u64, postgres::Error> {
+pub fn apply(tx: &mut Tx<'_>, owner_id: Uuid, task_id: Uuid) -> Result<u64, postgres::Error> {
     let mut updated = 0;
     let mut task = task_id;
     // Parents are at most a short chain (DNS → generated port scans); bound it anyway.

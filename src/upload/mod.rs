@@ -47,7 +47,7 @@ const BULK_BACKOFF: Backoff = Backoff {
 pub fn authenticate(app: &App, req: &Req) -> Result<Scanner, UploadError> {
     let token = req.bearer_token().ok_or(UploadError::Unauthorized)?;
     let mut conn = app.db.checkout(Stage::Auth)?;
-    auth::scanner(&mut *conn, &token)?.ok_or(UploadError::Unauthorized)
+    auth::scanner(&mut conn, &token)?.ok_or(UploadError::Unauthorized)
 }
 
 /// `POST /api/v1/scanner/executions/claim`.

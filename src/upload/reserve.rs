@@ -3,13 +3,13 @@
 //! continuity, reserve a `pending` receipt, and for a final collect its index scope.
 //! Holds one pooled connection for one short transaction; never touches Elasticsearch.
 
-use postgres::Transaction;
 use uuid::Uuid;
 
 use super::batch::{Batch, Observation};
 use super::error::{conflict, UploadError};
 use super::final_scope::Scope;
 use crate::auth::Scanner;
+use crate::db::{Queries, Tx};
 use crate::tags::{self, Tags};
 use crate::telemetry::span::UploadSpan;
 use crate::telemetry::Line;
@@ -96,7 +96,7 @@ const CONFIRMED_SCOPE: &str = "
      WHERE r.execution_id = $1 AND r.upload_id = $2 AND r.status = 'confirmed'";
 
 pub fn run(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     span: &UploadSpan,
     scanner: &Scanner,
     execution_id: Uuid,
@@ -155,7 +155,7 @@ pub fn run(
 
 /// The reservation of a batch to write: a final's scope and the tags that apply.
 fn write(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     span: &UploadSpan,
     execution: &Execution,
     batch: &Batch,
@@ -182,7 +182,7 @@ fn write(
 
 /// The owner's tags for the batch's addresses and names.
 fn batch_tags(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     execution: &Execution,
     batch: &Batch,
 ) -> Result<Tags, postgres::Error> {
@@ -200,7 +200,7 @@ fn batch_tags(
 /// The receipt of this batch identity, if it was received before with the same content
 /// (id and status); the same identity with other content is a conflict.
 fn known_receipt(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     execution_id: Uuid,
     batch: &Batch,
 ) -> Result<Option<(i64, String)>, UploadError> {
@@ -229,7 +229,7 @@ fn known_receipt(
 }
 
 fn lock_execution(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     scanner: &Scanner,
     execution_id: Uuid,
 ) -> Result<(String, Execution), UploadError> {
@@ -256,11 +256,7 @@ fn lock_execution(
 
 /// Repairs this upload's stream if a receipt deletion marked it dirty, and refuses new
 /// batches once any stream of the execution has reserved its final.
-fn check_streams(
-    tx: &mut Transaction<'_>,
-    execution_id: Uuid,
-    upload_id: Uuid,
-) -> Result<(), UploadError> {
+fn check_streams(tx: &mut Tx<'_>, execution_id: Uuid, upload_id: Uuid) -> Result<(), UploadError> {
     let mut closed = false;
     for row in tx.query(STREAMS, &[&execution_id])? {
         let (stream_upload, dirty, finals): (Uuid, bool, i32) =
@@ -285,11 +281,7 @@ fn check_streams(
 
 /// A final is accepted only when main batches 0..index-1 are all confirmed, none is
 /// pending, and every DNS sidecar batch is confirmed and inside that range.
-fn final_continuity(
-    tx: &mut Transaction<'_>,
-    execution_id: Uuid,
-    batch: &Batch,
-) -> Result<(), UploadError> {
+fn final_continuity(tx: &mut Tx<'_>, execution_id: Uuid, batch: &Batch) -> Result<(), UploadError> {
     let row = tx.query_opt(STREAM, &[&execution_id, &batch.upload_id])?;
     let index = batch.batch_index as i32;
     let (count, confirmed, pending, min, max, dns_pending, dns_max): (
@@ -338,7 +330,7 @@ fn final_continuity(
 }
 
 fn final_scope(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     execution: &Execution,
     batch: &Batch,
     refs: &[String],

@@ -2,7 +2,7 @@
 //! connection goes back after its short transaction.
 
 use scanstore::app::App;
-use scanstore::db::{DbError, Stage};
+use scanstore::db::{DbError, Queries, Stage};
 use scanstore::http::{ApiError, Reply, Req};
 
 use super::NO_ES;
