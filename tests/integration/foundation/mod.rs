@@ -5,6 +5,7 @@ mod cli;
 mod http;
 mod migrate;
 pub mod pool;
+mod statements;
 
 /// An ES URL nobody listens on: for tests that must not depend on Elasticsearch.
 pub const NO_ES: &str = "http://127.0.0.1:9";
