@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use postgres::{NoTls, Row};
+use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::config::DatabaseConfig;
@@ -22,7 +22,6 @@ use crate::telemetry::events::{ConnectionAcquired, ConnectionReleased, Connectio
 
 pub use error::DbError;
 use session::Manager;
-use session::Params;
 pub use session::{Queries, Tx};
 
 /// What a connection is checked out for; logged with every acquire and release.
@@ -190,25 +189,6 @@ impl Conn {
     /// A transaction whose statements are this connection's cached ones.
     pub fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
         self.inner.transaction()
-    }
-}
-
-/// The named SQL constants run as statements cached on the connection.
-impl Queries for Conn {
-    fn query(&mut self, sql: &'static str, p: Params) -> Result<Vec<Row>, postgres::Error> {
-        self.inner.query(sql, p)
-    }
-
-    fn query_opt(&mut self, sql: &'static str, p: Params) -> Result<Option<Row>, postgres::Error> {
-        self.inner.query_opt(sql, p)
-    }
-
-    fn query_one(&mut self, sql: &'static str, p: Params) -> Result<Row, postgres::Error> {
-        self.inner.query_one(sql, p)
-    }
-
-    fn execute(&mut self, sql: &'static str, p: Params) -> Result<u64, postgres::Error> {
-        self.inner.execute(sql, p)
     }
 }
 

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use postgres::types::ToSql;
-use postgres::{Client, NoTls, Row, Statement, Transaction};
+use postgres::{Client, GenericClient, NoTls, Row, Statement, Transaction};
 use r2d2_postgres::PostgresConnectionManager;
 
 /// Statements by SQL text; a few dozen per connection.
@@ -44,17 +44,16 @@ impl Tx<'_> {
 /// Runs `sql` as the cached statement, preparing it on first use. A statement that failed
 /// is prepared afresh next time: after a schema change under a running server a cached
 /// plan can fail ("cached plan must not change result type") until it is replaced.
-fn cached<C, T>(
+fn cached<C: GenericClient, T>(
     client: &mut C,
     prepared: &mut Prepared,
     sql: &'static str,
-    prepare: impl FnOnce(&mut C, &str) -> Result<Statement, postgres::Error>,
     run: impl FnOnce(&mut C, &Statement) -> Result<T, postgres::Error>,
 ) -> Result<T, postgres::Error> {
     let statement = match prepared.get(sql) {
         Some(s) => s.clone(),
         None => {
-            let s = prepare(client, sql)?;
+            let s = client.prepare(sql)?;
             prepared.insert(sql, s.clone());
             s
         }
@@ -68,7 +67,7 @@ fn cached<C, T>(
 
 pub type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
-/// Where the named SQL constants run: a pooled session or a transaction on one
+/// Where the named SQL constants run: a pooled connection or a transaction on one
 /// (statements cached), or a bare client or transaction (prepared per call, as `postgres`
 /// does for text).
 pub trait Queries {
@@ -85,12 +84,15 @@ pub trait Queries {
     fn execute(&mut self, sql: &'static str, params: Params) -> Result<u64, postgres::Error>;
 }
 
-/// Implements [`Queries`] for a type through `$run(self, sql, |c, statement| …)`.
+/// Implements [`Queries`]: with `cached: |x| parts`, through the statement cache that
+/// `parts` (a client and its cache) names; without, as the type's own methods.
 macro_rules! queries {
-    ($ty:ty, $run:path) => {
+    ($ty:ty, cached: |$x:ident| $parts:expr) => {
         impl Queries for $ty {
             fn query(&mut self, sql: &'static str, p: Params) -> Result<Vec<Row>, postgres::Error> {
-                $run(self, sql, |c, s| c.query(s, p))
+                let $x = self;
+                let (c, prepared) = $parts;
+                cached(c, prepared, sql, |c, s| c.query(s, p))
             }
 
             fn query_opt(
@@ -98,62 +100,56 @@ macro_rules! queries {
                 sql: &'static str,
                 p: Params,
             ) -> Result<Option<Row>, postgres::Error> {
-                $run(self, sql, |c, s| c.query_opt(s, p))
+                let $x = self;
+                let (c, prepared) = $parts;
+                cached(c, prepared, sql, |c, s| c.query_opt(s, p))
             }
 
             fn query_one(&mut self, sql: &'static str, p: Params) -> Result<Row, postgres::Error> {
-                $run(self, sql, |c, s| c.query_one(s, p))
+                let $x = self;
+                let (c, prepared) = $parts;
+                cached(c, prepared, sql, |c, s| c.query_one(s, p))
             }
 
             fn execute(&mut self, sql: &'static str, p: Params) -> Result<u64, postgres::Error> {
-                $run(self, sql, |c, s| c.execute(s, p))
+                let $x = self;
+                let (c, prepared) = $parts;
+                cached(c, prepared, sql, |c, s| c.execute(s, p))
+            }
+        }
+    };
+    ($ty:ty) => {
+        impl Queries for $ty {
+            fn query(&mut self, sql: &'static str, p: Params) -> Result<Vec<Row>, postgres::Error> {
+                <$ty>::query(self, sql, p)
+            }
+
+            fn query_opt(
+                &mut self,
+                sql: &'static str,
+                p: Params,
+            ) -> Result<Option<Row>, postgres::Error> {
+                <$ty>::query_opt(self, sql, p)
+            }
+
+            fn query_one(&mut self, sql: &'static str, p: Params) -> Result<Row, postgres::Error> {
+                <$ty>::query_one(self, sql, p)
+            }
+
+            fn execute(&mut self, sql: &'static str, p: Params) -> Result<u64, postgres::Error> {
+                <$ty>::execute(self, sql, p)
             }
         }
     };
 }
 
-fn on_session<T>(
-    s: &mut Session,
-    sql: &'static str,
-    run: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
-) -> Result<T, postgres::Error> {
-    cached(
-        &mut s.client,
-        &mut s.prepared,
-        sql,
-        |c, q| c.prepare(q),
-        run,
-    )
-}
-
-fn on_tx<T>(
-    t: &mut Tx<'_>,
-    sql: &'static str,
-    run: impl FnOnce(&mut Transaction<'_>, &Statement) -> Result<T, postgres::Error>,
-) -> Result<T, postgres::Error> {
-    cached(&mut t.tx, t.prepared, sql, |c, q| c.prepare(q), run)
-}
-
-fn on_client<T>(
-    c: &mut Client,
-    sql: &'static str,
-    run: impl FnOnce(&mut Client, &str) -> Result<T, postgres::Error>,
-) -> Result<T, postgres::Error> {
-    run(c, sql)
-}
-
-fn on_transaction<T>(
-    t: &mut Transaction<'_>,
-    sql: &'static str,
-    run: impl FnOnce(&mut Transaction<'_>, &str) -> Result<T, postgres::Error>,
-) -> Result<T, postgres::Error> {
-    run(t, sql)
-}
-
-queries!(Session, on_session);
-queries!(Tx<'_>, on_tx);
-queries!(Client, on_client);
-queries!(Transaction<'_>, on_transaction);
+queries!(super::Conn, cached: |c| {
+    let s: &mut Session = &mut c.inner;
+    (&mut s.client, &mut s.prepared)
+});
+queries!(Tx<'_>, cached: |t| (&mut t.tx, &mut *t.prepared));
+queries!(Client);
+queries!(Transaction<'_>);
 
 /// r2d2's manager for [`Session`]s: `r2d2_postgres`'s connect and health checks, plus an
 /// empty statement cache per connection.
