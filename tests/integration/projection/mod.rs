@@ -90,6 +90,23 @@ pub fn outbox_row(s: &Stack, execution: Uuid) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// A row's progress: (`processed_endpoints`, `attempts`).
+pub fn progress(row: &Value) -> (Option<i64>, Option<i64>) {
+    (
+        row["processed_endpoints"].as_i64(),
+        row["attempts"].as_i64(),
+    )
+}
+
+/// The stack's execution is wholly published: its row counts `endpoints`, and each asset
+/// view holds that many documents.
+pub fn assert_published(s: &Stack, endpoints: usize) {
+    let row = outbox_row(s, s.execution());
+    assert_eq!(row["processed_endpoints"], endpoints, "{row}");
+    assert_eq!(assets(s, "global").len(), endpoints);
+    assert_eq!(assets(s, "user").len(), endpoints);
+}
+
 /// Every document of an asset view (alias `global` or `user`), sorted by id.
 pub fn assets(s: &Stack, view: &str) -> Vec<(String, Value)> {
     let es = s.es();

@@ -5,8 +5,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::{
-    assets, outbox_row, three_pages_one_per_tick, tick_holding, tick_until_done, wait_for, worker,
-    T0,
+    assert_published, assets, outbox_row, three_pages_one_per_tick, tick_holding, tick_until_done,
+    wait_for, worker, T0,
 };
 use crate::support::emulator::Fault;
 use crate::support::factory;
@@ -293,9 +293,7 @@ fn the_next_page_is_sent_while_the_previous_one_is_in_flight() {
         s.emulator().requests(Some("POST"), Some("/_bulk")).count - bulks,
         3
     );
-    assert_eq!(outbox_row(&s, s.execution())["processed_endpoints"], 25);
-    assert_eq!(assets(&s, "global").len(), 25);
-    assert_eq!(assets(&s, "user").len(), 25);
+    assert_published(&s, 25);
 }
 
 // A page that fails while the next one is in flight: the next one is written (a merge, so
@@ -331,10 +329,7 @@ fn a_failed_page_is_not_skipped_by_the_page_written_after_it() {
         )
         .unwrap();
     tick_until_done(&w, &s, s.execution(), 3);
-    let row = outbox_row(&s, s.execution());
-    assert_eq!(row["processed_endpoints"], 25, "{row}");
-    assert_eq!(assets(&s, "global").len(), 25);
-    assert_eq!(assets(&s, "user").len(), 25);
+    assert_published(&s, 25);
 }
 
 /// Searches the emulator answered on the execution projection so far.
@@ -357,10 +352,7 @@ fn a_yielding_worker_carries_its_read_ahead_to_its_next_claim() {
     assert_eq!(w.tick().unwrap(), TickOutcome::Completed { pages: 1 });
     // Page 1, then pages 2 and 3 each read ahead once: nothing is read twice.
     assert_eq!(page_reads(&s) - before, 3);
-    let row = outbox_row(&s, s.execution());
-    assert_eq!(row["processed_endpoints"], 25, "{row}");
-    assert_eq!(assets(&s, "global").len(), 25);
-    assert_eq!(assets(&s, "user").len(), 25);
+    assert_published(&s, 25);
 }
 
 #[test]
