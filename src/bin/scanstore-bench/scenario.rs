@@ -554,9 +554,7 @@ fn publication_run(
     let mut events = logs::read(&stack::log_path(x.dir, label));
     let first = events.iter().position(|e| {
         e.name == "ScanProjectionClaimed"
-            && !e
-                .get("work")
-                .is_some_and(|w| warmed.iter().any(|id| w.ends_with(id)))
+            && !e.get("work").is_some_and(|w| warmed.iter().any(|x| x == w))
     });
     events.drain(..first.unwrap_or(events.len()));
     // The ceiling pays no process start, so throughput counts from the first claim.
@@ -582,7 +580,7 @@ const WARM_UP_FIRST: usize = 40_000_000;
 /// Warms a started publisher as a running one is warm: uploads one execution of one page
 /// per worker through it and waits until its workers have published them; `run` (the
 /// size's publication run) gives each warm-up endpoints of its own. Returns the warm-up
-/// executions' ids.
+/// rows' `work`, as their events name it.
 fn warm_up(x: &PublishCtx, c: &mut Client, url: &str, run: usize) -> Result<Vec<String>, String> {
     let (workers, page) = (x.opts.workers.max(1), x.opts.page_size.max(1));
     let first = WARM_UP_FIRST + run * workers * page;
@@ -607,7 +605,7 @@ fn warm_up(x: &PublishCtx, c: &mut Client, url: &str, run: usize) -> Result<Vec<
             .map_err(|e| format!("warm-up: {e}"))?
             .get(0);
         if pending == 0 {
-            return Ok(ids.iter().map(Uuid::to_string).collect());
+            return Ok(ids.iter().map(|id| format!("execution:{id}")).collect());
         }
         if Instant::now() > deadline {
             return Err(format!("warm-up not published: {pending} rows pending"));
