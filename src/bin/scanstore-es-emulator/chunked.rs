@@ -93,6 +93,27 @@ impl<T: Ord> Chunked<T> {
     }
 }
 
+/// Indexing as a slice does: out of bounds is a broken invariant of the caller.
+impl<T> std::ops::Index<usize> for Chunked<T> {
+    type Output = T;
+
+    fn index(&self, i: usize) -> &T {
+        match i >> CHUNK_BITS {
+            0 => &self.first[i],
+            c => &self.rest[c - 1][i & (CHUNK - 1)],
+        }
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for Chunked<T> {
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        match i >> CHUNK_BITS {
+            0 => &mut self.first[i],
+            c => &mut self.rest[c - 1][i & (CHUNK - 1)],
+        }
+    }
+}
+
 impl<T> IntoIterator for Chunked<T> {
     type Item = T;
     type IntoIter =
@@ -138,6 +159,9 @@ mod tests {
             *v = 0;
         }
         assert_eq!(c.get(CHUNK + 1), Some(&0));
+        c[2 * CHUNK + 1] = 1;
+        assert_eq!((c[2 * CHUNK + 1], c[CHUNK - 1]), (1, 2 * CHUNK - 2));
+        c[2 * CHUNK + 1] = 2 * (2 * CHUNK + 1);
         assert!(c
             .iter()
             .enumerate()

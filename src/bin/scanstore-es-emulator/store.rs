@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use crate::doc_map::DocMap;
+use crate::doc_map::{DocMap, SlotNo};
 use crate::error::EsError;
 use crate::mapping::Mapping;
 use crate::postings::{DocNo, KeywordFields, Searchable};
@@ -54,12 +54,13 @@ pub struct Index {
     pub settings: Map<String, Value>,
     pub mapping: Mapping,
     pub aliases: BTreeMap<String, AliasMeta>,
-    /// Ids are shared (`Arc<str>`) between this map, the dirty list and the postings; Fx
-    /// hashing because every write, refresh and candidate lookup goes through it.
+    /// Ids are shared (`Arc<str>`) between this map and the postings; Fx hashing because
+    /// every write and candidate lookup goes through it.
     pub docs: DocMap,
-    /// Ids with writes search does not see yet, oldest first. Publication takes them from
-    /// the front only, so a write queued as the n-th is searchable once `published >= n`.
-    pub dirty: VecDeque<Arc<str>>,
+    /// The slots with writes search does not see yet, oldest first. Publication takes them
+    /// from the front only, so a write queued as the n-th is searchable once
+    /// `published >= n`.
+    pub dirty: VecDeque<SlotNo>,
     /// Ids ever queued in / taken from `dirty` (what `refresh=wait_for` waits on).
     pub queued: u64,
     pub published: u64,
@@ -257,10 +258,10 @@ impl Index {
         if n == 0 {
             return 0;
         }
-        for id in self.dirty.drain(..n) {
+        for no in self.dirty.drain(..n) {
             // Deleted ids keep their slot (a tombstone holding the version), as ES keeps
             // delete tombstones, so a re-create continues the version sequence.
-            let Some(slot) = self.docs.get_mut(&id) else {
+            let Some(slot) = self.docs.slot_mut(no) else {
                 continue;
             };
             let new = slot.pending.take();
@@ -294,11 +295,7 @@ impl Index {
     ) -> (i64, i64) {
         let seq_no = self.next_seq_no;
         self.next_seq_no += 1;
-        let key: Arc<str> = match self.docs.get_key_value(id) {
-            Some((k, _)) => k.clone(),
-            None => Arc::from(id),
-        };
-        let slot = self.docs.entry(key.clone()).or_default();
+        let (no, key, slot) = self.docs.upsert(id);
         slot.version = version;
         slot.latest = source.map(|source| {
             Arc::new(DocVersion {
@@ -318,7 +315,7 @@ impl Index {
             .map(|doc| self.searchable.index(&self.keywords, &key, doc));
         if !slot.dirty {
             slot.dirty = true;
-            self.dirty.push_back(key);
+            self.dirty.push_back(no);
             self.queued += 1;
         }
         (version, seq_no)
