@@ -1,38 +1,24 @@
-//! The id → slot map of an index: the ids split into shards by hash, each naming its slot's
-//! number, and the slots themselves in number order. A hash map grows by rehashing every
-//! entry at once, which at a million documents held the store lock for 150–280 ms (every
-//! request of every index waited); a shard holds a 64th of the ids and grows alone. Slots
-//! sit apart from the ids so that a refresh walks its pending slots by number, in write
-//! order, instead of hashing every id again: at a million documents each of those lookups
-//! missed the cache and a refresh of the same 50 000 writes took 7 × what it took in a
-//! small index (a Lucene refresh costs what was buffered, whatever the index holds).
+//! The id → slot map of an index: the ids (sharded, see `sharded`), each naming its
+//! slot's number, and the slots themselves in number order. Slots sit apart from the ids
+//! so that a refresh walks its pending slots by number, in write order, instead of hashing
+//! every id again: at a million documents each of those lookups missed the cache and a
+//! refresh of the same 50 000 writes took 7 × what it took in a small index (a Lucene
+//! refresh costs what was buffered, whatever the index holds).
 
-use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use rustc_hash::{FxBuildHasher, FxHashMap};
-
 use crate::chunked::Chunked;
+use crate::sharded::Sharded;
 use crate::store::Slot;
-
-const SHARDS: usize = 64;
 
 /// A slot's number: its place in write order of first writes.
 pub type SlotNo = u32;
 
+#[derive(Default)]
 pub struct DocMap {
-    shards: Box<[FxHashMap<Arc<str>, SlotNo>]>,
+    ids: Sharded<Arc<str>, SlotNo>,
     /// Chunked, so that growing never copies every slot under the store lock.
     slots: Chunked<Slot>,
-}
-
-impl Default for DocMap {
-    fn default() -> Self {
-        DocMap {
-            shards: (0..SHARDS).map(|_| FxHashMap::default()).collect(),
-            slots: Chunked::default(),
-        }
-    }
 }
 
 impl std::fmt::Debug for DocMap {
@@ -44,14 +30,8 @@ impl std::fmt::Debug for DocMap {
 }
 
 impl DocMap {
-    /// Bits 32–37 of the id's hash: the shard's own table indexes by the low bits and
-    /// tags entries with the top seven, so neither is constant within a shard.
-    fn shard(id: &str) -> usize {
-        (FxBuildHasher.hash_one(id) >> 32) as usize % SHARDS
-    }
-
     fn number(&self, id: &str) -> Option<SlotNo> {
-        self.shards[Self::shard(id)].get(id).copied()
+        self.ids.get(id).copied()
     }
 
     pub fn get(&self, id: &str) -> Option<&Slot> {
@@ -71,13 +51,12 @@ impl DocMap {
     /// The id's slot, a new empty one for an id never written; with its number and the
     /// id as shared with the postings.
     pub fn upsert(&mut self, id: &str) -> (SlotNo, Arc<str>, &mut Slot) {
-        let shard = &mut self.shards[Self::shard(id)];
-        let (key, n) = match shard.get_key_value(id) {
+        let (key, n) = match self.ids.get_key_value(id) {
             Some((key, n)) => (key.clone(), *n),
             None => {
                 let key: Arc<str> = Arc::from(id);
                 let n = self.slots.len() as SlotNo;
-                shard.insert(key.clone(), n);
+                self.ids.insert(key.clone(), n);
                 self.slots.push(Slot::default());
                 (key, n)
             }
@@ -86,9 +65,8 @@ impl DocMap {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Slot)> {
-        self.shards
+        self.ids
             .iter()
-            .flatten()
             .filter_map(|(id, n)| Some((id, self.slots.get(*n as usize)?)))
     }
 }
@@ -98,7 +76,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_spread_over_the_shards_and_are_found_again() {
+    fn ids_keep_their_slot_numbers() {
         let mut m = DocMap::default();
         for i in 0..10_000 {
             let (n, key, slot) = m.upsert(&format!("doc-{i}"));
@@ -107,8 +85,6 @@ mod tests {
         }
         assert_eq!(m.upsert("doc-7").0, 7, "a known id keeps its number");
         assert_eq!(m.iter().count(), 10_000);
-        let smallest = m.shards.iter().map(|s| s.len()).min().unwrap_or(0);
-        assert!(smallest > 10_000 / SHARDS / 2, "uneven shards: {smallest}");
         assert_eq!(m.get("doc-4242").map(|s| s.version), Some(4242));
         if let Some(s) = m.get_mut("doc-7") {
             s.version = -1;

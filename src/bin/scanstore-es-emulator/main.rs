@@ -34,6 +34,7 @@ mod router;
 mod search;
 mod server;
 mod settings;
+mod sharded;
 mod sockets;
 mod sort;
 mod source_filter;

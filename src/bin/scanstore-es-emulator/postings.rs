@@ -25,6 +25,7 @@ use crate::extract::{any_value, to_key};
 use crate::index_view::IndexView;
 use crate::mapping::{Field, Mapping, Ty};
 use crate::query_exec::Compiled;
+use crate::sharded::Sharded;
 use crate::store::DocVersion;
 use crate::values::Key;
 
@@ -46,8 +47,9 @@ pub struct DocList {
     docs: Chunked<DocNo>,
 }
 
-/// value → document numbers (Fx hashing: every written document looks up every term).
-pub type Terms = FxHashMap<String, DocList>;
+/// value → document numbers (Fx hashing: every written document looks up every term;
+/// sharded: a field with a value per document has a term per document).
+pub type Terms = Sharded<String, DocList>;
 
 /// Dead numbers tolerated before the index renumbers, beyond as many as are live.
 const RENUMBER_SLACK: usize = 1 << 16;
@@ -603,7 +605,7 @@ mod tests {
             );
             let lists = &idx.searchable.fields["e"];
             assert!(
-                lists.values().all(|l| l
+                lists.iter().all(|(_, l)| l
                     .docs
                     .iter()
                     .zip(l.docs.iter().skip(1))
