@@ -112,11 +112,13 @@ pub struct Opts {
     pub python: String,
     #[arg(long, default_value = "tests/python/peer_bulk.py")]
     pub peer_script: PathBuf,
-    /// Extra upload rounds per size, after the publication: fresh executions of the same
-    /// size on the same stack, for more latency samples (each round gives one final per
-    /// scanner). The throughput figures stay the first round's.
-    #[arg(long, default_value_t = 0)]
-    pub extra_rounds: usize,
+    /// Finals to time per size. Each upload round gives one final per scanner, so after
+    /// the first round and its publication more rounds (fresh executions of the same size,
+    /// publication off) follow until this many finals were timed; they add latency samples
+    /// only, throughput and memory stay the first round's. Fewer than 100 finals make their
+    /// "p99" the slowest one. [default: 100; with `--quick`, one round]
+    #[arg(long)]
+    pub finals: Option<usize>,
     /// A size whose first publication lasts under 2 s is published this many times in all:
     /// each time fresh executions of the size (new endpoints) are uploaded with publication
     /// off, then published between two runs of their ceiling. The report takes the run with
@@ -155,7 +157,16 @@ impl Opts {
             self.pool_endpoints = 500;
             self.pool_batch = 250;
             self.short_publication_runs = self.short_publication_runs.min(3);
+            self.finals = self.finals.or(Some(self.scanners));
         }
+    }
+
+    /// Upload rounds per size: enough for `finals` finals, one per scanner and round.
+    pub fn upload_rounds(&self) -> usize {
+        self.finals
+            .unwrap_or(100)
+            .div_ceil(self.scanners.max(1))
+            .max(1)
     }
 }
 

@@ -417,9 +417,9 @@ pub fn size_run(
     }
     drop(publish_reqs);
     // More latency samples: each round is another set of executions of this size, uploaded
-    // with publication off into indices that now hold the earlier rounds as well.
+    // with publication off into fresh indices.
     cfg.workers = 0;
-    for round in 2..=opts.extra_rounds + 1 {
+    for round in 2..=opts.upload_rounds() {
         drop_indices(&es_url, &prefix)?;
         let label = format!("{name}-upload-round{round}");
         let mut more = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;

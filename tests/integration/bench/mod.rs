@@ -15,7 +15,7 @@ fn quick_mode_writes_a_sane_report() {
         std::env::temp_dir().join(format!("scanstore-bench-{}", uuid::Uuid::new_v4().simple()));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_scanstore-bench"));
     cmd.arg("--quick")
-        .args(["--scanners", "4", "--extra-rounds", "1"])
+        .args(["--scanners", "4", "--finals", "8"])
         .arg("--scanstore-bin")
         .arg(env!("CARGO_BIN_EXE_scanstore"))
         .arg("--emulator-bin")
