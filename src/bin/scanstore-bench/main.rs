@@ -157,14 +157,15 @@ impl Opts {
             self.pool_endpoints = 500;
             self.pool_batch = 250;
             self.short_publication_runs = self.short_publication_runs.min(3);
-            self.finals = self.finals.or(Some(self.scanners));
         }
     }
 
-    /// Upload rounds per size: enough for `finals` finals, one per scanner and round.
+    /// Upload rounds per size: enough for `finals` finals, one per scanner and round
+    /// (by default 100, or one round in quick mode).
     pub fn upload_rounds(&self) -> usize {
+        let default = if self.quick { self.scanners } else { 100 };
         self.finals
-            .unwrap_or(100)
+            .unwrap_or(default)
             .div_ceil(self.scanners.max(1))
             .max(1)
     }

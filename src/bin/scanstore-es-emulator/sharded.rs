@@ -80,6 +80,7 @@ impl<K: Borrow<str> + Hash + Eq, V> Sharded<K, V> {
     }
 }
 
+#[cfg(test)]
 impl<K: Borrow<str> + Hash + Eq, V> std::ops::Index<&str> for Sharded<K, V> {
     type Output = V;
 

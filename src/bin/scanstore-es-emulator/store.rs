@@ -259,8 +259,9 @@ impl Index {
             return 0;
         }
         for no in self.dirty.drain(..n) {
-            // Deleted ids keep their slot (a tombstone holding the version), as ES keeps
-            // delete tombstones, so a re-create continues the version sequence.
+            // Slots are never removed, so every queued number names one: a deleted id keeps
+            // its slot (a tombstone holding the version), as ES keeps delete tombstones, so
+            // a re-create continues the version sequence.
             let Some(slot) = self.docs.slot_mut(no) else {
                 continue;
             };
