@@ -1,6 +1,7 @@
 //! The `_bulk` NDJSON parser: ES's per-line rules and messages (trailing newline, action
 //! names, metadata keys, source lines), with a fast path for the common action line.
 
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::docs::{parse_version_type, OpKind, WriteOp};
@@ -88,6 +89,7 @@ fn fast_action(
         index: meta._index.or_else(|| default_index.map(str::to_owned))?,
         id: meta._id,
         body: None,
+        raw: None,
         version: None,
         version_type: crate::docs::VersionType::Internal,
         if_seq_no: None,
@@ -96,6 +98,13 @@ fn fast_action(
         fetch_source: None,
         routing: meta.routing,
     })
+}
+
+/// A document's source and the text it was sent as (kept for `_source`, see
+/// [`crate::store::DocVersion::raw`]).
+pub fn as_sent(text: &[u8]) -> serde_json::Result<(Value, Option<Box<RawValue>>)> {
+    let raw: &RawValue = serde_json::from_slice(text)?;
+    Ok((serde_json::from_str(raw.get())?, Some(raw.to_owned())))
 }
 
 /// Parses a bulk body. `default_index` comes from `/{index}/_bulk`.
@@ -137,14 +146,20 @@ pub fn parse(
                     "Malformed action/metadata line [{n}], missing source line"
                 )));
             };
-            match serde_json::from_slice::<Value>(source) {
-                Ok(v @ Value::Object(_)) => {
+            let parsed = if kind == OpKind::Update {
+                serde_json::from_slice::<Value>(source).map(|v| (v, None))
+            } else {
+                as_sent(source)
+            };
+            match parsed {
+                Ok((v @ Value::Object(_), raw)) => {
                     if kind == OpKind::Update {
                         if let Some(src) = v.get("_source") {
                             op.fetch_source = Some(src.clone());
                         }
                     }
                     op.body = Some(v);
+                    op.raw = raw;
                 }
                 Ok(_) | Err(_) if kind == OpKind::Update => {
                     return Err(EsError::new(
@@ -247,6 +262,7 @@ fn slow_action(
             index,
             id,
             body: None,
+            raw: None,
             version: get_i64("version"),
             version_type: parse_version_type(get_str("version_type").as_deref())?,
             if_seq_no: get_i64("if_seq_no"),

@@ -1,5 +1,6 @@
 //! Single-document APIs: index, create, update, delete and realtime get.
 
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::app::App;
@@ -36,11 +37,19 @@ pub fn write(app: &App, req: &Req, kind: OpKind, index: &str, id: Option<&str>) 
             )
         })?),
     };
+    // A whole document keeps the text it was sent as, as from `_bulk`.
+    let raw = match kind {
+        OpKind::Index | OpKind::Create => serde_json::from_slice::<&RawValue>(&req.body)
+            .ok()
+            .map(|r| r.to_owned()),
+        OpKind::Update | OpKind::Delete => None,
+    };
     let op = WriteOp {
         kind,
         index: index.to_owned(),
         id: id.map(str::to_owned),
         body,
+        raw,
         version: param_i64(req, "version")?,
         version_type: parse_version_type(req.param("version_type"))?,
         if_seq_no: param_i64(req, "if_seq_no")?,

@@ -2,6 +2,7 @@
 //! (doc merge, upserts, stored/native scripts, noop) and delete, with version and
 //! `if_seq_no` checks and mapping enforcement. Callers hold the store lock.
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::error::EsError;
@@ -41,6 +42,10 @@ pub struct WriteOp {
     pub id: Option<String>,
     /// Document for index/create, payload for update.
     pub body: Option<Value>,
+    /// For index/create from `_bulk`: the source line as sent (see [`DocVersion::raw`]).
+    ///
+    /// [`DocVersion::raw`]: crate::store::DocVersion::raw
+    pub raw: Option<Box<RawValue>>,
     pub version: Option<i64>,
     pub version_type: VersionType,
     pub if_seq_no: Option<i64>,
@@ -181,8 +186,9 @@ pub fn apply(store: &mut Store, mut op: WriteOp) -> Result<WriteOk, Box<WriteErr
     let uuid = index.uuid.clone();
     let scripts = &store.scripts;
     let body = op.body.take();
+    let raw = op.raw.take();
     let res = match op.kind {
-        OpKind::Index | OpKind::Create => write_doc(index, &op, body, &id),
+        OpKind::Index | OpKind::Create => write_doc(index, &op, body.map(|b| (b, raw)), &id),
         OpKind::Delete => delete_doc(index, &op, &id),
         OpKind::Update => crate::update::update_doc(index, &op, body, &id, scripts),
     };
@@ -239,10 +245,10 @@ fn next_version(index: &Index, op: &WriteOp, id: &str) -> Result<i64, EsError> {
 fn write_doc(
     index: &mut Index,
     op: &WriteOp,
-    body: Option<Value>,
+    body: Option<(Value, Option<Box<RawValue>>)>,
     id: &str,
 ) -> Result<WriteOk, EsError> {
-    let Some(source) = body else {
+    let Some((source, raw)) = body else {
         return Err(EsError::new(
             400,
             "action_request_validation_exception",
@@ -262,7 +268,7 @@ fn write_doc(
     }
     let version = next_version(index, op, id)?;
     index.check_doc(id, &source)?;
-    let (version, seq_no) = index.put(id, Some(source), version, op.routing.clone());
+    let (version, seq_no) = index.put_as_sent(id, Some((source, raw)), version, op.routing.clone());
     Ok(ok(
         index,
         id,

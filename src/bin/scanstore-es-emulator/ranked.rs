@@ -67,6 +67,7 @@ mod tests {
     fn hits(n: usize) -> Arc<Vec<Hit>> {
         let doc = Arc::new(DocVersion {
             source: serde_json::Value::Null,
+            raw: None,
             version: 1,
             seq_no: 0,
             routing: None,

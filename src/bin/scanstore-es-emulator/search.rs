@@ -18,7 +18,7 @@ use crate::query_exec::{compile, score};
 use crate::ranked::Hit;
 use crate::resolve::{resolve_read, IndicesOptions};
 use crate::sort::{after_value, cmp_sort, parse_sort, set_sort_keys, SortSpec, SortValues};
-use crate::source_filter::{Filtered, SourceFilter};
+use crate::source_filter::{SourceFilter, SourceView};
 use crate::store::Store;
 use crate::values::Key;
 
@@ -314,7 +314,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             id: &h.id,
             version: version.then_some(h.doc.version),
             score: scored.then_some(f64::from(h.score)),
-            source: filter.view(&h.doc.source),
+            source: filter.view_doc(&h.doc),
             sort: (!sort.is_empty()).then_some(SortValues {
                 specs: &sort,
                 keys: &h.sort,
@@ -393,7 +393,7 @@ struct HitReply<'a> {
     #[serde(rename = "_score")]
     score: Option<f64>,
     #[serde(rename = "_source", skip_serializing_if = "Option::is_none")]
-    source: Option<Filtered<'a>>,
+    source: Option<SourceView<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sort: Option<SortValues<'a>>,
 }

@@ -3,10 +3,14 @@
 
 use std::borrow::Cow;
 
+use std::fmt;
+
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::store::glob_match;
+use crate::store::{glob_match, DocVersion};
 
 #[derive(Debug, Clone, Default)]
 pub struct SourceFilter {
@@ -141,6 +145,32 @@ impl SourceFilter {
         })
     }
 
+    /// A document's filtered source, from the text it was sent as where that can be copied:
+    /// whole without a filter, or its top-level fields picked when every include names
+    /// one (no dots or wildcards) and nothing is excluded. That is ES's stored source, in
+    /// the order it was sent, and costs a scan of the text instead of a walk of the tree.
+    pub fn view_doc<'a>(&'a self, doc: &'a DocVersion) -> Option<SourceView<'a>> {
+        if !self.enabled {
+            return None;
+        }
+        let picks_fields = self.excludes.is_empty()
+            && self
+                .includes
+                .iter()
+                .all(|i| i.under.is_none() && !i.pattern.contains('.'));
+        Some(match &doc.raw {
+            Some(raw) if self.includes.is_empty() && self.excludes.is_empty() => {
+                SourceView::Sent(raw)
+            }
+            Some(raw) if picks_fields => SourceView::Picked { filter: self, raw },
+            _ => SourceView::Tree(Filtered {
+                filter: self,
+                value: &doc.source,
+                path: Cow::Borrowed(""),
+            }),
+        })
+    }
+
     fn keep(&self, path: &str, is_object: bool) -> (bool, bool) {
         if self.excludes.iter().any(|e| glob_match(e, path)) {
             return (false, false);
@@ -236,6 +266,66 @@ impl Serialize for Filtered<'_> {
     }
 }
 
+/// A hit's `_source` as [`SourceFilter::view_doc`] shows it.
+pub enum SourceView<'a> {
+    Tree(Filtered<'a>),
+    /// The source as sent.
+    Sent(&'a RawValue),
+    /// The top-level fields of the source as sent that `filter`'s includes name.
+    Picked {
+        filter: &'a SourceFilter,
+        raw: &'a RawValue,
+    },
+}
+
+impl Serialize for SourceView<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SourceView::Tree(f) => f.serialize(s),
+            SourceView::Sent(raw) => raw.serialize(s),
+            SourceView::Picked { filter, raw } => {
+                let mut d = serde_json::Deserializer::from_str(raw.get());
+                let fields = d
+                    .deserialize_map(TopLevel(filter))
+                    .map_err(serde::ser::Error::custom)?;
+                let mut out = s.serialize_map(Some(fields.len()))?;
+                for (k, v) in fields {
+                    out.serialize_entry(&k, v)?;
+                }
+                out.end()
+            }
+        }
+    }
+}
+
+/// Reads a source object's top-level fields that a filter includes, as sent.
+struct TopLevel<'f>(&'f SourceFilter);
+
+/// An object key, borrowed unless it has escapes.
+#[derive(serde::Deserialize)]
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl<'de, 'f> Visitor<'de> for TopLevel<'f> {
+    type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a source object")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
+        let mut fields = Vec::with_capacity(self.0.includes.len());
+        while let Some(Key(key)) = map.next_key()? {
+            if self.0.includes.iter().any(|i| i.selects(&key)) {
+                let value: &'de RawValue = map.next_value()?;
+                fields.push((key, value));
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(fields)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,6 +350,39 @@ mod tests {
         assert_eq!(f.apply(&src), Some(json!({"b": {"d": 3}})));
         let f = SourceFilter::from_body(Some(&json!(["*.c"])));
         assert_eq!(f.apply(&src), Some(json!({"b": {"c": 2}})));
+    }
+
+    #[test]
+    fn a_source_as_sent_is_copied_or_its_fields_picked() {
+        let (source, raw) =
+            crate::bulk_parse::as_sent(br#" {"z": 1.50, "a": {"b": 2}, "m": "x\"y"} "#).unwrap();
+        let doc = DocVersion {
+            source,
+            raw,
+            version: 1,
+            seq_no: 0,
+            routing: None,
+        };
+        let shown = |spec: Option<Value>| {
+            let filter = SourceFilter::from_body(spec.as_ref());
+            serde_json::to_string(&filter.view_doc(&doc)).unwrap()
+        };
+        // Unfiltered: the text as sent, its order and number formatting kept.
+        assert_eq!(shown(None), r#"{"z": 1.50, "a": {"b": 2}, "m": "x\"y"}"#);
+        // Top-level fields named: picked from it, in the order sent.
+        assert_eq!(
+            shown(Some(json!(["m", "z", "q"]))),
+            r#"{"z":1.50,"m":"x\"y"}"#
+        );
+        assert_eq!(shown(Some(json!(["a"]))), r#"{"a":{"b": 2}}"#);
+        // Paths, wildcards and excludes filter the tree, as for a source an update made.
+        assert_eq!(shown(Some(json!(["a.b"]))), r#"{"a":{"b":2}}"#);
+        assert_eq!(shown(Some(json!(["m*"]))), r#"{"m":"x\"y"}"#);
+        assert_eq!(
+            shown(Some(json!({"excludes": ["a"]}))),
+            r#"{"m":"x\"y","z":1.5}"#
+        );
+        assert_eq!(shown(Some(json!(false))), "null");
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::doc_map::{DocMap, SlotNo};
@@ -19,6 +20,9 @@ use crate::settings::{
 #[derive(Debug)]
 pub struct DocVersion {
     pub source: Value,
+    /// The source as it was sent, when it was written whole (index or create): what ES
+    /// stores and returns as `_source`. `None` for a source an update produced.
+    pub raw: Option<Box<RawValue>>,
     pub version: i64,
     pub seq_no: i64,
     pub routing: Option<String>,
@@ -294,13 +298,25 @@ impl Index {
         version: i64,
         routing: Option<String>,
     ) -> (i64, i64) {
+        self.put_as_sent(id, source.map(|s| (s, None)), version, routing)
+    }
+
+    /// [`Index::put`] of a source with the text it was sent as, if any.
+    pub fn put_as_sent(
+        &mut self,
+        id: &str,
+        source: Option<(Value, Option<Box<RawValue>>)>,
+        version: i64,
+        routing: Option<String>,
+    ) -> (i64, i64) {
         let seq_no = self.next_seq_no;
         self.next_seq_no += 1;
         let (no, key, slot) = self.docs.upsert(id);
         slot.version = version;
-        slot.latest = source.map(|source| {
+        slot.latest = source.map(|(source, raw)| {
             Arc::new(DocVersion {
                 source,
+                raw,
                 version,
                 seq_no,
                 routing,
