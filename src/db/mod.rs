@@ -194,6 +194,7 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
+        self.inner.returned_now();
         context::connection_returned(self.stage.as_str());
         ConnectionReleased {
             stage: self.stage.as_str(),

@@ -4,6 +4,7 @@
 //! instead of two round trips and both.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use postgres::types::ToSql;
 use postgres::{Client, GenericClient, NoTls, Row, Statement, Transaction};
@@ -16,12 +17,21 @@ type Prepared = HashMap<&'static str, Statement>;
 pub struct Session {
     pub(super) client: Client,
     prepared: Prepared,
+    /// When the session last came back to the pool from a checkout.
+    returned: Option<Instant>,
 }
 
 impl Session {
+    /// Records that a checkout has ended (see [`Manager::is_valid`]).
+    pub(super) fn returned_now(&mut self) {
+        self.returned = Some(Instant::now());
+    }
+
     /// A transaction whose statements come from (and go into) this session's cache.
     pub(super) fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
-        let Session { client, prepared } = self;
+        let Session {
+            client, prepared, ..
+        } = self;
         Ok(Tx {
             tx: client.transaction()?,
             prepared,
@@ -151,6 +161,10 @@ queries!(Tx<'_>, cached: |t| (&mut t.tx, &mut *t.prepared));
 queries!(Client);
 queries!(Transaction<'_>);
 
+/// How recently a session must have been in use to be checked out without a check
+/// (HikariCP's default `aliveBypassWindowMs`).
+const CHECKED_BY_USE: Duration = Duration::from_millis(500);
+
 /// r2d2's manager for [`Session`]s: `r2d2_postgres`'s connect and health checks, plus an
 /// empty statement cache per connection.
 pub struct Manager(pub PostgresConnectionManager<NoTls>);
@@ -163,11 +177,21 @@ impl r2d2::ManageConnection for Manager {
         Ok(Session {
             client: self.0.connect()?,
             prepared: HashMap::new(),
+            returned: None,
         })
     }
 
+    /// r2d2 checks every checkout; `r2d2_postgres` checks with an empty query, one more
+    /// round trip for each of a request's or a publication page's short transactions. A
+    /// session back from use less than [`CHECKED_BY_USE`] ago is taken as alive, as
+    /// HikariCP's `aliveBypassWindowMs` does: had its server gone since, its first
+    /// statement fails, the pool drops the session on return (`has_broken`), and the request
+    /// or claim fails as one that met the outage a moment later would.
     fn is_valid(&self, s: &mut Session) -> Result<(), postgres::Error> {
-        self.0.is_valid(&mut s.client)
+        match s.returned {
+            Some(t) if t.elapsed() < CHECKED_BY_USE => Ok(()),
+            _ => self.0.is_valid(&mut s.client),
+        }
     }
 
     fn has_broken(&self, s: &mut Session) -> bool {
