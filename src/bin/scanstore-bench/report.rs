@@ -621,6 +621,9 @@ pub fn summary(r: &Results) -> Value {
                 "seconds": p.seconds,
                 "ceiling_seconds": p.ceiling.seconds(),
                 "ratio": p.ratio(),
+                // Unix seconds, to cut a whole-machine profile (`perf -k CLOCK_REALTIME`).
+                "span": [p.span.0, p.span.1],
+                "ceiling_spans": p.ceiling.spans.iter().map(|&(a, b)| [a, b]).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "peer_endpoints_per_s": s.peer.as_ref().ok().map(|p| p.endpoints_per_s()),
             "published": s.publication().map_or(0, |p| p.published),
