@@ -1,6 +1,8 @@
-//! Bulk operations as NDJSON: building one operation's lines, and splitting a list of
-//! operations into requests by operation count and by the actual encoded bytes.
+//! Bulk operations as NDJSON: building one operation's lines, splitting a list of
+//! operations into requests by operation count and by the actual encoded bytes, and a
+//! request's body read straight from its operations.
 
+use std::io::{self, Read};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -200,13 +202,54 @@ pub fn split(
     Ok(ranges)
 }
 
-/// The request body of `ops`.
+/// The request body of `ops` in one buffer, as a raw client would send it (the writer
+/// streams it instead, see [`BodyReader`]).
 pub fn body(ops: &[BulkOp]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(ops.iter().map(BulkOp::len).sum());
+    let mut out = Vec::with_capacity(body_len(ops));
     for op in ops {
         out.extend_from_slice(&op.ndjson);
     }
     out
+}
+
+/// The bytes of a request of `ops`.
+pub fn body_len(ops: &[BulkOp]) -> usize {
+    ops.iter().map(BulkOp::len).sum()
+}
+
+/// A request's body read from its operations' own buffers, so that sending it copies each
+/// byte once, into the HTTP client's buffer, instead of first into one request-sized
+/// buffer (5 MiB at the default byte limit, fresh memory for every request).
+pub struct BodyReader<'a> {
+    ops: &'a [BulkOp],
+    /// Bytes of `ops[0]` already read.
+    offset: usize,
+}
+
+impl<'a> BodyReader<'a> {
+    pub fn new(ops: &'a [BulkOp]) -> BodyReader<'a> {
+        BodyReader { ops, offset: 0 }
+    }
+}
+
+impl Read for BodyReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            let Some((op, rest)) = self.ops.split_first() else {
+                break;
+            };
+            let left = &op.ndjson[self.offset..];
+            let take = left.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&left[..take]);
+            n += take;
+            self.offset += take;
+            if self.offset == op.ndjson.len() {
+                (self.ops, self.offset) = (rest, 0);
+            }
+        }
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
@@ -216,6 +259,25 @@ mod tests {
 
     fn op(id: usize, filler: usize) -> BulkOp {
         BulkOp::index("i", &id.to_string(), &json!({ "f": "x".repeat(filler) }))
+    }
+
+    #[test]
+    fn the_body_reader_reads_what_body_builds() {
+        let ops: Vec<BulkOp> = (0..50).map(|i| op(i, i * 7)).collect();
+        for chunk in [1, 3, 64, 1 << 20] {
+            let mut reader = BodyReader::new(&ops);
+            let (mut read, mut buf) = (Vec::new(), vec![0u8; chunk]);
+            loop {
+                let n = reader.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                read.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(read, body(&ops), "chunk {chunk}");
+            assert_eq!(read.len(), body_len(&ops));
+        }
+        assert_eq!(BodyReader::new(&[]).read(&mut [0u8; 8]).unwrap(), 0);
     }
 
     #[test]

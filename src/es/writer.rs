@@ -63,8 +63,8 @@ impl Writer<'_> {
         let ranges = bulk::split(ops, self.policy.max_ops, self.policy.max_bytes)?;
         let send = |range: Range<usize>| {
             let part = &ops[range];
-            let body = bulk::body(part);
-            self.send_with_retry(part, &body).map(|v| (v, body.len()))
+            self.send_with_retry(part)
+                .map(|v| (v, bulk::body_len(part)))
         };
         let sent: Vec<Result<(Verified, usize), EsError>> = match ranges.split_first() {
             // The first request goes from this thread: one thread fewer to start per write.
@@ -104,7 +104,8 @@ impl Writer<'_> {
         Ok(report)
     }
 
-    fn send_with_retry(&self, ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
+    fn send_with_retry(&self, ops: &[BulkOp]) -> Result<Verified, EsError> {
+        let body_len = bulk::body_len(ops);
         let started = Instant::now();
         let mut queue_wait = Duration::ZERO;
         let mut request_time = Duration::ZERO;
@@ -115,9 +116,10 @@ impl Writer<'_> {
             let permit = self.limiter.acquire();
             queue_wait += permit.waited;
             let sent = Instant::now();
+            let body = bulk::BodyReader::new(ops);
             let response = self
                 .es
-                .send("POST", "/_bulk", Some(("application/x-ndjson", body)))
+                .post_reader("/_bulk", "application/x-ndjson", body_len, body)
                 .and_then(|r| r.ok());
             request_time += sent.elapsed();
             // The permit bounds requests to the cluster; checking the answer is this
@@ -141,7 +143,7 @@ impl Writer<'_> {
             request: request_time,
             backoff: backoff_time,
             attempts: attempt,
-            request_bytes: body.len(),
+            request_bytes: body_len,
             operations: ops.len(),
             es_took_ms: outcome.as_ref().map(|v| v.es_took_ms).unwrap_or(0),
             success: outcome.is_ok(),
