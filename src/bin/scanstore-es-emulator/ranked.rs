@@ -55,6 +55,11 @@ impl RankedCache {
         }
     }
 
+    /// Takes every entry out (for the caller to drop once it has released the lock).
+    pub fn take_all(&mut self) -> VecDeque<(String, Arc<Vec<Hit>>)> {
+        std::mem::take(&mut self.entries)
+    }
+
     fn total(&self) -> usize {
         self.entries.iter().map(|(_, h)| h.len()).sum()
     }
@@ -107,5 +112,16 @@ mod tests {
         c.put("k".into(), hits(3));
         assert_eq!(c.entries.len(), 1);
         assert_eq!(c.get("k").map(|h| h.len()), Some(3));
+    }
+
+    #[test]
+    fn taking_all_leaves_nothing_holding_documents() {
+        let mut c = RankedCache::default();
+        let kept = hits(2);
+        c.put("k".into(), kept.clone());
+        let taken = c.take_all();
+        assert!(c.get("k").is_none());
+        drop(taken);
+        assert_eq!(Arc::strong_count(&kept), 1);
     }
 }
