@@ -260,14 +260,8 @@ mod tests {
             (head, body)
         });
         let es = EsClient::new(&url, Duration::from_secs(10));
-        let parts: &[&[u8]] = &[b"hello ", b"world"];
         let r = es
-            .post_reader(
-                "/_bulk",
-                "application/x-ndjson",
-                11,
-                parts.concat().as_slice(),
-            )
+            .post_reader("/_bulk", "application/x-ndjson", 11, &b"hello world"[..])
             .unwrap();
         assert_eq!((r.status, r.bytes.as_slice()), (200, &b"{}"[..]));
         let (head, body) = server.join().unwrap();

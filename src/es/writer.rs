@@ -63,8 +63,8 @@ impl Writer<'_> {
         let ranges = bulk::split(ops, self.policy.max_ops, self.policy.max_bytes)?;
         let send = |range: Range<usize>| {
             let part = &ops[range];
-            self.send_with_retry(part)
-                .map(|v| (v, bulk::body_len(part)))
+            let bytes = bulk::body_len(part);
+            self.send_with_retry(part, bytes).map(|v| (v, bytes))
         };
         let sent: Vec<Result<(Verified, usize), EsError>> = match ranges.split_first() {
             // The first request goes from this thread: one thread fewer to start per write.
@@ -104,8 +104,8 @@ impl Writer<'_> {
         Ok(report)
     }
 
-    fn send_with_retry(&self, ops: &[BulkOp]) -> Result<Verified, EsError> {
-        let body_len = bulk::body_len(ops);
+    /// Sends `ops` (`body_len` bytes) as one request, retrying transient failures.
+    fn send_with_retry(&self, ops: &[BulkOp], body_len: usize) -> Result<Verified, EsError> {
         let started = Instant::now();
         let mut queue_wait = Duration::ZERO;
         let mut request_time = Duration::ZERO;

@@ -26,6 +26,8 @@ struct Include {
     /// For a pattern with `*`: the pattern with `.*` appended, which selects what is under
     /// a matching object. `None` for a literal field path.
     under: Option<String>,
+    /// A literal top-level field name (no `*`, no `.`): pickable from a source's text.
+    top_level: bool,
 }
 
 impl Include {
@@ -33,6 +35,7 @@ impl Include {
         Include {
             pattern: pattern.to_owned(),
             under: pattern.contains('*').then(|| format!("{pattern}.*")),
+            top_level: !pattern.contains(['*', '.']),
         }
     }
 
@@ -153,11 +156,7 @@ impl SourceFilter {
         if !self.enabled {
             return None;
         }
-        let picks_fields = self.excludes.is_empty()
-            && self
-                .includes
-                .iter()
-                .all(|i| i.under.is_none() && !i.pattern.contains('.'));
+        let picks_fields = self.excludes.is_empty() && self.includes.iter().all(|i| i.top_level);
         Some(match &doc.raw {
             Some(raw) if self.includes.is_empty() && self.excludes.is_empty() => {
                 SourceView::Sent(raw)
