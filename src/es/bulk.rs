@@ -153,19 +153,19 @@ impl ScriptedUpserts {
     }
 
     /// The upsert of document `id` with the script's `params` (one encoded JSON object).
-    pub fn op(&self, id: &str, params: &[u8]) -> BulkOp {
+    pub fn op(&self, id: String, params: &[u8]) -> BulkOp {
         // Sized for an id without escapes, so the buffer is allocated once.
         let mut ndjson = Vec::with_capacity(
-            self.action.len(id) + self.script_head.len() + params.len() + UPSERT_TAIL.len(),
+            self.action.len(&id) + self.script_head.len() + params.len() + UPSERT_TAIL.len(),
         );
-        self.action.write(&mut ndjson, id);
+        self.action.write(&mut ndjson, &id);
         ndjson.extend_from_slice(&self.script_head);
         ndjson.extend_from_slice(params);
         ndjson.extend_from_slice(UPSERT_TAIL);
         BulkOp {
             kind: OpKind::Update,
             index: self.index.clone(),
-            id: id.to_string(),
+            id,
             ndjson,
         }
     }
@@ -287,7 +287,7 @@ mod tests {
             String::from_utf8(o.ndjson.clone()).unwrap(),
             "{\"index\":{\"_id\":\"a1\",\"_index\":\"idx\"}}\n{\"ip\":\"203.0.113.7\",\"port\":443}\n"
         );
-        let u = ScriptedUpserts::new("a", "s").op("b", b"{\"obs\":{}}");
+        let u = ScriptedUpserts::new("a", "s").op("b".into(), b"{\"obs\":{}}");
         assert_eq!(
             String::from_utf8(u.ndjson.clone()).unwrap(),
             "{\"update\":{\"_id\":\"b\",\"_index\":\"a\",\"retry_on_conflict\":3}}\n\
@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn upsert_names_are_escaped_and_lines_parse() {
-        let u = ScriptedUpserts::new("i\"x", "s\\1").op("a\"b\n", b"{}");
+        let u = ScriptedUpserts::new("i\"x", "s\\1").op("a\"b\n".into(), b"{}");
         let text = String::from_utf8(u.ndjson).unwrap();
         let lines: Vec<Value> = text
             .lines()

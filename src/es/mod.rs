@@ -1,7 +1,7 @@
 //! Elasticsearch/OpenSearch access over blocking HTTP (`ureq`): the client and its error
 //! classes, index naming, bulk building and splitting, strict verification, the
-//! concurrency limit, retry maths and the bulk writer, index/template set-up, and the
-//! Painless scripts with their native twins.
+//! concurrency limit, retry maths, the bulk writer and its sender threads, index/template
+//! set-up, and the Painless scripts with their native twins.
 
 pub mod alias;
 pub mod bulk;
@@ -11,6 +11,7 @@ pub mod index;
 pub mod limit;
 pub mod painless;
 pub mod retry;
+pub mod senders;
 pub mod setup;
 pub mod verify;
 pub mod writer;

@@ -183,7 +183,7 @@ mod tests {
     fn ops() -> Vec<BulkOp> {
         vec![
             BulkOp::index("i1", "a", &json!({})),
-            ScriptedUpserts::new("i2", "s").op("b", b"{}"),
+            ScriptedUpserts::new("i2", "s").op("b".into(), b"{}"),
         ]
     }
 

@@ -34,6 +34,16 @@ pub struct WriteReport {
     pub bytes: usize,
 }
 
+impl WriteReport {
+    /// Adds another write's requests.
+    pub fn add(&mut self, other: &WriteReport) {
+        self.requests += other.requests;
+        self.items += other.items;
+        self.noops += other.noops;
+        self.bytes += other.bytes;
+    }
+}
+
 pub struct Writer<'a> {
     pub es: &'a EsClient,
     pub limiter: &'a Limiter,
@@ -60,13 +70,9 @@ impl Writer<'_> {
     }
 
     fn write_parts(&self, ops: &[BulkOp], together: bool) -> Result<WriteReport, EsError> {
-        let ranges = bulk::split(ops, self.policy.max_ops, self.policy.max_bytes)?;
-        let send = |range: Range<usize>| {
-            let part = &ops[range];
-            let bytes = bulk::body_len(part);
-            self.send_with_retry(part, bytes).map(|v| (v, bytes))
-        };
-        let sent: Vec<Result<(Verified, usize), EsError>> = match ranges.split_first() {
+        let ranges = self.requests(ops)?;
+        let send = |range: Range<usize>| self.send(&ops[range], Duration::ZERO);
+        let sent: Vec<Result<WriteReport, EsError>> = match ranges.split_first() {
             // The first request goes from this thread: one thread fewer to start per write.
             Some((first, rest)) if together && !rest.is_empty() => std::thread::scope(|s| {
                 let others: Vec<_> = rest
@@ -95,19 +101,38 @@ impl Writer<'_> {
         };
         let mut report = WriteReport::default();
         for result in sent {
-            let (verified, bytes) = result?;
-            report.requests += 1;
-            report.items += verified.items;
-            report.noops += verified.noops;
-            report.bytes += bytes;
+            report.add(&result?);
         }
         Ok(report)
     }
 
+    /// The requests `ops` is sent as: consecutive ranges within the policy's limits.
+    pub fn requests(&self, ops: &[BulkOp]) -> Result<Vec<Range<usize>>, EsError> {
+        bulk::split(ops, self.policy.max_ops, self.policy.max_bytes)
+    }
+
+    /// Sends one request of [`Writer::requests`], retrying transient failures; `queued` is
+    /// how long it already waited for a thread to send it (counted as queue wait).
+    pub fn send(&self, part: &[BulkOp], queued: Duration) -> Result<WriteReport, EsError> {
+        let bytes = bulk::body_len(part);
+        let verified = self.send_with_retry(part, bytes, queued)?;
+        Ok(WriteReport {
+            requests: 1,
+            items: verified.items,
+            noops: verified.noops,
+            bytes,
+        })
+    }
+
     /// Sends `ops` (`body_len` bytes) as one request, retrying transient failures.
-    fn send_with_retry(&self, ops: &[BulkOp], body_len: usize) -> Result<Verified, EsError> {
+    fn send_with_retry(
+        &self,
+        ops: &[BulkOp],
+        body_len: usize,
+        queued: Duration,
+    ) -> Result<Verified, EsError> {
         let started = Instant::now();
-        let mut queue_wait = Duration::ZERO;
+        let mut queue_wait = queued;
         let mut request_time = Duration::ZERO;
         let mut backoff_time = Duration::ZERO;
         let mut attempt = 0;
@@ -138,7 +163,7 @@ impl Writer<'_> {
             }
         };
         BulkCompleted {
-            duration: started.elapsed(),
+            duration: queued + started.elapsed(),
             queue_wait,
             request: request_time,
             backoff: backoff_time,

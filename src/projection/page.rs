@@ -299,21 +299,18 @@ pub fn execution_operations(
         let _ = serde_json::to_writer(&mut obs, &Observation(&doc.source));
         params.clear();
         merge_params(&mut params, &obs, None);
-        ops.push(global.op(&index::global_asset_id(ip, transport, port), &params));
-        let user_id = index::user_asset_id(owner_id, ip, transport, port);
+        let global_id = index::global_asset_id(ip, transport, port);
+        let user_id = index::user_asset_id(owner_id, &global_id);
+        ops.push(global.op(global_id, &params));
+        // Applied after the merge in the same request; the tags row of a later change
+        // corrects it, so only current tags are ever written.
+        let tags = tags.for_ip(ip);
+        let retag = (!tags.is_empty())
+            .then(|| BulkOp::partial_update(&targets.user, &user_id, &json!({ "tags": tags })));
         params.clear();
         merge_params(&mut params, &obs, Some(&owner));
-        ops.push(user.op(&user_id, &params));
-        let tags = tags.for_ip(ip);
-        if !tags.is_empty() {
-            // Applied after the merge in the same request; the tags row of a later change
-            // corrects it, so only current tags are ever written.
-            ops.push(BulkOp::partial_update(
-                &targets.user,
-                &user_id,
-                &json!({ "tags": tags }),
-            ));
-        }
+        ops.push(user.op(user_id, &params));
+        ops.extend(retag);
     }
     ops
 }

@@ -8,17 +8,19 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
 use serde_json::Value;
 
 use crate::app::App;
 use crate::db::Stage;
 use crate::es::alias::{self, AssetIndices};
+use crate::es::bulk::BulkOp;
 use crate::es::error::{ErrorClass, EsError};
 use crate::es::index;
 use crate::es::retry::Backoff;
+use crate::es::senders::{Pending, Senders};
 use crate::es::writer::{WritePolicy, WriteReport, Writer};
 use crate::es::EsClient;
 use crate::tags;
@@ -59,6 +61,15 @@ pub struct Worker {
     /// The page read ahead when this worker last yielded a row: the next claim of that row
     /// at that cursor starts from it instead of reading it again.
     carried: Mutex<Option<Carried>>,
+    /// Send the bulk requests of this worker's pages in flight.
+    senders: Senders,
+}
+
+/// A worker's sender threads: two pages in flight, each request of an untagged page sent
+/// on its own (more requests than threads wait their turn).
+fn sender_threads(cfg: &crate::config::EsConfig) -> usize {
+    let per_page = (2 * cfg.projection_page_size).div_ceil(cfg.bulk_batch_size.max(1));
+    (2 * per_page).clamp(1, 16)
 }
 
 struct Carried {
@@ -83,12 +94,53 @@ impl PageSource<'_> {
     }
 }
 
+/// What a tick's page writes need on the sender threads.
+struct Sending {
+    app: Arc<App>,
+    policy: WritePolicy,
+    /// The heartbeat's: a lost lease aborts their waits at once.
+    cancel: Receiver<()>,
+    trace_id: String,
+}
+
+impl Sending {
+    fn writer(&self) -> Writer<'_> {
+        Writer {
+            es: &self.app.es,
+            limiter: &self.app.limiter,
+            policy: self.policy,
+            cancel: Some(&self.cancel),
+            trace_id: &self.trace_id,
+        }
+    }
+}
+
+/// The requests of one page being sent.
+type Writes = Vec<Pending<Result<WriteReport, EsError>>>;
+
+/// Waits for every request of a page; the first failure once all have ended.
+fn written(writes: Writes) -> Result<WriteReport, EsError> {
+    let mut report = WriteReport::default();
+    let mut first = Ok(());
+    for write in writes {
+        let result = write
+            .wait()
+            .unwrap_or_else(|| Err(EsError::Transport("bulk sender panicked".into())));
+        match result {
+            Ok(r) => report.add(&r),
+            Err(e) if first.is_ok() => first = Err(e),
+            Err(_) => {}
+        }
+    }
+    first.map(|()| report)
+}
+
 /// What one tick's pages share.
 struct Run<'a> {
     claim: &'a Claim,
     heartbeat: &'a Heartbeat,
     targets: &'a AssetIndices,
-    writer: &'a Writer<'a>,
+    sending: &'a Arc<Sending>,
     source: &'a PageSource<'a>,
     /// The row's `processed_endpoints` as of the last checkpoint.
     processed: Cell<i64>,
@@ -102,9 +154,9 @@ enum Pages {
     Yielded(usize),
 }
 
-/// A page whose write is under way; settled (joined, then checkpointed) in order.
-struct InFlight<'scope> {
-    write: ScopedJoinHandle<'scope, Result<WriteReport, EsError>>,
+/// A page whose write is under way; settled (waited for, then checkpointed) in order.
+struct InFlight {
+    writes: Writes,
     /// The cursor after the page's last document.
     next: String,
     endpoints: i64,
@@ -114,9 +166,11 @@ struct InFlight<'scope> {
 
 impl Worker {
     pub fn new(app: Arc<App>) -> Worker {
+        let senders = Senders::start("projection-send", sender_threads(&app.config.elasticsearch));
         Worker {
             app,
             carried: Mutex::new(None),
+            senders,
         }
     }
 
@@ -192,19 +246,17 @@ impl Worker {
         // rebuild switches them, the next tick writes the new version (the rebuild
         // catches up with whatever a tick that began before the switch wrote to the old).
         let targets = alias::current(&app.es, prefix)?;
-        let trace_id = format!("outbox-{}", claim.id);
-        let writer = Writer {
-            es: &app.es,
-            limiter: &app.limiter,
+        let sending = Arc::new(Sending {
+            app: app.clone(),
             policy: WritePolicy {
                 max_ops: cfg.bulk_batch_size,
                 max_bytes: cfg.projection_bulk_max_bytes,
                 attempts: 1,
                 backoff: OUTBOX_BACKOFF,
             },
-            cancel: Some(heartbeat.cancel()),
-            trace_id: &trace_id,
-        };
+            cancel: heartbeat.cancel().clone(),
+            trace_id: format!("outbox-{}", claim.id),
+        });
         let (source, filter) = match &claim.work {
             Work::Execution(id) => (
                 index::execution_endpoints(prefix),
@@ -227,21 +279,19 @@ impl Worker {
                 claim,
                 heartbeat,
                 targets: &targets,
-                writer: &writer,
+                sending: &sending,
                 source: &source,
                 processed: Cell::new(claim.processed_endpoints),
             };
-            let outcome = std::thread::scope(|s| {
-                let mut in_flight = VecDeque::new();
-                let outcome = self.pages(&run, s, &mut in_flight);
-                // Only a failed tick leaves pages here: their writes are waited for but not
-                // checkpointed, since a cursor saved past a page that failed would skip it;
-                // the next claim replays them.
-                for page in in_flight {
-                    let _ = page.write.join();
-                }
-                outcome
-            })?;
+            let mut in_flight = VecDeque::new();
+            let outcome = self.pages(&run, &mut in_flight);
+            // Only a failed tick leaves pages here: their writes are waited for but not
+            // checkpointed, since a cursor saved past a page that failed would skip it;
+            // the next claim replays them.
+            for page in in_flight {
+                let _ = written(page.writes);
+            }
+            let outcome = outcome?;
             match outcome {
                 Pages::Yielded(n) => return Ok(TickOutcome::Yielded { pages: n }),
                 Pages::Done(n) => pages = n,
@@ -272,11 +322,10 @@ impl Worker {
     /// still being written: at most two pages in flight, settled in order, so each worker
     /// keeps the cluster busy through its own reads, builds and checkpoints. A tags row's
     /// pages read the index they write: each is settled before the next is read.
-    fn pages<'scope>(
+    fn pages(
         &self,
-        run: &'scope Run<'scope>,
-        s: &'scope Scope<'scope, '_>,
-        in_flight: &mut VecDeque<InFlight<'scope>>,
+        run: &Run,
+        in_flight: &mut VecDeque<InFlight>,
     ) -> Result<Pages, ProjectionError> {
         let claim = run.claim;
         let overlap = matches!(claim.work, Work::Execution(_));
@@ -335,17 +384,9 @@ impl Worker {
             // Without tags every operation merges a distinct document, so the page's
             // requests go out together; a tag update must follow the merge that may create
             // its document, so a tagged page keeps its requests in order.
-            let in_order = !tags.is_empty();
-            let writer = run.writer;
-            let write = s.spawn(move || {
-                if in_order {
-                    writer.write(&ops)
-                } else {
-                    writer.write_concurrently(&ops)
-                }
-            });
+            let writes = self.submit(run.sending, ops, !tags.is_empty())?;
             in_flight.push_back(InFlight {
-                write,
+                writes,
                 next: next.clone(),
                 endpoints: endpoints as i64,
                 started,
@@ -365,6 +406,32 @@ impl Worker {
         Ok(Pages::Done(pages))
     }
 
+    /// Hands a page's operations to the sender threads: each request on its own, or, when
+    /// `in_order`, all of them one after the other as one job.
+    fn submit(
+        &self,
+        sending: &Arc<Sending>,
+        ops: Vec<BulkOp>,
+        in_order: bool,
+    ) -> Result<Writes, EsError> {
+        let ops = Arc::new(ops);
+        if in_order {
+            let sending = sending.clone();
+            return Ok(vec![self
+                .senders
+                .submit(move || sending.writer().write(&ops))]);
+        }
+        let requests = sending.writer().requests(&ops)?;
+        Ok(requests
+            .into_iter()
+            .map(|range| {
+                let (sending, ops, queued) = (sending.clone(), ops.clone(), Instant::now());
+                self.senders
+                    .submit(move || sending.writer().send(&ops[range], queued.elapsed()))
+            })
+            .collect())
+    }
+
     /// Gives the row back for others' turn (due now), carrying `fetched`, the page after
     /// `cursor`, to this worker's next claim.
     fn release(
@@ -382,9 +449,7 @@ impl Worker {
     /// Waits for a page's write, then saves the cursor after it: verified pages only, in
     /// order, and only while the lease holds.
     fn settle(&self, run: &Run, page: InFlight) -> Result<(), ProjectionError> {
-        page.write
-            .join()
-            .unwrap_or_else(|_| Err(EsError::Transport("page writer panicked".into())))?;
+        written(page.writes)?;
         if run.heartbeat.is_lost() {
             return Err(ProjectionError::LeaseLost);
         }
@@ -418,7 +483,7 @@ impl Worker {
             if first.is_ok() {
                 first = self.settle(run, page);
             } else {
-                let _ = page.write.join();
+                let _ = written(page.writes);
             }
         }
         first

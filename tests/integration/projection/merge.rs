@@ -85,12 +85,7 @@ fn any_order_and_repetition_gives_the_twins_document() {
         let upserts = ScriptedUpserts::new(&index, painless::ASSET_MERGE_ID);
         let ops: Vec<BulkOp> = seq
             .iter()
-            .map(|o| {
-                upserts.op(
-                    &format!("doc-{k}"),
-                    json!({"obs": o}).to_string().as_bytes(),
-                )
-            })
+            .map(|o| upserts.op(format!("doc-{k}"), json!({"obs": o}).to_string().as_bytes()))
             .collect();
         let body = bulk::body(&ops);
         let r = es.raw(
