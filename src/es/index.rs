@@ -44,12 +44,7 @@ pub fn versioned(alias: &str, version: u32) -> String {
 /// quarter of building a page's operations.
 pub fn global_asset_id(ip: &str, transport: &str, port: u16) -> String {
     let mut digits = itoa::Buffer::new();
-    let port = digits.format(port);
-    let mut id = String::with_capacity(ip.len() + transport.len() + port.len() + 2);
-    for part in [ip, "-", transport, "-", port] {
-        id.push_str(part);
-    }
-    id
+    [ip, "-", transport, "-", digits.format(port)].concat()
 }
 
 /// Owner asset document id: one per owner and endpoint, the owner's id (simple form)
