@@ -79,9 +79,11 @@ pub struct Opts {
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
     /// scanstore `projection.nice`. Here the publisher shares two cores with the emulator
-    /// and PostgreSQL; 10 made no difference beyond run-to-run noise (session 12: 10 k
-    /// medians 0.72–0.75 with it, 0.75–0.76 without), so the default is scanstore's own.
-    #[arg(long, default_value_t = 0)]
+    /// and PostgreSQL, the single-machine deployment for which README's deployment notes
+    /// set it: the publisher's threads then run on the CPU the emulator's bulk writes leave
+    /// idle instead of preempting them (session 18, 10 k medians of 11: 0.80–0.82 at 0,
+    /// 0.83–0.84 at 10, 0.88–0.89 at 19).
+    #[arg(long, default_value_t = 19)]
     pub projection_nice: u32,
     /// scanstore `elasticsearch.bulk_max_concurrency` of the size runs (also the ceiling's client threads).
     #[arg(long, default_value_t = 4)]
