@@ -90,12 +90,7 @@ pub fn upload_requests(
     max_ops: usize,
     max_bytes: usize,
 ) -> Result<Requests, String> {
-    let mut out = Requests {
-        bodies: Vec::new(),
-        ops: 0,
-        endpoints: 0,
-        indices: Vec::new(),
-    };
+    let mut out = Requests::default();
     for job in jobs {
         let owning = facts::Owning {
             execution_id: job.execution_id,
@@ -139,12 +134,7 @@ pub fn publication_requests(
     max_ops: usize,
     max_bytes: usize,
 ) -> Result<Requests, String> {
-    let mut out = Requests {
-        bodies: Vec::new(),
-        ops: 0,
-        endpoints: 0,
-        indices: Vec::new(),
-    };
+    let mut out = Requests::default();
     let targets = AssetIndices::version(prefix, setup::ASSETS_VERSION);
     for job in jobs {
         for chunk in page_docs(job).chunks(page_size.max(1)) {
