@@ -91,6 +91,7 @@ fn latency(r: &Results, path: &Path) -> Result<(), String> {
                 .unwrap_or(&"")
                 .to_string()
         })
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .y_desc("milliseconds (log)")
         .draw()
         .map_err(err)?;
@@ -184,6 +185,7 @@ fn throughput(r: &Results, path: &Path) -> Result<(), String> {
                 .map(|l| l.1.clone())
                 .unwrap_or_default()
         })
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .y_desc("endpoints per second")
         .draw()
         .map_err(err)?;
