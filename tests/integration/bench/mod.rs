@@ -52,6 +52,12 @@ fn quick_mode_writes_a_sane_report() {
         "{report}"
     );
     assert!(report.contains("2 upload rounds per size"), "{report}");
+    // The publisher runs niced, as on a machine it shares with ES and PostgreSQL, and the
+    // report says so.
+    assert!(report.contains("`projection.nice` 19"), "{report}");
+    let publisher = std::fs::read_to_string(out.join("logs/size10000-publish.toml"))
+        .expect("the publishing scanstore's config");
+    assert!(publisher.contains("nice = 19\n"), "{publisher}");
     let summary: Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json")).expect("summary.json"))
             .expect("json");
