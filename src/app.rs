@@ -9,8 +9,7 @@ use crate::config::Config;
 use crate::db::{self, Db, DbError};
 use crate::es::limit::Limiter;
 use crate::es::{setup, EsClient, EsError};
-use crate::http::router;
-use crate::http::server::{self, Handler, HttpServer};
+use crate::http::server::{self, HttpServer, Routes};
 use crate::projection::wake::Wake;
 use crate::projection::Workers;
 use crate::telemetry::sampler::Sampler;
@@ -127,11 +126,11 @@ pub fn notify(state: &str) -> std::io::Result<bool> {
 
 /// Migrates the schema and starts serving with the product's router.
 pub fn start(config: Config) -> Result<Running, StartError> {
-    start_with(config, router::route)
+    start_with(config, Routes::PRODUCT)
 }
 
-/// As [`start`], with another handler (tests of the HTTP machinery itself).
-pub fn start_with(config: Config, handler: Handler) -> Result<Running, StartError> {
+/// As [`start`], with other routes (tests of the HTTP machinery itself).
+pub fn start_with(config: Config, routes: Routes) -> Result<Running, StartError> {
     let app = Arc::new(App::new(config)?);
     let outcome = db::migrate::run(&app.db)?;
     Line::new("SchemaReady")
@@ -143,7 +142,7 @@ pub fn start_with(config: Config, handler: Handler) -> Result<Running, StartErro
             .field("error", e)
             .warn();
     }
-    let http = server::start(app.clone(), handler)?;
+    let http = server::start(app.clone(), routes)?;
     let workers = Workers::start(&app)?;
     let sampler = Sampler::start(app.db.clone(), SAMPLE_EVERY);
     Ok(Running {

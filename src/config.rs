@@ -67,6 +67,12 @@ pub struct RawServer {
     pub max_body_bytes: u64,
     pub max_observations: u64,
     pub body_deadline_ms: u64,
+    pub header_timeout_ms: u64,
+    pub max_head_bytes: u64,
+    pub max_headers: u64,
+    pub max_connections: u64,
+    pub max_body_reads: u64,
+    pub preauth_body_bytes: u64,
     pub shutdown_grace_seconds: u64,
 }
 
@@ -78,6 +84,12 @@ impl Default for RawServer {
             max_body_bytes: 16 * MIB,
             max_observations: 5000,
             body_deadline_ms: 60_000,
+            header_timeout_ms: 10_000,
+            max_head_bytes: 16 * KIB,
+            max_headers: 100,
+            max_connections: 512,
+            max_body_reads: 16,
+            preauth_body_bytes: 64 * KIB,
             shutdown_grace_seconds: 30,
         }
     }
@@ -166,6 +178,20 @@ pub struct ServerConfig {
     pub max_observations: usize,
     /// Total time a client may take to send one request body.
     pub body_deadline: Duration,
+    /// Read timeout of every client socket; the most a request line and headers may take,
+    /// and how long an idle connection is kept between requests.
+    pub header_timeout: Duration,
+    /// Most bytes in a request line and its headers (431 beyond).
+    pub max_head_bytes: usize,
+    /// Most header lines in one request (431 beyond).
+    pub max_headers: usize,
+    /// Most client connections at once (503 + Retry-After beyond).
+    pub max_connections: usize,
+    /// Most bodies larger than `preauth_body_bytes` being read at once; with
+    /// `max_body_bytes` this bounds the memory of large bodies in flight.
+    pub max_body_reads: usize,
+    /// Bodies larger than this are read only after the scanner's token is verified.
+    pub preauth_body_bytes: u64,
     pub shutdown_grace: Duration,
 }
 
@@ -209,6 +235,12 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("server.max_body_bytes", KIB, 256 * MIB, " bytes"),
     ("server.max_observations", 1, 100_000, ""),
     ("server.body_deadline_ms", 1000, 3_600_000, " ms"),
+    ("server.header_timeout_ms", 100, 600_000, " ms"),
+    ("server.max_head_bytes", KIB, MIB, " bytes"),
+    ("server.max_headers", 8, 1000, ""),
+    ("server.max_connections", 16, 65_536, ""),
+    ("server.max_body_reads", 1, 1024, ""),
+    ("server.preauth_body_bytes", 0, MIB, " bytes"),
     ("server.shutdown_grace_seconds", 1, 600, " s"),
     ("database.pool_size", 1, 512, ""),
     ("database.pool_timeout_ms", 10, 600_000, " ms"),
@@ -380,6 +412,15 @@ impl Config {
                     "server.body_deadline_ms",
                     s.body_deadline_ms,
                 )?),
+                header_timeout: Duration::from_millis(checked(
+                    "server.header_timeout_ms",
+                    s.header_timeout_ms,
+                )?),
+                max_head_bytes: to_usize(checked("server.max_head_bytes", s.max_head_bytes)?),
+                max_headers: to_usize(checked("server.max_headers", s.max_headers)?),
+                max_connections: to_usize(checked("server.max_connections", s.max_connections)?),
+                max_body_reads: to_usize(checked("server.max_body_reads", s.max_body_reads)?),
+                preauth_body_bytes: checked("server.preauth_body_bytes", s.preauth_body_bytes)?,
                 shutdown_grace: Duration::from_secs(checked(
                     "server.shutdown_grace_seconds",
                     s.shutdown_grace_seconds,

@@ -29,6 +29,8 @@ pub enum ApiError {
     BodyTimeout,
     #[error("the server is shutting down")]
     ShuttingDown,
+    #[error("too many request bodies are being read; retry shortly")]
+    BodyReadersBusy,
     #[error(transparent)]
     Db(#[from] DbError),
     #[error(transparent)]
@@ -129,6 +131,11 @@ impl ApiError {
                 code: "shutting_down",
                 retry_after: Some(2),
             },
+            ApiError::BodyReadersBusy => Mapping {
+                status: 503,
+                code: "server_busy",
+                retry_after: Some(1),
+            },
             ApiError::Db(e) => db(e),
             ApiError::Es(e) => es(e),
             ApiError::Upload(e) => upload(e),
@@ -143,6 +150,18 @@ impl ApiError {
 
     pub fn code(&self) -> &'static str {
         self.mapping().code
+    }
+
+    /// What of this error the request's log line may carry. A client error (4xx) is the
+    /// client's own input described back to it, and its message may quote observation or
+    /// query values: only the position it names is logged. A server error is logged whole
+    /// (its internals stay out of the answer instead).
+    pub fn log_detail(&self) -> LogDetail {
+        if self.status() >= 500 {
+            LogDetail::Error
+        } else {
+            LogDetail::Position(position(&self.to_string()))
+        }
     }
 
     /// The JSON error envelope. Server-side failures get a generic message: internals
@@ -166,6 +185,43 @@ impl ApiError {
     }
 }
 
+/// See [`ApiError::log_detail`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum LogDetail {
+    /// The field or parameter a client error names, if any.
+    Position(Option<String>),
+    /// The whole error.
+    Error,
+}
+
+/// The position a client error's message names, with nothing the client sent: its leading
+/// field name (every message starts with scanstore's own words, such as
+/// `observations[3]: ...` or `size must be ...`) and serde's `line L column C`.
+fn position(message: &str) -> Option<String> {
+    let name_len = message
+        .bytes()
+        .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_[]".contains(b))
+        .count();
+    let name = &message[..name_len];
+    let named = !name.is_empty() && message[name_len..].starts_with([':', ' ']);
+    let line_column = message.rfind(" at line ").and_then(|i| {
+        let tail = &message[i + 1..];
+        let ok = tail.split(' ').enumerate().all(|(k, w)| match k {
+            0 => w == "at",
+            1 | 3 => matches!(w, "line" | "column"),
+            2 | 4 => !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()),
+            _ => false,
+        });
+        ok.then_some(tail)
+    });
+    match (named.then_some(name), line_column) {
+        (Some(n), Some(lc)) => Some(format!("{n} {lc}")),
+        (Some(n), None) => Some(n.to_string()),
+        (None, Some(lc)) => Some(lc.to_string()),
+        (None, None) => None,
+    }
+}
+
 fn public_message(code: &str) -> &'static str {
     match code {
         "database_busy" => "database busy, retry shortly",
@@ -174,6 +230,7 @@ fn public_message(code: &str) -> &'static str {
         "search_backend_unavailable" => "search backend unavailable, retry",
         "search_backend_error" => "search backend rejected the request",
         "shutting_down" => "the server is shutting down, retry",
+        "server_busy" => "too many request bodies are being read, retry shortly",
         "search_timed_out" => "search timed out; the page would be incomplete, retry",
         "search_shards_failed" => "some search shards failed; the page would be incomplete",
         "index_name_too_long" => "index name exceeds the request-line budget; check index_prefix",
@@ -209,6 +266,43 @@ mod tests {
         assert_eq!(r.status, 400);
         assert_eq!(r.json_body()["error"]["message"], "port out of range");
         assert!(r.headers.is_empty());
+    }
+
+    #[test]
+    fn client_errors_are_logged_by_position_without_values() {
+        let detail = |message: &str| {
+            ApiError::from(UploadError::Invalid {
+                code: "bad_field",
+                message: message.into(),
+            })
+            .log_detail()
+        };
+        let at = |s: &str| LogDetail::Position(Some(s.to_string()));
+        assert_eq!(
+            detail("observations[3]: invalid type: string \"SSH-2.0-OpenSSH\", expected u16 at line 1 column 42"),
+            at("observations[3] at line 1 column 42")
+        );
+        assert_eq!(
+            detail("request body: expected value at line 1 column 1"),
+            at("request at line 1 column 1")
+        );
+        assert_eq!(
+            ApiError::from(ReadError::invalid(
+                "bad_size",
+                "size must be an integer from 1 to 500, got \"x y\""
+            ))
+            .log_detail(),
+            at("size")
+        );
+        // A message that does not start with a name gives nothing of itself away.
+        assert_eq!(
+            detail("\"secret\" at line 1 column 9x"),
+            LogDetail::Position(None)
+        );
+        assert_eq!(
+            ApiError::Internal("boom".into()).log_detail(),
+            LogDetail::Error
+        );
     }
 
     #[test]

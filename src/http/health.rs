@@ -8,31 +8,43 @@ use super::request::Reply;
 use crate::app::App;
 use crate::db::{migrate, Stage};
 use crate::telemetry;
+use crate::telemetry::Line;
 
 pub fn healthz() -> Reply {
     Reply::ok(json!({ "status": "ok" }))
 }
 
 pub fn readyz(app: &App) -> Reply {
+    // Anyone may ask: the answer names component states only, the reasons go to the log.
     let postgres = match app.db.checkout(Stage::Health) {
         Ok(mut conn) => match migrate::is_current(&mut conn) {
-            Ok(true) => Ok("ok"),
-            Ok(false) => Err("schema not current: run `scanstore migrate`".to_string()),
-            Err(e) => Err(e.to_string()),
+            Ok(true) => "ok",
+            Ok(false) => not_ready("postgres", "schema_not_current", &"run `scanstore migrate`"),
+            Err(e) => not_ready("postgres", "unavailable", &e),
         },
-        Err(e) => Err(e.to_string()),
+        Err(e) => not_ready("postgres", "unavailable", &e),
     };
-    let elasticsearch = app.es_probe.ping();
-    let ready = postgres.is_ok() && elasticsearch.is_ok();
+    let elasticsearch = match app.es_probe.ping() {
+        Ok(_) => "ok",
+        Err(e) => not_ready("elasticsearch", "unavailable", &e),
+    };
+    let ready = postgres == "ok" && elasticsearch == "ok";
     let body = json!({
         "status": if ready { "ready" } else { "not_ready" },
-        "postgres": match &postgres { Ok(s) => s.to_string(), Err(e) => e.clone() },
-        "elasticsearch": match &elasticsearch {
-            Ok(version) => format!("ok {version}"),
-            Err(e) => e.to_string(),
-        },
+        "postgres": postgres,
+        "elasticsearch": elasticsearch,
     });
     Reply::json(if ready { 200 } else { 503 }, &body)
+}
+
+/// Logs why a component is not ready and returns its state for the answer.
+fn not_ready(component: &str, state: &'static str, why: &dyn std::fmt::Display) -> &'static str {
+    Line::new("ReadinessFailed")
+        .field("component", component)
+        .field("state", state)
+        .field("error", why)
+        .warn();
+    state
 }
 
 /// `GET /metrics`: the Prometheus text format. The outbox backlog is sampled for the

@@ -24,6 +24,30 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/openapi.json"),
 ];
 
+/// How the server treats a request's body before any handler runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyPolicy {
+    /// The route reads no body: one that is sent is never read, and the connection is
+    /// closed after the answer (its unread rest would be taken for the next request).
+    Ignored,
+    /// Read for anyone, within the size limit and the deadline (handlers of tests of the
+    /// HTTP machinery; no product route).
+    Open,
+    /// A scanner route: a body larger than `server.preauth_body_bytes` is read only after
+    /// the bearer token names an enabled scanner.
+    Scanner,
+}
+
+/// The body policy of a request, from its method and path alone: the scanner API's POSTs
+/// are the only product routes that take a body.
+pub fn body_policy(method: &str, path: &str) -> BodyPolicy {
+    if method == "POST" && path.starts_with("/api/v1/scanner/") {
+        BodyPolicy::Scanner
+    } else {
+        BodyPolicy::Ignored
+    }
+}
+
 /// The product's handler, given to the HTTP server.
 pub fn route(app: &App, req: &Req) -> Result<Reply, ApiError> {
     let segments = req.segments();

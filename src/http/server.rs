@@ -1,17 +1,17 @@
-//! The HTTP server: one tiny_http listener served by a fixed pool of blocking worker
-//! threads. An acceptor thread hands requests to the workers; a body larger than what
-//! tiny_http buffers itself is read by a helper thread, and the request returns to the
-//! workers only once its body is in, so no worker ever waits on a client (a trickling
-//! client is cut off at the body deadline; a stalled one holds only its helper). A
-//! panicking handler answers 500 and its thread lives on. Shutdown stops the workers taking
-//! new requests and waits a bounded time for in-flight ones.
+//! The HTTP server: admission of requests and a fixed pool of blocking workers that only
+//! ever see complete requests.
 //!
-//! Why no socket timeouts: on Linux `SO_RCVTIMEO` on the listening socket is inherited by
-//! accepted sockets, but it also makes `accept()` time out, and tiny_http 0.12's accept
-//! thread ends on the first accept error — the server would stop accepting after one idle
-//! period. tiny_http exposes no accepted socket to set it on afterwards.
+//! tiny_http's per-connection threads read request heads within `server.*` limits (head
+//! size, header count, head deadline, connection cap, strict body framing; see
+//! `vendor/tiny_http/PATCHED.md`). The acceptor then admits each request: one without a
+//! body goes to the workers; a body is read off the workers — a small one on a thread of
+//! its own, a larger one by a fixed pool of body readers, and on the scanner API only after
+//! the bearer token is verified. Every socket has read and write timeouts, so no read of a
+//! stalled client lasts longer than `server.header_timeout_ms`, and a body read ends at its
+//! deadline. A panicking handler answers 500 and its thread lives on. Shutdown stops the
+//! workers taking new requests and waits a bounded time for in-flight ones.
 
-use std::io;
+use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,28 +19,64 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use socket2::{Domain, Socket, Type};
 
 use super::error::ApiError;
 use super::request::{read_body, Reply, Req};
+use super::router::{self, BodyPolicy};
 use crate::app::App;
 use crate::config::ServerConfig;
 use crate::telemetry;
 use crate::telemetry::events::ms;
 use crate::telemetry::Line;
+use crate::upload;
 
 /// A request handler: the product's is `router::route`.
 pub type Handler = fn(&App, &Req) -> Result<Reply, ApiError>;
 
+/// What the server serves: the handler, and how each request's body is treated before it.
+#[derive(Clone, Copy)]
+pub struct Routes {
+    pub handle: Handler,
+    pub body_policy: fn(&str, &str) -> BodyPolicy,
+}
+
+impl Routes {
+    /// The product's routes.
+    pub const PRODUCT: Routes = Routes {
+        handle: router::route,
+        body_policy: router::body_policy,
+    };
+}
+
 /// How long a worker waits in `recv` before looking at the stop flag again.
 const POLL: Duration = Duration::from_millis(100);
 
-/// A request whose body has been read, waiting for a worker.
+/// At most one log line per this period for a failure that can repeat in a tight loop
+/// (accept failing with EMFILE, threads that cannot be started).
+const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(1);
+
+/// Stack of a thread that only reads one small body.
+const BODY_THREAD_STACK: usize = 256 * 1024;
+
+/// A request for the workers: its body is in, or it is answered without one.
 struct Pending {
     request: tiny_http::Request,
     req: Req,
     started: Instant,
+    /// Close the connection after the answer: part of the body may be unread.
+    close: bool,
+    /// Answer this error without running the handler.
+    refused: Option<ApiError>,
+}
+
+/// A request whose body waits for a body reader.
+struct BodyJob {
+    request: tiny_http::Request,
+    req: Req,
+    started: Instant,
+    policy: BodyPolicy,
 }
 
 pub struct HttpServer {
@@ -50,8 +86,9 @@ pub struct HttpServer {
     workers: Vec<JoinHandle<()>>,
 }
 
-/// Binds the listener with socket timeouts and starts `worker_threads` workers.
-pub fn start(app: Arc<App>, handler: Handler) -> io::Result<HttpServer> {
+/// Binds the listener and starts the acceptor, the body readers and `worker_threads`
+/// workers.
+pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
     let cfg = &app.config.server;
     let addr: SocketAddr = cfg
         .listen
@@ -63,36 +100,55 @@ pub fn start(app: Arc<App>, handler: Handler) -> io::Result<HttpServer> {
     socket.listen(1024)?;
     let listener: TcpListener = socket.into();
     let addr = listener.local_addr()?;
-    let server = tiny_http::Server::from_listener(listener, None)
+    let limits = tiny_http::Limits {
+        header_timeout: Some(cfg.header_timeout),
+        max_head_bytes: cfg.max_head_bytes,
+        max_headers: cfg.max_headers,
+        max_connections: cfg.max_connections,
+    };
+    let server = tiny_http::Server::from_listener_with_limits(listener, None, limits)
         .map_err(|e| io::Error::other(e.to_string()))?;
     let stop = Arc::new(AtomicBool::new(false));
     let (done_tx, done) = crossbeam_channel::unbounded();
-    // Rendezvous: the acceptor takes the next request from tiny_http only when a worker is
-    // free to take it, so waiting requests stay in tiny_http's queue.
-    let (incoming_tx, incoming) = crossbeam_channel::bounded::<tiny_http::Request>(0);
+    // Rendezvous: the acceptor hands a request over only when a worker is free to take it,
+    // so waiting requests stay in tiny_http's queue.
+    let (incoming_tx, incoming) = crossbeam_channel::bounded::<Pending>(0);
     let (ready_tx, ready) = crossbeam_channel::unbounded::<Pending>();
+    // As many large bodies may wait for a reader as are being read; more are refused.
+    let (bodies_tx, bodies) = crossbeam_channel::bounded::<BodyJob>(cfg.max_body_reads);
 
+    for n in 0..cfg.max_body_reads {
+        let (jobs, app, ready) = (bodies.clone(), app.clone(), ready_tx.clone());
+        std::thread::Builder::new()
+            .name(format!("http-body-{n}"))
+            .spawn(move || read_bodies(&jobs, &app, &ready))?;
+    }
+    let admission = Admission {
+        app: app.clone(),
+        routes,
+        incoming: incoming_tx,
+        ready: ready_tx.clone(),
+        bodies: bodies_tx,
+    };
     let acceptor_stop = stop.clone();
     std::thread::Builder::new()
         .name("http-accept".into())
-        .spawn(move || accept(&server, &incoming_tx, &acceptor_stop))?;
+        .spawn(move || accept(&server, &admission, &acceptor_stop))?;
 
     let mut workers = Vec::with_capacity(cfg.worker_threads);
     for n in 0..cfg.worker_threads {
-        let channels = Channels {
-            incoming: incoming.clone(),
-            ready: ready.clone(),
-            ready_tx: ready_tx.clone(),
-        };
+        let (incoming, ready) = (incoming.clone(), ready.clone());
         let (app, stop, done_tx) = (app.clone(), stop.clone(), done_tx.clone());
         let worker = std::thread::Builder::new()
             .name(format!("http-{n}"))
-            .spawn(move || work(&channels, &app, handler, &stop, done_tx))?;
+            .spawn(move || work(&incoming, &ready, &app, routes.handle, &stop, done_tx))?;
         workers.push(worker);
     }
     Line::new("HttpServerStarted")
         .field("addr", addr)
         .field("worker_threads", cfg.worker_threads)
+        .field("max_connections", cfg.max_connections)
+        .field("max_body_reads", cfg.max_body_reads)
         .info();
     Ok(HttpServer {
         addr,
@@ -134,54 +190,146 @@ impl HttpServer {
     }
 }
 
-/// Moves requests from tiny_http to the workers until stopped.
-fn accept(server: &tiny_http::Server, incoming: &Sender<tiny_http::Request>, stop: &AtomicBool) {
+/// Logs a repeating failure at most once per [`FAILURE_LOG_PERIOD`], with how many were
+/// left out since the last line.
+struct FailureLog {
+    event: &'static str,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl FailureLog {
+    fn new(event: &'static str) -> FailureLog {
+        FailureLog {
+            event,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    fn record(&mut self, error: &dyn std::fmt::Display) {
+        if self.last.is_some_and(|t| t.elapsed() < FAILURE_LOG_PERIOD) {
+            self.suppressed += 1;
+            return;
+        }
+        Line::new(self.event)
+            .field("error", error)
+            .field("suppressed", self.suppressed)
+            .warn();
+        self.last = Some(Instant::now());
+        self.suppressed = 0;
+    }
+}
+
+/// What the acceptor needs to admit a request.
+struct Admission {
+    app: Arc<App>,
+    routes: Routes,
+    incoming: Sender<Pending>,
+    ready: Sender<Pending>,
+    bodies: Sender<BodyJob>,
+}
+
+/// Admits requests from tiny_http until stopped. tiny_http itself backs off after a failed
+/// `accept` (out of file descriptors, say) and reports each failure here.
+fn accept(server: &tiny_http::Server, admission: &Admission, stop: &AtomicBool) {
+    let mut accept_failures = FailureLog::new("HttpAcceptFailed");
+    let mut spawn_failures = FailureLog::new("HttpBodyReaderUnavailable");
     while !stop.load(Ordering::SeqCst) {
         match server.recv_timeout(POLL) {
             Ok(Some(request)) => {
-                if incoming.send(request).is_err() {
-                    return;
+                let admitted = catch_unwind(AssertUnwindSafe(|| {
+                    admit(admission, request, &mut spawn_failures)
+                }));
+                match admitted {
+                    Ok(Ok(())) => {}
+                    // The workers are gone: the server is shutting down.
+                    Ok(Err(Stopped)) => return,
+                    Err(_) => Line::new("HttpAcceptorRecovered").warn(),
                 }
             }
             Ok(None) => {}
-            Err(e) => {
-                Line::new("HttpReceiveFailed").field("error", e).warn();
-                std::thread::sleep(POLL);
-            }
+            Err(e) => accept_failures.record(&e),
         }
     }
 }
 
-/// A worker's ends of the request channels.
-struct Channels {
-    incoming: Receiver<tiny_http::Request>,
-    ready: Receiver<Pending>,
-    ready_tx: Sender<Pending>,
-}
+/// The workers stopped taking requests.
+struct Stopped;
 
-fn work(channels: &Channels, app: &App, handler: Handler, stop: &AtomicBool, done: Sender<()>) {
-    while !stop.load(Ordering::SeqCst) {
-        // Nothing a request does may take the worker down with it.
-        let served = catch_unwind(AssertUnwindSafe(|| {
-            crossbeam_channel::select! {
-                recv(channels.ready) -> p => if let Ok(p) = p { dispatch(app, handler, p) },
-                recv(channels.incoming) -> r => if let Ok(r) = r { begin(app, handler, r, &channels.ready_tx) },
-                default(POLL) => {}
-            }
-        }));
-        if served.is_err() {
-            Line::new("HttpWorkerRecovered").warn();
-        }
-    }
-    let _ = done.send(());
-}
-
-/// Starts a request: reads a small or absent body in place and serves it; hands a larger
-/// one to a body reader.
-fn begin(app: &App, handler: Handler, mut request: tiny_http::Request, ready: &Sender<Pending>) {
+/// Decides where a request goes: straight to the workers, to a body reader, or answered
+/// without reading its body.
+fn admit(
+    a: &Admission,
+    request: tiny_http::Request,
+    spawn_failures: &mut FailureLog,
+) -> Result<(), Stopped> {
     let started = Instant::now();
-    let method = request.method().as_str().to_string();
-    let url = request.url().to_string();
+    let req = head(&request);
+    let _serving = telemetry::context::enter(&req.request_id);
+    let cfg = &a.app.config.server;
+    let declared = request.body_length();
+    // tiny_http has refused every Transfer-Encoding but `chunked` (strict framing).
+    let chunked = request
+        .headers()
+        .iter()
+        .any(|h| h.field.equiv("Transfer-Encoding"));
+    let to_workers = |request, req, close, refused| {
+        a.incoming
+            .send(Pending {
+                request,
+                req,
+                started,
+                close,
+                refused,
+            })
+            .map_err(|_| Stopped)
+    };
+    if !chunked && declared.unwrap_or(0) == 0 {
+        return to_workers(request, req, false, None);
+    }
+    let policy = (a.routes.body_policy)(&req.method, &req.path);
+    if policy == BodyPolicy::Ignored {
+        return to_workers(request, req, true, None);
+    }
+    if declared.is_some_and(|n| n as u64 > cfg.max_body_bytes) {
+        let refused = ApiError::PayloadTooLarge {
+            limit: cfg.max_body_bytes,
+        };
+        return to_workers(request, req, true, Some(refused));
+    }
+    // A request that asks to upgrade gets the raw socket as its body reader from tiny_http;
+    // scanstore upgrades nothing, and a chunked body there could not be decoded.
+    if chunked && is_upgrade(&request) {
+        let refused = ApiError::BadRequest {
+            code: "bad_framing",
+            message: "a chunked body cannot come with Connection: upgrade".into(),
+        };
+        return to_workers(request, req, true, Some(refused));
+    }
+    let job = BodyJob {
+        request,
+        req,
+        started,
+        policy,
+    };
+    if !chunked && declared.is_some_and(|n| n as u64 <= cfg.preauth_body_bytes) {
+        read_small_body(job, cfg, a.ready.clone(), spawn_failures);
+        return Ok(());
+    }
+    match a.bodies.try_send(job) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Full(job)) => {
+            to_workers(job.request, job.req, true, Some(ApiError::BodyReadersBusy))
+        }
+        Err(TrySendError::Disconnected(job)) => {
+            to_workers(job.request, job.req, true, Some(ApiError::ShuttingDown))
+        }
+    }
+}
+
+/// The request's method, URL and headers as handlers see them; the body comes later.
+fn head(request: &tiny_http::Request) -> Req {
     let headers: Vec<(String, String)> = request
         .headers()
         .iter()
@@ -192,93 +340,168 @@ fn begin(app: &App, handler: Handler, mut request: tiny_http::Request, ready: &S
             )
         })
         .collect();
-    let req = Req::new(&method, &url, headers, Vec::new());
-    let _serving = telemetry::context::enter(&req.request_id);
-    let cfg = &app.config.server;
-    let declared = request.body_length();
-    let chunked = request
-        .headers()
-        .iter()
-        .any(|h| h.field.equiv("Transfer-Encoding"));
-    // tiny_http buffers bodies of up to 1 KiB while parsing the head.
-    if declared.is_some_and(|n| n <= 1024) || (declared.is_none() && !chunked) {
-        match read_body(
-            request.as_reader(),
-            declared,
-            cfg.max_body_bytes,
-            cfg.body_deadline,
-        ) {
-            Ok(body) => dispatch(
-                app,
-                handler,
-                Pending {
-                    request,
-                    req: Req { body, ..req },
-                    started,
-                },
-            ),
-            Err(e) => answer(request, &req, started, Err(e)),
-        }
-        return;
-    }
-    read_in_background(request, req, started, cfg, ready.clone());
+    Req::new(
+        request.method().as_str(),
+        request.url(),
+        headers,
+        Vec::new(),
+    )
 }
 
-/// Reads a large body on its own thread, within the deadline and size limit, then queues
-/// the request for the workers. A failed body is answered from this thread, because
-/// tiny_http drains the unread rest of a body when the request is dropped.
-fn read_in_background(
-    request: tiny_http::Request,
-    req: Req,
-    started: Instant,
+fn is_upgrade(request: &tiny_http::Request) -> bool {
+    request.headers().iter().any(|h| {
+        h.field.equiv("Connection") && h.value.as_str().to_ascii_lowercase().contains("upgrade")
+    })
+}
+
+/// Reads a body of at most `preauth_body_bytes` on a thread of its own: such a read needs
+/// no token, so a stalled client must not hold a shared reader. The connection cap bounds
+/// these threads and their memory.
+fn read_small_body(
+    job: BodyJob,
     cfg: &ServerConfig,
     ready: Sender<Pending>,
+    spawn_failures: &mut FailureLog,
 ) {
     let (limit, deadline) = (cfg.max_body_bytes, cfg.body_deadline);
-    let request_id = req.request_id.clone();
     let spawned = std::thread::Builder::new()
         .name("http-body".into())
+        .stack_size(BODY_THREAD_STACK)
         .spawn(move || {
-            let mut request = request;
-            let _serving = telemetry::context::enter(&req.request_id);
-            let declared = request.body_length();
-            match read_body(request.as_reader(), declared, limit, deadline) {
-                Ok(body) => {
-                    let pending = Pending {
-                        request,
-                        req: Req { body, ..req },
-                        started,
-                    };
-                    // The workers are gone only when the server is shutting down.
-                    if let Err(crossbeam_channel::SendError(p)) = ready.send(pending) {
-                        answer(p.request, &p.req, p.started, Err(ApiError::ShuttingDown));
-                    }
-                }
-                Err(e) => answer(request, &req, started, Err(e)),
-            }
+            let _serving = telemetry::context::enter(&job.req.request_id);
+            queue_with_body(job, limit, deadline, &ready);
         });
-    if spawned.is_err() {
-        // The request went down with the closure; tiny_http answers 500 when it drops.
-        Line::new("HttpBodyReaderUnavailable")
-            .field("request_id", request_id)
-            .warn();
+    // The request went down with the closure: tiny_http answers 500 and closes.
+    if let Err(e) = spawned {
+        spawn_failures.record(&e);
     }
 }
 
-/// Runs the handler on a request whose body is in, and answers.
-fn dispatch(app: &App, handler: Handler, p: Pending) {
-    let _serving = telemetry::context::enter(&p.req.request_id);
-    let outcome = catch_unwind(AssertUnwindSafe(|| handler(app, &p.req)))
-        .unwrap_or_else(|_| Err(ApiError::Internal("handler panicked".into())));
-    answer(p.request, &p.req, p.started, outcome);
+/// A body reader of the pool: verifies the scanner's token when the route asks for it,
+/// then reads the body.
+fn read_bodies(jobs: &Receiver<BodyJob>, app: &App, ready: &Sender<Pending>) {
+    let cfg = &app.config.server;
+    for job in jobs.iter() {
+        let read = catch_unwind(AssertUnwindSafe(|| {
+            let _serving = telemetry::context::enter(&job.req.request_id);
+            if job.policy == BodyPolicy::Scanner {
+                if let Err(e) = upload::authenticate(app, &job.req) {
+                    queue(job_refused(job, e.into()), ready);
+                    return;
+                }
+            }
+            queue_with_body(job, cfg.max_body_bytes, cfg.body_deadline, ready);
+        }));
+        if read.is_err() {
+            Line::new("HttpBodyReaderRecovered").warn();
+        }
+    }
 }
 
-/// Logs the request and sends the reply (or the error's envelope).
+fn job_refused(job: BodyJob, e: ApiError) -> Pending {
+    Pending {
+        request: job.request,
+        req: job.req,
+        started: job.started,
+        close: true,
+        refused: Some(e),
+    }
+}
+
+/// Reads the job's body within the limit and deadline and queues the request for the
+/// workers; a body that fails is answered with the connection closed.
+fn queue_with_body(job: BodyJob, limit: u64, deadline: Duration, ready: &Sender<Pending>) {
+    let BodyJob {
+        mut request,
+        req,
+        started,
+        ..
+    } = job;
+    let declared = request.body_length();
+    let upgrade = is_upgrade(&request);
+    let reader = request.as_reader();
+    // An upgrade request's reader is the raw socket: its body is the declared length.
+    let read = if upgrade {
+        let n = declared.unwrap_or(0) as u64;
+        read_body(&mut reader.take(n), declared, limit, deadline)
+    } else {
+        read_body(reader, declared, limit, deadline)
+    };
+    let pending = match read {
+        Ok(body) => Pending {
+            request,
+            req: Req { body, ..req },
+            started,
+            close: upgrade,
+            refused: None,
+        },
+        Err(e) => Pending {
+            request,
+            req,
+            started,
+            close: true,
+            refused: Some(e),
+        },
+    };
+    queue(pending, ready);
+}
+
+/// Hands a request to the workers; answers it here when they are gone.
+fn queue(pending: Pending, ready: &Sender<Pending>) {
+    if let Err(crossbeam_channel::SendError(p)) = ready.send(pending) {
+        answer(
+            p.request,
+            &p.req,
+            p.started,
+            Err(ApiError::ShuttingDown),
+            true,
+        );
+    }
+}
+
+fn work(
+    incoming: &Receiver<Pending>,
+    ready: &Receiver<Pending>,
+    app: &App,
+    handler: Handler,
+    stop: &AtomicBool,
+    done: Sender<()>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        // Nothing a request does may take the worker down with it.
+        let served = catch_unwind(AssertUnwindSafe(|| {
+            crossbeam_channel::select! {
+                recv(ready) -> p => if let Ok(p) = p { dispatch(app, handler, p) },
+                recv(incoming) -> p => if let Ok(p) = p { dispatch(app, handler, p) },
+                default(POLL) => {}
+            }
+        }));
+        if served.is_err() {
+            Line::new("HttpWorkerRecovered").warn();
+        }
+    }
+    let _ = done.send(());
+}
+
+/// Runs the handler on a complete request (or takes its refusal), and answers.
+fn dispatch(app: &App, handler: Handler, p: Pending) {
+    let _serving = telemetry::context::enter(&p.req.request_id);
+    let outcome = match p.refused {
+        Some(e) => Err(e),
+        None => catch_unwind(AssertUnwindSafe(|| handler(app, &p.req)))
+            .unwrap_or_else(|_| Err(ApiError::Internal("handler panicked".into()))),
+    };
+    answer(p.request, &p.req, p.started, outcome, p.close);
+}
+
+/// Logs the request and sends the reply (or the error's envelope); with `close`, the
+/// connection ends after it.
 fn answer(
     request: tiny_http::Request,
     req: &Req,
     started: Instant,
     outcome: Result<Reply, ApiError>,
+    close: bool,
 ) {
     let (reply, failure) = match outcome {
         Ok(reply) => (reply, None),
@@ -291,14 +514,26 @@ fn answer(
         .field("status", reply.status)
         .field("duration_ms", ms(started.elapsed()));
     if let Some(e) = &failure {
-        line = line.field("code", e.code()).field("error", e);
+        line = line.field("code", e.code());
+        // A client's mistake is logged by class and position only: its message may quote
+        // what the client sent (observation values, query values).
+        line = match e.log_detail() {
+            super::error::LogDetail::Position(Some(at)) => line.field("at", at),
+            super::error::LogDetail::Position(None) => line,
+            super::error::LogDetail::Error => line.field("error", e),
+        };
     }
     if reply.status >= 500 {
         line.warn();
     } else {
         line.info();
     }
-    let _ = request.respond(to_response(reply, &req.request_id));
+    let response = to_response(reply, &req.request_id);
+    let _ = if close {
+        request.respond_closing(response)
+    } else {
+        request.respond(response)
+    };
 }
 
 fn to_response(reply: Reply, request_id: &str) -> tiny_http::Response<io::Cursor<Vec<u8>>> {
@@ -310,6 +545,10 @@ fn to_response(reply: Reply, request_id: &str) -> tiny_http::Response<io::Cursor
     };
     add("Content-Type", reply.content_type);
     add("X-Request-Id", request_id);
+    add("X-Content-Type-Options", "nosniff");
+    if !reply.headers.iter().any(|(n, _)| *n == "Cache-Control") {
+        add("Cache-Control", "no-store");
+    }
     for (name, value) in &reply.headers {
         add(name, value);
     }

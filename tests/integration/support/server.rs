@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use scanstore::app::{self, Running};
 use scanstore::config::{Config, RawConfig};
-use scanstore::http::server::Handler;
+use scanstore::http::router::BodyPolicy;
+use scanstore::http::server::{Handler, Routes};
 
 use super::logs;
 
@@ -38,7 +39,15 @@ impl TestServer {
 
     pub fn start_with(config: Config, handler: Handler) -> TestServer {
         logs::capture();
-        let running = app::start_with(config, handler).expect("start scanstore");
+        // Test handlers read the body of any request that carries content.
+        let routes = Routes {
+            handle: handler,
+            body_policy: |method, _| match method {
+                "POST" | "PUT" | "PATCH" => BodyPolicy::Open,
+                _ => BodyPolicy::Ignored,
+            },
+        };
+        let running = app::start_with(config, routes).expect("start scanstore");
         TestServer::wrap(running)
     }
 

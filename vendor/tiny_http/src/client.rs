@@ -6,11 +6,14 @@ use std::io::{BufReader, BufWriter, ErrorKind, Read};
 
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 use crate::common::{HTTPVersion, Method};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
-use crate::Request;
+use crate::{Limits, Request};
 
 /// A ClientConnection is an object that will store a socket to a client
 /// and return Request objects.
@@ -34,6 +37,20 @@ pub struct ClientConnection {
 
     // true if the connection goes through SSL
     secure: bool,
+
+    // scanstore patch: what a client may send (head size, header count, head deadline)
+    limits: Limits,
+
+    // scanstore patch: set when a response ended the connection (`Request::respond_closing`)
+    closing: Arc<AtomicBool>,
+}
+
+/// What is left of a request head's size and time (scanstore patch).
+struct HeadBudget {
+    bytes_left: usize,
+    headers_left: usize,
+    // when the head's first byte arrived
+    started: Option<Instant>,
 }
 
 /// Error that can happen when reading a request.
@@ -44,6 +61,21 @@ enum ReadError {
     /// the client sent an unrecognized `Expect` header
     ExpectationFailed(HTTPVersion),
     ReadIoError(IoError),
+    // scanstore patch: the request line and headers are over `Limits::max_head_bytes` or
+    // `Limits::max_headers`
+    HeadTooLarge,
+    // scanstore patch: the head did not arrive within `Limits::header_timeout`; `true`
+    // when some of it had
+    TimedOut(bool),
+    // scanstore patch: invalid or ambiguous body framing (RFC 9112 section 6.3)
+    BadFraming(HTTPVersion),
+    // scanstore patch: an earlier response closed the connection
+    Closed,
+}
+
+/// True for the errors of a read that hit the socket's read timeout (`WouldBlock` on Unix).
+fn is_timeout(e: &IoError) -> bool {
+    matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock)
 }
 
 impl ClientConnection {
@@ -51,6 +83,7 @@ impl ClientConnection {
     pub fn new(
         write_socket: RefinedTcpStream,
         mut read_socket: RefinedTcpStream,
+        limits: Limits,
     ) -> ClientConnection {
         let remote_addr = read_socket.peer_addr();
         let secure = read_socket.secure();
@@ -65,6 +98,8 @@ impl ClientConnection {
             next_header_source: first_header,
             no_more_requests: false,
             secure,
+            limits,
+            closing: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -77,7 +112,9 @@ impl ClientConnection {
     ///
     /// Reads until `CRLF` is reached. The next read will start
     ///  at the first byte of the new line.
-    fn read_next_line(&mut self) -> IoResult<AsciiString> {
+    ///
+    /// scanstore patch: every byte counts against the head's budget of size and time.
+    fn read_next_line(&mut self, budget: &mut HeadBudget) -> Result<AsciiString, ReadError> {
         let mut buf = Vec::new();
         let mut prev_byte_was_cr = false;
 
@@ -85,14 +122,40 @@ impl ClientConnection {
             let byte = self.next_header_source.by_ref().bytes().next();
 
             let byte = match byte {
-                Some(b) => b?,
-                None => return Err(IoError::new(ErrorKind::ConnectionAborted, "Unexpected EOF")),
+                Some(Ok(b)) => b,
+                Some(Err(e)) if is_timeout(&e) => {
+                    return Err(ReadError::TimedOut(budget.started.is_some()))
+                }
+                Some(Err(e)) => return Err(ReadError::ReadIoError(e)),
+                None => {
+                    return Err(ReadError::ReadIoError(IoError::new(
+                        ErrorKind::ConnectionAborted,
+                        "Unexpected EOF",
+                    )))
+                }
             };
+
+            let started = *budget.started.get_or_insert_with(Instant::now);
+            if self
+                .limits
+                .header_timeout
+                .is_some_and(|t| started.elapsed() > t)
+            {
+                return Err(ReadError::TimedOut(true));
+            }
+            budget.bytes_left = budget
+                .bytes_left
+                .checked_sub(1)
+                .ok_or(ReadError::HeadTooLarge)?;
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf)
-                    .map_err(|_| IoError::new(ErrorKind::InvalidInput, "Header is not in ASCII"));
+                return AsciiString::from_ascii(buf).map_err(|_| {
+                    ReadError::ReadIoError(IoError::new(
+                        ErrorKind::InvalidInput,
+                        "Header is not in ASCII",
+                    ))
+                });
             }
 
             prev_byte_was_cr = byte == b'\r';
@@ -104,10 +167,21 @@ impl ClientConnection {
     /// Reads a request from the stream.
     /// Blocks until the header has been read.
     fn read(&mut self) -> Result<Request, ReadError> {
+        // scanstore patch: nothing more is read once a response closed the connection, not
+        // even the unread rest of that request's body.
+        self.next_header_source.wait_turn();
+        if self.closing.load(Ordering::Acquire) {
+            return Err(ReadError::Closed);
+        }
+        let mut budget = HeadBudget {
+            bytes_left: self.limits.max_head_bytes,
+            headers_left: self.limits.max_headers,
+            started: None,
+        };
         let (method, path, version, headers) = {
             // reading the request line
             let (method, path, version) = {
-                let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                let line = self.read_next_line(&mut budget)?;
 
                 parse_request_line(
                     line.as_str().trim(), // TODO: remove this conversion
@@ -118,11 +192,15 @@ impl ClientConnection {
             let headers = {
                 let mut headers = Vec::new();
                 loop {
-                    let line = self.read_next_line().map_err(ReadError::ReadIoError)?;
+                    let line = self.read_next_line(&mut budget)?;
 
                     if line.is_empty() {
                         break;
                     };
+                    budget.headers_left = budget
+                        .headers_left
+                        .checked_sub(1)
+                        .ok_or(ReadError::HeadTooLarge)?;
                     headers.push(match FromStr::from_str(line.as_str().trim()) {
                         // TODO: remove this conversion
                         Ok(h) => h,
@@ -153,6 +231,7 @@ impl ClientConnection {
             *self.remote_addr.as_ref().unwrap(),
             data_source,
             writer,
+            self.closing.clone(),
         )
         .map_err(|e| {
             use crate::request;
@@ -161,6 +240,7 @@ impl ClientConnection {
                 request::RequestCreationError::ExpectationFailed => {
                     ReadError::ExpectationFailed(version)
                 }
+                request::RequestCreationError::BadFraming => ReadError::BadFraming(version),
             }
         })?;
 
@@ -203,15 +283,40 @@ impl Iterator for ClientConnection {
                                  // se we have to close
                 }
 
-                Err(ReadError::ReadIoError(ref err)) if err.kind() == ErrorKind::TimedOut => {
+                // scanstore patch: the socket's read timeout (`Limits::header_timeout`)
+                // is reported as `WouldBlock` on Unix, and an idle connection is closed
+                // without an answer nobody asked for.
+                Err(ReadError::TimedOut(false)) => return None,
+
+                Err(ReadError::TimedOut(true)) => {
                     // request timeout
                     let writer = self.sink.next().unwrap();
-                    let response = Response::new_empty(StatusCode(408));
+                    let response = Response::new_empty(StatusCode(408)).with_connection_close();
                     response
                         .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
                         .ok();
                     return None; // closing the connection
                 }
+
+                // scanstore patch: limits of the head, and framing that leaves the next
+                // request's start ambiguous, are answered and the connection closed.
+                Err(ReadError::HeadTooLarge) => {
+                    let writer = self.sink.next().unwrap();
+                    let response = Response::new_empty(StatusCode(431)).with_connection_close();
+                    response
+                        .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
+                        .ok();
+                    return None;
+                }
+
+                Err(ReadError::BadFraming(ver)) => {
+                    let writer = self.sink.next().unwrap();
+                    let response = Response::new_empty(StatusCode(400)).with_connection_close();
+                    response.raw_print(writer, ver, &[], false, None).ok();
+                    return None;
+                }
+
+                Err(ReadError::Closed) => return None,
 
                 Err(ReadError::ExpectationFailed(ver)) => {
                     let writer = self.sink.next().unwrap();

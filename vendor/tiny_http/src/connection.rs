@@ -97,6 +97,31 @@ impl Connection {
         }
     }
 
+    // scanstore patch: socket options for `Limits` (see lib.rs).
+    pub(crate) fn set_read_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_read_timeout(t),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+
+    pub(crate) fn set_write_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_write_timeout(t),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+
+    pub(crate) fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_nonblocking(on),
+            #[cfg(unix)]
+            Self::Unix(s) => s.set_nonblocking(on),
+        }
+    }
+
     pub(crate) fn try_clone(&self) -> std::io::Result<Self> {
         match self {
             Self::Tcp(s) => s.try_clone().map(Self::from),

@@ -99,7 +99,7 @@ use std::io::Error as IoError;
 use std::io::ErrorKind as IoErrorKind;
 use std::io::Result as IoResult;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -179,6 +179,77 @@ pub struct ServerConfig {
     pub ssl: Option<SslConfig>,
 }
 
+/// Limits on what a client may send and hold (scanstore patch). The default limits
+/// nothing, as upstream.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Read timeout of every accepted socket, so a read of a stalled client ends; also the
+    /// longest a request line and its headers may take from their first byte, and how long
+    /// an idle connection is kept between requests. `None`: no timeout.
+    pub header_timeout: Option<Duration>,
+    /// Most bytes in a request line and its headers (including line ends); more is
+    /// answered 431 and the connection closed.
+    pub max_head_bytes: usize,
+    /// Most header lines in a request; more is answered 431 and the connection closed.
+    pub max_headers: usize,
+    /// Most connections served at once; one more is answered 503 with `Retry-After: 1`
+    /// and closed at once.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_timeout: None,
+            max_head_bytes: usize::MAX,
+            max_headers: usize::MAX,
+            max_connections: usize::MAX,
+        }
+    }
+}
+
+/// First and longest pause after a failed `accept` (scanstore patch).
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// Counts a connection as open while it lives (scanstore patch).
+struct OpenConnection(Arc<AtomicUsize>);
+
+impl OpenConnection {
+    fn new(open: &Arc<AtomicUsize>) -> OpenConnection {
+        open.fetch_add(1, Relaxed);
+        OpenConnection(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Answers a connection over `Limits::max_connections` with 503 and closes it (scanstore
+/// patch). What the client already sent is read off first, so that closing does not reset
+/// the connection before the client has read the answer.
+fn refuse_busy(sock: Connection) {
+    const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
+Connection: close\r\nContent-Length: 0\r\n\r\n";
+    use std::io::{Read, Write};
+    let mut sock = sock;
+    let _ = sock.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = sock.write_all(BUSY);
+    let _ = sock.shutdown(Shutdown::Write);
+    if sock.set_nonblocking(true).is_ok() {
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            match sock.read(&mut sink) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+    }
+}
+
 /// Configuration of the server for SSL.
 #[derive(Debug, Clone)]
 pub struct SslConfig {
@@ -243,6 +314,16 @@ impl Server {
         listener: L,
         ssl_config: Option<SslConfig>,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        Self::from_listener_with_limits(listener, ssl_config, Limits::default())
+    }
+
+    /// Like `from_listener`, with limits on what clients may send and hold (scanstore
+    /// patch).
+    pub fn from_listener_with_limits<L: Into<Listener>>(
+        listener: L,
+        ssl_config: Option<SslConfig>,
+        limits: Limits,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         let listener = listener.into();
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
@@ -288,61 +369,97 @@ impl Server {
         thread::spawn(move || {
             // a tasks pool is used to dispatch the connections into threads
             let tasks_pool = util::TaskPool::new();
+            // scanstore patch: connections being served, for `Limits::max_connections`.
+            let open = Arc::new(AtomicUsize::new(0));
+            let mut backoff = ACCEPT_BACKOFF_MIN;
 
             log::debug!("Running accept thread");
             while !inside_close_trigger.load(Relaxed) {
-                let new_client = match server.accept() {
-                    Ok((sock, _)) => {
-                        use util::RefinedTcpStream;
-                        let (read_closable, write_closable) = match ssl {
-                            None => RefinedTcpStream::new(sock),
-                            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                            Some(ref ssl) => {
-                                // trying to apply SSL over the connection
-                                // if an error occurs, we just close the socket and resume listening
-                                let sock = match ssl.accept(sock) {
-                                    Ok(s) => s,
-                                    Err(_) => continue,
-                                };
-
-                                RefinedTcpStream::new(sock)
-                            }
-                            #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                            Some(ref _ssl) => unreachable!(),
-                        };
-
-                        Ok(ClientConnection::new(write_closable, read_closable))
+                // scanstore patch: a failed accept (EMFILE, ENFILE, ENOBUFS...) or a failed
+                // dup of the accepted socket is reported to the server's owner, then
+                // retried after a growing pause; it used to end this thread, leaving the
+                // process alive but deaf.
+                let accepted = server.accept().and_then(|(sock, _)| {
+                    if open.load(Relaxed) >= limits.max_connections {
+                        refuse_busy(sock);
+                        return Ok(None);
                     }
-                    Err(e) => Err(e),
-                };
-
-                match new_client {
-                    Ok(client) => {
-                        let messages = inside_messages.clone();
-                        let mut client = Some(client);
-                        tasks_pool.spawn(Box::new(move || {
-                            if let Some(client) = client.take() {
-                                // Synchronization is needed for HTTPS requests to avoid a deadlock
-                                if client.secure() {
-                                    let (sender, receiver) = mpsc::channel();
-                                    for rq in client {
-                                        messages.push(rq.with_notify_sender(sender.clone()).into());
-                                        receiver.recv().unwrap();
-                                    }
-                                } else {
-                                    for rq in client {
-                                        messages.push(rq.into());
-                                    }
-                                }
-                            }
-                        }));
+                    if let Some(t) = limits.header_timeout {
+                        sock.set_read_timeout(Some(t))?;
                     }
-
+                    Ok(Some(sock))
+                });
+                let sock = match accepted {
+                    Ok(Some(sock)) => sock,
+                    Ok(None) => continue,
                     Err(e) => {
                         log::error!("Error accepting new client: {}", e);
                         inside_messages.push(e.into());
-                        break;
+                        thread::sleep(backoff);
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                        continue;
                     }
+                };
+                backoff = ACCEPT_BACKOFF_MIN;
+                let new_client = {
+                    use util::RefinedTcpStream;
+                    let (read_closable, write_closable) = match ssl {
+                        None => match RefinedTcpStream::new(sock) {
+                            Ok(pair) => pair,
+                            Err(e) => {
+                                inside_messages.push(e.into());
+                                continue;
+                            }
+                        },
+                        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+                        Some(ref ssl) => {
+                            // trying to apply SSL over the connection
+                            // if an error occurs, we just close the socket and resume listening
+                            let sock = match ssl.accept(sock) {
+                                Ok(s) => s,
+                                Err(_) => continue,
+                            };
+
+                            match RefinedTcpStream::new(sock) {
+                                Ok(pair) => pair,
+                                Err(e) => {
+                                    inside_messages.push(e.into());
+                                    continue;
+                                }
+                            }
+                        }
+                        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
+                        Some(ref _ssl) => unreachable!(),
+                    };
+
+                    ClientConnection::new(write_closable, read_closable, limits.clone())
+                };
+
+                let messages = inside_messages.clone();
+                let mut client = Some(new_client);
+                let slot = OpenConnection::new(&open);
+                let mut slot = Some(slot);
+                let spawned = tasks_pool.spawn(Box::new(move || {
+                    let _slot = slot.take();
+                    if let Some(client) = client.take() {
+                        // Synchronization is needed for HTTPS requests to avoid a deadlock
+                        if client.secure() {
+                            let (sender, receiver) = mpsc::channel();
+                            for rq in client {
+                                messages.push(rq.with_notify_sender(sender.clone()).into());
+                                receiver.recv().unwrap();
+                            }
+                        } else {
+                            for rq in client {
+                                messages.push(rq.into());
+                            }
+                        }
+                    }
+                }));
+                // scanstore patch: no thread for the connection; it is closed (the task
+                // and the client in it are dropped) and the owner is told.
+                if let Err(e) = spawned {
+                    inside_messages.push(e.into());
                 }
             }
             log::debug!("Terminating accept thread");

@@ -5,7 +5,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
 use crate::util::{EqualReader, FusedReader};
 use crate::{HTTPVersion, Header, Method, Response, StatusCode};
@@ -74,6 +76,9 @@ pub struct Request {
 
     // If Some, a message must be sent after responding
     notify_when_responded: Option<Sender<()>>,
+
+    // scanstore patch: set to end the connection after this request's response
+    closing: Arc<AtomicBool>,
 }
 
 struct NotifyOnDrop<R> {
@@ -108,6 +113,48 @@ pub enum RequestCreationError {
 
     /// Error while reading data from the socket during the creation of the `Request`.
     CreationIoError(IoError),
+
+    /// The body's framing is invalid or ambiguous (scanstore patch, RFC 9112 section 6.3):
+    /// a `Content-Length` that is not a number, several different ones, one beside
+    /// `Transfer-Encoding`, or a `Transfer-Encoding` other than `chunked`. Where the body
+    /// ends, and so where the next request starts, cannot be trusted.
+    BadFraming,
+}
+
+/// The body's framing from the headers (scanstore patch): the `Content-Length`, if any, or
+/// `None` with `chunked` set. Refuses what RFC 9112 section 6.3 calls invalid framing, and
+/// what a proxy in front of this server might frame differently (request smuggling).
+fn framing(
+    headers: &[Header],
+    version: &HTTPVersion,
+) -> Result<(Option<usize>, bool), RequestCreationError> {
+    let mut content_length = None;
+    for h in headers.iter().filter(|h| h.field.equiv("Content-Length")) {
+        let v = h.value.as_str().trim();
+        if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(RequestCreationError::BadFraming);
+        }
+        let n: usize = v.parse().map_err(|_| RequestCreationError::BadFraming)?;
+        if content_length.is_some_and(|m| m != n) {
+            return Err(RequestCreationError::BadFraming);
+        }
+        content_length = Some(n);
+    }
+    let codings: Vec<&str> = headers
+        .iter()
+        .filter(|h| h.field.equiv("Transfer-Encoding"))
+        .flat_map(|h| h.value.as_str().split(','))
+        .map(str::trim)
+        .collect();
+    if codings.is_empty() {
+        return Ok((content_length, false));
+    }
+    // Only `chunked`, once; never with a Content-Length; never in HTTP/1.0.
+    let chunked_only = codings.len() == 1 && codings[0].eq_ignore_ascii_case("chunked");
+    if !chunked_only || content_length.is_some() || *version < (1, 1) {
+        return Err(RequestCreationError::BadFraming);
+    }
+    Ok((None, true))
 }
 
 impl From<IoError> for RequestCreationError {
@@ -135,28 +182,13 @@ pub fn new_request<R, W>(
     remote_addr: Option<SocketAddr>,
     mut source_data: R,
     writer: W,
+    closing: Arc<AtomicBool>,
 ) -> Result<Request, RequestCreationError>
 where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
-    // finding the transfer-encoding header
-    let transfer_encoding = headers
-        .iter()
-        .find(|h: &&Header| h.field.equiv("Transfer-Encoding"))
-        .map(|h| h.value.clone());
-
-    // finding the content-length header
-    let content_length = if transfer_encoding.is_some() {
-        // if transfer-encoding is specified, the Content-Length
-        // header must be ignored (RFC2616 #4.4)
-        None
-    } else {
-        headers
-            .iter()
-            .find(|h: &&Header| h.field.equiv("Content-Length"))
-            .and_then(|h| FromStr::from_str(h.value.as_str()).ok())
-    };
+    let (content_length, chunked) = framing(&headers, &version)?;
 
     // true if the client sent a `Expect: 100-continue` header
     let expects_continue = {
@@ -213,9 +245,10 @@ where
             Box::new(Cursor::new(buffer)) as Box<dyn Read + Send + 'static>
         } else {
             let (data_reader, _) = EqualReader::new(source_data, content_length); // TODO:
+            let data_reader = data_reader.with_closing(closing.clone());
             Box::new(FusedReader::new(data_reader)) as Box<dyn Read + Send + 'static>
         }
-    } else if transfer_encoding.is_some() {
+    } else if chunked {
         // if a transfer-encoding was specified, then "chunked" is ALWAYS applied
         // over the message (RFC2616 #3.6)
         Box::new(FusedReader::new(Decoder::new(source_data))) as Box<dyn Read + Send + 'static>
@@ -238,6 +271,7 @@ where
         body_length: content_length,
         must_send_continue: expects_continue,
         notify_when_responded: None,
+        closing,
     })
 }
 
@@ -440,6 +474,21 @@ impl Request {
         res
     }
 
+    /// Sends a response with `Connection: close`, then ends the connection (scanstore
+    /// patch): the unread rest of this request's body is neither drained nor parsed as a
+    /// further request. For answering a request without reading its body.
+    pub fn respond_closing<R>(mut self, response: Response<R>) -> Result<(), IoError>
+    where
+        R: Read,
+    {
+        self.closing.store(true, Ordering::Release);
+        let res = self.respond_impl(response.with_connection_close());
+        if let Some(sender) = self.notify_when_responded.take() {
+            sender.send(()).unwrap();
+        }
+        res
+    }
+
     fn respond_impl<R>(&mut self, response: Response<R>) -> Result<(), IoError>
     where
         R: Read,
@@ -488,7 +537,9 @@ impl fmt::Debug for Request {
 impl Drop for Request {
     fn drop(&mut self) {
         if self.response_writer.is_some() {
-            let response = Response::empty(500);
+            // scanstore patch: an unanswered request may have an unread body: close.
+            self.closing.store(true, Ordering::Release);
+            let response = Response::empty(500).with_connection_close();
             let _ = self.respond_impl(response); // ignoring any potential error
             if let Some(sender) = self.notify_when_responded.take() {
                 sender.send(()).unwrap();

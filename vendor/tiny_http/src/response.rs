@@ -246,6 +246,14 @@ where
         self.chunked_threshold.unwrap_or(32768)
     }
 
+    /// Adds `Connection: close`, which `add_header` refuses, to an answer after which the
+    /// server closes the connection (scanstore patch).
+    pub(crate) fn with_connection_close(mut self) -> Self {
+        self.headers
+            .push(Header::from_bytes(&b"Connection"[..], &b"close"[..]).unwrap());
+        self
+    }
+
     /// Adds a header to the list.
     /// Does all the checks.
     pub fn add_header<H>(&mut self, header: H)

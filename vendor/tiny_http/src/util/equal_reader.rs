@@ -1,7 +1,9 @@
 use std::io::Read;
 use std::io::Result as IoResult;
 use std::sync::mpsc::channel;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 
 /// A `Reader` that reads exactly the number of bytes from a sub-reader.
 ///
@@ -15,6 +17,8 @@ where
     reader: R,
     size: usize,
     last_read_signal: Sender<IoResult<()>>,
+    // scanstore patch: set when the connection is closing, so the rest is not drained
+    closing: Option<Arc<AtomicBool>>,
 }
 
 impl<R> EqualReader<R>
@@ -28,9 +32,18 @@ where
             reader,
             size,
             last_read_signal: tx,
+            closing: None,
         };
 
         (r, rx)
+    }
+}
+
+impl<R: Read> EqualReader<R> {
+    /// Skips draining the unread rest once `closing` is set (scanstore patch).
+    pub fn with_closing(mut self, closing: Arc<AtomicBool>) -> Self {
+        self.closing = Some(closing);
+        self
     }
 }
 
@@ -65,11 +78,22 @@ where
 {
     fn drop(&mut self) {
         let mut remaining_to_read = self.size;
+        if self
+            .closing
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Acquire))
+        {
+            return;
+        }
 
+        // scanstore patch: a bounded buffer; it was as large as the unread rest (a client
+        // that declared 16 MiB and stalled cost 16 MiB per connection).
+        let mut buf = vec![0; remaining_to_read.min(8192)];
         while remaining_to_read > 0 {
-            let mut buf = vec![0; remaining_to_read];
+            let take = remaining_to_read.min(buf.len());
+            let buf = &mut buf[..take];
 
-            match self.reader.read(&mut buf) {
+            match self.reader.read(buf) {
                 Err(e) => {
                     self.last_read_signal.send(Err(e)).ok();
                     break;

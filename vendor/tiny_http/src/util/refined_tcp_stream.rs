@@ -12,12 +12,14 @@ pub(crate) enum Stream {
     Https(SslStream),
 }
 
-impl Clone for Stream {
-    fn clone(&self) -> Self {
+impl Stream {
+    // scanstore patch: fallible, because duplicating the socket fails when the process is
+    // out of file descriptors; `Clone` panicked in the accept thread.
+    fn try_clone(&self) -> IoResult<Self> {
         match self {
-            Stream::Http(tcp_stream) => Stream::Http(tcp_stream.try_clone().unwrap()),
+            Stream::Http(tcp_stream) => tcp_stream.try_clone().map(Stream::Http),
             #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-            Stream::Https(ssl_stream) => Stream::Https(ssl_stream.clone()),
+            Stream::Https(ssl_stream) => Ok(Stream::Https(ssl_stream.clone())),
         }
     }
 }
@@ -89,13 +91,13 @@ pub struct RefinedTcpStream {
 }
 
 impl RefinedTcpStream {
-    pub(crate) fn new<S>(stream: S) -> (RefinedTcpStream, RefinedTcpStream)
+    pub(crate) fn new<S>(stream: S) -> IoResult<(RefinedTcpStream, RefinedTcpStream)>
     where
         S: Into<Stream>,
     {
         let stream: Stream = stream.into();
 
-        let (read, write) = (stream.clone(), stream);
+        let (read, write) = (stream.try_clone()?, stream);
 
         let read = RefinedTcpStream {
             stream: read,
@@ -109,7 +111,7 @@ impl RefinedTcpStream {
             close_write: true,
         };
 
-        (read, write)
+        Ok((read, write))
     }
 
     /// Returns true if this struct wraps around a secure connection.

@@ -110,6 +110,18 @@ impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
     }
 }
 
+impl<R: Read + Send> SequentialReader<R> {
+    /// Blocks until every reader before this one is done (scanstore patch), so the caller
+    /// can decide whether to read at all.
+    pub fn wait_turn(&mut self) {
+        if let SequentialReaderInner::Waiting(ref recv) = self.inner {
+            if let Ok(reader) = recv.recv() {
+                self.inner = SequentialReaderInner::MyTurn(reader);
+            }
+        }
+    }
+}
+
 impl<R: Read + Send> Read for SequentialReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
         let mut reader = match self.inner {

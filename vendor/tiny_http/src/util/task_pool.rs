@@ -58,7 +58,8 @@ impl TaskPool {
         };
 
         for _ in 0..MIN_THREADS {
-            pool.add_thread(None)
+            // Fewer idle threads only means the next tasks start their own.
+            let _ = pool.add_thread(None);
         }
 
         pool
@@ -66,7 +67,10 @@ impl TaskPool {
 
     /// Executes a function in a thread.
     /// If no thread is available, spawns a new one.
-    pub fn spawn(&self, code: Box<dyn FnMut() + Send>) {
+    ///
+    /// scanstore patch: a thread that cannot be started is an error (the task is dropped)
+    /// instead of a panic in the caller.
+    pub fn spawn(&self, code: Box<dyn FnMut() + Send>) -> std::io::Result<()> {
         let mut queue = self.sharing.todo.lock().unwrap();
 
         // scanstore patch: a waiting thread woken for a task it has not taken yet still
@@ -75,17 +79,18 @@ impl TaskPool {
         // connection may never close). Only queue when more threads wait than tasks are
         // queued; otherwise start a thread.
         if self.sharing.waiting_tasks.load(Ordering::Acquire) <= queue.len() {
-            self.add_thread(Some(code));
+            self.add_thread(Some(code))
         } else {
             queue.push_back(code);
             self.sharing.condvar.notify_one();
+            Ok(())
         }
     }
 
-    fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) {
+    fn add_thread(&self, initial_fn: Option<Box<dyn FnMut() + Send>>) -> std::io::Result<()> {
         let sharing = self.sharing.clone();
 
-        thread::spawn(move || {
+        thread::Builder::new().spawn(move || {
             let sharing = sharing;
             let _active_guard = Registration::new(&sharing.active_tasks);
 
@@ -128,7 +133,8 @@ impl TaskPool {
 
                 task();
             }
-        });
+        })?;
+        Ok(())
     }
 }
 
