@@ -4,11 +4,11 @@
 //! tiny_http's per-connection threads read request heads within `server.*` limits (head
 //! size, header count, head deadline, connection cap, strict body framing; see
 //! `vendor/tiny_http/PATCHED.md`). The acceptor then admits each request: one without a
-//! body goes to the workers; a body is read off the workers — a small one on a thread of
-//! its own, a larger one by a fixed pool of body readers, and on the scanner API only after
-//! the bearer token is verified. Every socket has read and write timeouts, so no read of a
-//! stalled client lasts longer than `server.header_timeout_ms`, and a body read ends at its
-//! deadline. A panicking handler answers 500 and its thread lives on. Shutdown stops the
+//! body goes to the workers; a body is read off the workers, on a thread of its own — on
+//! the scanner API a large one only after the bearer token is verified, and only while
+//! fewer than `server.max_body_reads` large bodies are being read. Every socket has read
+//! and write timeouts, so no read of a stalled client lasts longer than
+//! `server.header_timeout_ms`, and a body read ends at its deadline. A panicking handler answers 500 and its thread lives on. Shutdown stops the
 //! workers taking new requests and waits a bounded time for in-flight ones.
 
 use std::io::{self, Read};
@@ -19,14 +19,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use crossbeam_channel::{Receiver, Sender};
 use socket2::{Domain, Socket, Type};
 
 use super::error::ApiError;
 use super::request::{read_body, Reply, Req};
 use super::router::{self, BodyPolicy};
 use crate::app::App;
-use crate::config::ServerConfig;
 use crate::telemetry;
 use crate::telemetry::events::ms;
 use crate::telemetry::Line;
@@ -71,12 +70,14 @@ struct Pending {
     refused: Option<ApiError>,
 }
 
-/// A request whose body waits for a body reader.
+/// A request whose body is to be read.
 struct BodyJob {
     request: tiny_http::Request,
     req: Req,
     started: Instant,
     policy: BodyPolicy,
+    /// Chunked, or declared larger than `preauth_body_bytes`.
+    large: bool,
 }
 
 pub struct HttpServer {
@@ -114,21 +115,12 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
     // so waiting requests stay in tiny_http's queue.
     let (incoming_tx, incoming) = crossbeam_channel::bounded::<Pending>(0);
     let (ready_tx, ready) = crossbeam_channel::unbounded::<Pending>();
-    // As many large bodies may wait for a reader as are being read; more are refused.
-    let (bodies_tx, bodies) = crossbeam_channel::bounded::<BodyJob>(cfg.max_body_reads);
-
-    for n in 0..cfg.max_body_reads {
-        let (jobs, app, ready) = (bodies.clone(), app.clone(), ready_tx.clone());
-        std::thread::Builder::new()
-            .name(format!("http-body-{n}"))
-            .spawn(move || read_bodies(&jobs, &app, &ready))?;
-    }
     let admission = Admission {
         app: app.clone(),
         routes,
         incoming: incoming_tx,
-        ready: ready_tx.clone(),
-        bodies: bodies_tx,
+        ready: ready_tx,
+        large_reads: Permits::new(cfg.max_body_reads),
     };
     let acceptor_stop = stop.clone();
     std::thread::Builder::new()
@@ -227,7 +219,40 @@ struct Admission {
     routes: Routes,
     incoming: Sender<Pending>,
     ready: Sender<Pending>,
-    bodies: Sender<BodyJob>,
+    large_reads: Permits,
+}
+
+/// A counting semaphore: permits to read a large body.
+#[derive(Clone)]
+struct Permits {
+    give: Sender<()>,
+    take: Receiver<()>,
+}
+
+/// A permit held; returned when dropped.
+struct Permit(Sender<()>);
+
+impl Permits {
+    fn new(n: usize) -> Permits {
+        let (give, take) = crossbeam_channel::bounded(n);
+        for _ in 0..n {
+            let _ = give.send(());
+        }
+        Permits { give, take }
+    }
+
+    fn acquire(&self, wait: Duration) -> Option<Permit> {
+        self.take
+            .recv_timeout(wait)
+            .ok()
+            .map(|()| Permit(self.give.clone()))
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let _ = self.0.try_send(());
+    }
 }
 
 /// Admits requests from tiny_http until stopped. tiny_http itself backs off after a failed
@@ -285,8 +310,10 @@ fn admit(
             })
             .map_err(|_| Stopped)
     };
+    // tiny_http ends a connection after a request that asks to upgrade; say so.
     if !chunked && declared.unwrap_or(0) == 0 {
-        return to_workers(request, req, false, None);
+        let close = is_upgrade(&request);
+        return to_workers(request, req, close, None);
     }
     let policy = (a.routes.body_policy)(&req.method, &req.path);
     if policy == BodyPolicy::Ignored {
@@ -312,20 +339,26 @@ fn admit(
         req,
         started,
         policy,
+        large: chunked || declared.is_some_and(|n| n as u64 > cfg.preauth_body_bytes),
     };
-    if !chunked && declared.is_some_and(|n| n as u64 <= cfg.preauth_body_bytes) {
-        read_small_body(job, cfg, a.ready.clone(), spawn_failures);
-        return Ok(());
+    let (app, ready, permits) = (a.app.clone(), a.ready.clone(), a.large_reads.clone());
+    let spawned = std::thread::Builder::new()
+        .name("http-body".into())
+        .stack_size(BODY_THREAD_STACK)
+        .spawn(move || {
+            let _serving = telemetry::context::enter(&job.req.request_id);
+            let read = catch_unwind(AssertUnwindSafe(|| {
+                read_body_of(job, &app, &permits, &ready)
+            }));
+            if read.is_err() {
+                Line::new("HttpBodyReaderRecovered").warn();
+            }
+        });
+    // The request went down with the closure: tiny_http answers 500 and closes.
+    if let Err(e) = spawned {
+        spawn_failures.record(&e);
     }
-    match a.bodies.try_send(job) {
-        Ok(()) => Ok(()),
-        Err(TrySendError::Full(job)) => {
-            to_workers(job.request, job.req, true, Some(ApiError::BodyReadersBusy))
-        }
-        Err(TrySendError::Disconnected(job)) => {
-            to_workers(job.request, job.req, true, Some(ApiError::ShuttingDown))
-        }
-    }
+    Ok(())
 }
 
 /// The request's method, URL and headers as handlers see them; the body comes later.
@@ -354,48 +387,25 @@ fn is_upgrade(request: &tiny_http::Request) -> bool {
     })
 }
 
-/// Reads a body of at most `preauth_body_bytes` on a thread of its own: such a read needs
-/// no token, so a stalled client must not hold a shared reader. The connection cap bounds
-/// these threads and their memory.
-fn read_small_body(
-    job: BodyJob,
-    cfg: &ServerConfig,
-    ready: Sender<Pending>,
-    spawn_failures: &mut FailureLog,
-) {
-    let (limit, deadline) = (cfg.max_body_bytes, cfg.body_deadline);
-    let spawned = std::thread::Builder::new()
-        .name("http-body".into())
-        .stack_size(BODY_THREAD_STACK)
-        .spawn(move || {
-            let _serving = telemetry::context::enter(&job.req.request_id);
-            queue_with_body(job, limit, deadline, &ready);
-        });
-    // The request went down with the closure: tiny_http answers 500 and closes.
-    if let Err(e) = spawned {
-        spawn_failures.record(&e);
-    }
-}
-
-/// A body reader of the pool: verifies the scanner's token when the route asks for it,
-/// then reads the body.
-fn read_bodies(jobs: &Receiver<BodyJob>, app: &App, ready: &Sender<Pending>) {
+/// On a body's own thread: verifies the scanner's token before a large body, waits (at
+/// most `header_timeout`) for a permit to read it, reads it and queues the request for the
+/// workers. A stalled client holds only this thread, bounded by the connection cap.
+fn read_body_of(job: BodyJob, app: &App, permits: &Permits, ready: &Sender<Pending>) {
     let cfg = &app.config.server;
-    for job in jobs.iter() {
-        let read = catch_unwind(AssertUnwindSafe(|| {
-            let _serving = telemetry::context::enter(&job.req.request_id);
-            if job.policy == BodyPolicy::Scanner {
-                if let Err(e) = upload::authenticate(app, &job.req) {
-                    queue(job_refused(job, e.into()), ready);
-                    return;
-                }
+    let _permit = if job.large {
+        if job.policy == BodyPolicy::Scanner {
+            if let Err(e) = upload::authenticate(app, &job.req) {
+                return queue(job_refused(job, e.into()), ready);
             }
-            queue_with_body(job, cfg.max_body_bytes, cfg.body_deadline, ready);
-        }));
-        if read.is_err() {
-            Line::new("HttpBodyReaderRecovered").warn();
         }
-    }
+        match permits.acquire(cfg.header_timeout) {
+            Some(permit) => Some(permit),
+            None => return queue(job_refused(job, ApiError::BodyReadersBusy), ready),
+        }
+    } else {
+        None
+    };
+    queue_with_body(job, cfg.max_body_bytes, cfg.body_deadline, ready);
 }
 
 fn job_refused(job: BodyJob, e: ApiError) -> Pending {

@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -25,6 +26,8 @@ pub struct ChildConfig {
     pub worker_threads: u32,
     pub extra_es: String,
     pub extra_server: String,
+    /// The child's limit of open file descriptors (`RLIMIT_NOFILE`), if set.
+    pub nofile: Option<u64>,
 }
 
 impl ChildConfig {
@@ -39,6 +42,7 @@ impl ChildConfig {
             worker_threads: 8,
             extra_es: String::new(),
             extra_server: String::new(),
+            nofile: None,
         }
     }
 
@@ -73,6 +77,7 @@ pub struct Serve {
     child: Option<Child>,
     pub base: String,
     config: PathBuf,
+    log: PathBuf,
 }
 
 impl Serve {
@@ -83,7 +88,23 @@ impl Serve {
         std::fs::write(&config, cfg.toml()).unwrap();
         std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
         let log = log_dir().join(format!("serve-{id}.log"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_scanstore"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_scanstore"));
+        if let Some(n) = cfg.nofile {
+            // SAFETY: setrlimit is async-signal-safe, as pre_exec requires.
+            unsafe {
+                command.pre_exec(move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command
             .args(["serve", "--config"])
             .arg(&config)
             .env("RUST_LOG", "info")
@@ -111,6 +132,7 @@ impl Serve {
             child: Some(child),
             base,
             config,
+            log,
         }
     }
 
@@ -128,12 +150,26 @@ impl Serve {
 
     /// Resident memory of the child in KiB (`VmRSS` of /proc/PID/status).
     pub fn rss_kib(&self) -> u64 {
+        self.status_field("VmRSS:")
+    }
+
+    /// The child's thread count (`Threads` of /proc/PID/status).
+    pub fn threads(&self) -> u64 {
+        self.status_field("Threads:")
+    }
+
+    fn status_field(&self, name: &str) -> u64 {
         let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         s.lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(name))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
+    }
+
+    /// Everything the child has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 

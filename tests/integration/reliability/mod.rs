@@ -6,6 +6,7 @@
 
 mod child;
 mod crash;
+mod front_door;
 mod hostile;
 mod load;
 mod security;

@@ -1,6 +1,7 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
+use std::time::Duration;
 
 use crate::connection::Connection;
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
@@ -128,6 +129,22 @@ impl RefinedTcpStream {
 impl Drop for RefinedTcpStream {
     fn drop(&mut self) {
         if self.close_read {
+            // scanstore patch: what the client sent and nobody read is read off first (up
+            // to 64 KiB, without waiting), because closing a socket with unread input
+            // resets the connection, and the client may lose the last answer with it
+            // (say a 400 for a body that was never read).
+            #[allow(irrefutable_let_patterns)] // refutable with an SSL feature
+            if let Stream::Http(conn) = &mut self.stream {
+                if conn.set_read_timeout(Some(Duration::from_millis(1))).is_ok() {
+                    let mut sink = [0u8; 4096];
+                    for _ in 0..16 {
+                        match conn.read(&mut sink) {
+                            Ok(n) if n > 0 => {}
+                            _ => break,
+                        }
+                    }
+                }
+            }
             self.stream.shutdown(Shutdown::Read).ok();
         }
 
