@@ -3,6 +3,7 @@
 //! class, publication throughput, heartbeat timeliness, pool wait and hold, bulk sizes,
 //! a raw-`_bulk` ceiling and the Python peer, and writes `report.md` with PNG plots.
 
+mod attack;
 mod ceiling;
 mod cpu;
 mod factory;
@@ -109,6 +110,16 @@ pub struct Opts {
     /// Skip the pool comparison.
     #[arg(long)]
     pub no_pool: bool,
+    /// Front door: hostile connections held while the scanners upload (0 = skip the
+    /// scenario). [default: 500; with `--quick`, 70]
+    #[arg(long)]
+    pub attack_connections: Option<usize>,
+    /// Front door: concurrent scanners.
+    #[arg(long, default_value_t = 8)]
+    pub attack_scanners: usize,
+    /// Front door: endpoints per scanner and phase (in `--pool-batch` batches).
+    #[arg(long, default_value_t = 5000)]
+    pub attack_endpoints: usize,
     /// Python interpreter with the `elasticsearch` package, for the peer.
     #[arg(long, default_value = "python3")]
     pub python: String,
@@ -161,7 +172,10 @@ impl Opts {
             self.pool_endpoints = 500;
             self.pool_batch = 250;
             self.short_publication_runs = self.short_publication_runs.min(3);
+            self.attack_endpoints = self.attack_endpoints.min(500);
         }
+        let hostile = if self.quick { 70 } else { 500 };
+        self.attack_connections = Some(self.attack_connections.unwrap_or(hostile));
     }
 
     /// Upload rounds per size: enough for `finals` finals, one per scanner and round
@@ -215,6 +229,16 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
             pools.push(scenario::pool_run(opts, pool, &logs)?);
         }
     }
+    let attack = match opts.attack_connections {
+        Some(n) if n > 0 => {
+            eprintln!(
+                "== front door: {} scanners, {n} hostile connections",
+                opts.attack_scanners
+            );
+            Some(attack::run(opts, n, &logs)?)
+        }
+        _ => None,
+    };
     let mut sizes = Vec::new();
     let sampler = cpu::Sampler::start();
     for &size in &opts.sizes {
@@ -227,6 +251,7 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
         finished: chrono::Utc::now(),
         sizes,
         pools,
+        attack,
     };
     let pngs = plot::all(&results, &opts.out);
     report::write(opts, &results, &pngs)

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
+use crate::attack::{AttackResult, Phase};
 use crate::ceiling::Sent;
 use crate::cpu;
 use crate::logs::{pct, LogStats};
@@ -20,6 +21,7 @@ pub struct Results {
     pub finished: DateTime<Utc>,
     pub sizes: Vec<SizeResult>,
     pub pools: Vec<PoolResult>,
+    pub attack: Option<AttackResult>,
 }
 
 /// (p50, p95, p99, max) in ms of a microsecond histogram.
@@ -577,6 +579,10 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
         }
     }
 
+    if let Some(a) = &r.attack {
+        attack_section(&mut o, opts, a);
+    }
+
     if !pngs.is_empty() {
         let _ = writeln!(o, "\n## Plots\n");
         for p in pngs {
@@ -594,6 +600,64 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     let text = serde_json::to_string_pretty(&summary(r)).map_err(|e| e.to_string())?;
     std::fs::write(&json, text).map_err(|e| format!("{}: {e}", json.display()))?;
     Ok(path)
+}
+
+/// Every class's latencies in one histogram.
+fn all_batches(l: &Latencies) -> Histogram<u64> {
+    let mut all = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("bounds");
+    for h in l.0.values() {
+        let _ = all.add(h);
+    }
+    all
+}
+
+fn attack_section(o: &mut String, opts: &Opts, a: &AttackResult) {
+    let _ = writeln!(o, "\n## Front door under attack\n");
+    let _ = writeln!(o, "One `scanstore serve` with the default front-door limits; {} scanners upload {} endpoints each (batches of {}) twice: first with nobody else connected, then while {} hostile connections of the kinds below are held open (a client whose connection the server closes connects again a second later).\n",
+        opts.attack_scanners, opts.attack_endpoints, opts.pool_batch, a.connections);
+    let _ = writeln!(o, "| phase | hostile connections | upload endpoints/s | batch p50 ms | batch p99 ms | final p99 ms | every request p99 ms | 503s retried | scanstore peak RSS MiB | peak threads |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, hostile, p) in [
+        ("quiet", 0, &a.quiet),
+        ("attacked", a.connections, &a.attacked),
+    ] {
+        let _ = writeln!(o, "{}", phase_row(name, hostile, p));
+    }
+    let _ = writeln!(o, "\n| hostile client | connections made | answers (status × count) | closed without an answer |\n|---|---:|---|---:|");
+    for (kind, s) in &a.kinds {
+        let answers: Vec<String> = s
+            .answers
+            .iter()
+            .map(|(k, n)| format!("{k} × {n}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} |",
+            kind.name(),
+            s.connections,
+            if answers.is_empty() {
+                "—".into()
+            } else {
+                answers.join(", ")
+            },
+            s.closed_silently
+        );
+    }
+}
+
+fn phase_row(name: &str, hostile: usize, p: &Phase) -> String {
+    let u = &p.upload;
+    let eps = u.endpoints as f64 / u.wall.as_secs_f64().max(1e-9);
+    let normal = quantiles(&u.latencies.0["normal"]);
+    format!(
+        "| {name} | {hostile} | {eps:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.0} | {} |",
+        normal[0],
+        normal[2],
+        quantiles(&u.latencies.0["final"])[2],
+        quantiles(&all_batches(&u.latencies))[2],
+        u.retried_503,
+        p.peak_rss_kib as f64 / 1024.0,
+        p.peak_threads
+    )
 }
 
 /// The headline numbers, machine-readable (the quick-mode test reads them).
@@ -649,6 +713,21 @@ pub fn summary(r: &Results) -> Value {
             "heartbeat_renewals": p.logs.renewals,
             "heartbeat_max_gap_ms": pct(&p.logs.heartbeat_gap_ms, 100.0),
         })).collect::<Vec<_>>(),
+        "attack": r.attack.as_ref().map(|a| {
+            let phase = |p: &Phase| json!({
+                "endpoints": p.upload.endpoints,
+                "p99_ms": quantiles(&all_batches(&p.upload.latencies))[2],
+                "retried_503": p.upload.retried_503,
+                "peak_rss_kib": p.peak_rss_kib,
+                "peak_threads": p.peak_threads,
+            });
+            json!({
+                "connections": a.connections,
+                "quiet": phase(&a.quiet),
+                "attacked": phase(&a.attacked),
+                "hostile_connections_made": a.kinds.iter().map(|(_, s)| s.connections).sum::<u64>(),
+            })
+        }),
         "targets": targets(r).into_iter().map(|(t, m, ok)| json!({"target": t, "measured": m, "met": ok})).collect::<Vec<_>>(),
     })
 }

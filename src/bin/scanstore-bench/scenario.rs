@@ -146,7 +146,7 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
 }
 
 /// The ES target: `--es-url`, or a fresh emulator that pre-touches `pretouch_mib` of heap.
-fn es_target(
+pub fn es_target(
     opts: &Opts,
     dir: &Path,
     name: &str,
@@ -174,13 +174,13 @@ fn pretouch_mib(opts: &Opts, size: usize) -> usize {
     wanted.min(usize::try_from(spare).unwrap_or(usize::MAX))
 }
 
-fn prefix() -> String {
+pub fn prefix() -> String {
     format!("bench{}", &Uuid::new_v4().simple().to_string()[..8])
 }
 
 /// Scanner rows and one running execution each; `size` endpoints split over `n` scanners,
 /// numbered from `offset`.
-fn jobs(
+pub fn jobs(
     c: &mut Client,
     owner: Uuid,
     (n, size, offset): (usize, usize, usize),

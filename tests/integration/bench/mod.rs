@@ -105,6 +105,17 @@ fn quick_mode_writes_a_sane_report() {
     let reported = size["publication_endpoints_per_s"].as_f64().unwrap() / rate;
     let median = sorted[(sorted.len() - 1) / 2];
     assert!((reported - median).abs() < 1e-9, "{reported} vs {sorted:?}");
+    // The front door: both phases uploaded everything (quick mode: 8 scanners × 500),
+    // hostile clients connected while the second ran, and the report shows both.
+    let attack = &summary["attack"];
+    assert_eq!(attack["connections"], 70, "{summary:#}");
+    for phase in ["quiet", "attacked"] {
+        assert_eq!(attack[phase]["endpoints"], 4000, "{phase}: {summary:#}");
+        assert!(attack[phase]["peak_threads"].as_u64().unwrap_or(0) > 0);
+        assert!(attack[phase]["peak_rss_kib"].as_u64().unwrap_or(0) > 0);
+    }
+    assert!(attack["hostile_connections_made"].as_u64().unwrap_or(0) >= 70);
+    assert!(report.contains("## Front door under attack"), "{report}");
     // CPU per phase: the emulator (when it is ours) worked in every phase; scanstore only in
     // its own, not in the ceiling's.
     let phases = size["cpu_seconds"].as_array().expect("cpu_seconds");

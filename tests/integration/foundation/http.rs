@@ -129,7 +129,40 @@ fn readyz_reports_an_unreachable_search_backend() {
     let r = got(http().get(server.url("/readyz")).call());
     assert_eq!(r.status, 503);
     assert_eq!(r.body["postgres"], "ok");
+    assert_eq!(r.body["elasticsearch"], "unavailable");
     assert_eq!(r.body["status"], "not_ready");
+    // States only: why it failed (addresses, error text) goes to the log, not to anyone
+    // who asks.
+    let text = r.body.to_string();
+    assert!(
+        !text.contains("127.0.0.1") && !text.contains(":9"),
+        "{text}"
+    );
+    let logged =
+        crate::support::logs::lines_with(&["event=ReadinessFailed", "component=elasticsearch"]);
+    assert!(!logged.is_empty());
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn answers_are_not_sniffed_or_stored() {
+    let t = db::fresh();
+    let server = TestServer::start(config(&t.url, NO_ES));
+    for path in ["/healthz", "/api/v1/tasks", "/nope"] {
+        let r = http().get(server.url(path)).call().unwrap();
+        let h = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        assert_eq!(
+            h("x-content-type-options").as_deref(),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(h("cache-control").as_deref(), Some("no-store"), "{path}");
+    }
 }
 
 #[test]
