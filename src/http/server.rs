@@ -56,8 +56,13 @@ const POLL: Duration = Duration::from_millis(100);
 /// (accept failing with EMFILE, threads that cannot be started).
 const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(1);
 
-/// Stack of a thread that only reads one small body.
+/// Stack of a thread that only reads one body or writes one reply.
 const BODY_THREAD_STACK: usize = 256 * 1024;
+
+/// Replies larger than this are written off the worker. Linux gives a TCP socket at least
+/// 16 KiB of send buffer, so a smaller reply is written at once even to a client that reads
+/// nothing (tiny_http answers one request of a connection at a time).
+const INLINE_REPLY_BYTES: usize = 16 * 1024;
 
 /// A request for the workers: its body is in, or it is answered without one.
 struct Pending {
@@ -538,7 +543,31 @@ fn answer(
     } else {
         line.info();
     }
+    let large = reply.body.len() > INLINE_REPLY_BYTES;
     let response = to_response(reply, &req.request_id);
+    if !large {
+        return send(request, response, close);
+    }
+    // A client that reads nothing would block this write once the socket's send buffer is
+    // full: a large reply is written by a thread of its own (inline if none can start).
+    let (handoff, take) = crossbeam_channel::bounded(1);
+    let writer = std::thread::Builder::new()
+        .name("http-write".into())
+        .stack_size(BODY_THREAD_STACK)
+        .spawn(move || {
+            if let Ok((request, response, close)) = take.recv() {
+                send(request, response, close);
+            }
+        });
+    match writer {
+        Ok(_) => {
+            let _ = handoff.send((request, response, close));
+        }
+        Err(_) => send(request, response, close),
+    }
+}
+
+fn send(request: tiny_http::Request, response: Response, close: bool) {
     let _ = if close {
         request.respond_closing(response)
     } else {
@@ -546,7 +575,9 @@ fn answer(
     };
 }
 
-fn to_response(reply: Reply, request_id: &str) -> tiny_http::Response<io::Cursor<Vec<u8>>> {
+type Response = tiny_http::Response<io::Cursor<Vec<u8>>>;
+
+fn to_response(reply: Reply, request_id: &str) -> Response {
     let mut response = tiny_http::Response::from_data(reply.body).with_status_code(reply.status);
     let mut add = |name: &str, value: &str| {
         if let Ok(h) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {

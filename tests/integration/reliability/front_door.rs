@@ -104,6 +104,35 @@ fn stalled_expect_continue_and_upgrade_requests_do_not_pin_the_workers() {
 
 #[test]
 #[ignore = "needs PostgreSQL"]
+fn clients_that_read_no_answers_do_not_pin_the_workers() {
+    let s = stack(|c| c.server.worker_threads = 4);
+    let addr: std::net::SocketAddr = s.base().trim_start_matches("http://").parse().unwrap();
+    // Per connection, eight pipelined requests for the 50 KiB OpenAPI document, and a
+    // receive buffer too small for one answer; nothing is ever read.
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.connect(&addr.into()).unwrap();
+        let mut c: TcpStream = sock.into();
+        c.write_all(
+            "GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n"
+                .repeat(8)
+                .as_bytes(),
+        )
+        .unwrap();
+        held.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..8 {
+        assert_serving(s.base());
+    }
+    drop(held);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
 fn large_bodies_without_a_valid_scanner_token_are_refused_unread() {
     let es = emulator::target();
     let db = crate::support::db::fresh();

@@ -170,6 +170,10 @@ impl ClientConnection {
         // scanstore patch: nothing more is read once a response closed the connection, not
         // even the unread rest of that request's body.
         self.next_header_source.wait_turn();
+        // scanstore patch: no pipelining. The next request is read once the previous one
+        // is answered, so a client that sends requests and reads no answers has at most
+        // one request in a handler, never one per worker, each waiting to write.
+        self.sink.wait_previous();
         if self.closing.load(Ordering::Acquire) {
             return Err(ReadError::Closed);
         }

@@ -183,9 +183,10 @@ pub struct ServerConfig {
 /// nothing, as upstream.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Read timeout of every accepted socket, so a read of a stalled client ends; also the
-    /// longest a request line and its headers may take from their first byte, and how long
-    /// an idle connection is kept between requests. `None`: no timeout.
+    /// Read and write timeout of every accepted socket, so no read from a stalled client
+    /// and no write to one that stopped reading blocks longer; also the longest a request
+    /// line and its headers may take from their first byte, and how long an idle
+    /// connection is kept between requests. `None`: no timeout.
     pub header_timeout: Option<Duration>,
     /// Most bytes in a request line and its headers (including line ends); more is
     /// answered 431 and the connection closed.
@@ -386,6 +387,7 @@ impl Server {
                     }
                     if let Some(t) = limits.header_timeout {
                         sock.set_read_timeout(Some(t))?;
+                        sock.set_write_timeout(Some(t))?;
                     }
                     Ok(Some(sock))
                 });

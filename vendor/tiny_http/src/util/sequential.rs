@@ -95,6 +95,15 @@ impl<R: Read + Send> Iterator for SequentialReaderBuilder<R> {
     }
 }
 
+impl<W: Write + Send> SequentialWriterBuilder<W> {
+    /// Blocks until every writer made so far is done (scanstore patch).
+    pub fn wait_previous(&mut self) {
+        if let Some(previous) = self.next_trigger.take() {
+            let _ = previous.recv();
+        }
+    }
+}
+
 impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
     type Item = SequentialWriter<W>;
     fn next(&mut self) -> Option<SequentialWriter<W>> {
