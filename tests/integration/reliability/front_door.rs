@@ -51,14 +51,39 @@ fn statuses(output: &str) -> Vec<u16> {
         .collect()
 }
 
+/// A `scanstore serve` child process with its database and ES target (kept alive with it).
+struct Child {
+    serve: Serve,
+    _db: crate::support::db::TestDb,
+    _es: emulator::Target,
+}
+
+fn child(adjust: impl FnOnce(&mut ChildConfig)) -> Child {
+    let es = emulator::target();
+    let db = crate::support::db::fresh();
+    let prefix = format!("fd{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let mut cfg = ChildConfig::new(&db.url, es.es().url(), &prefix);
+    adjust(&mut cfg);
+    Child {
+        serve: Serve::start(&cfg),
+        _db: db,
+        _es: es,
+    }
+}
+
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into()
+}
+
 /// `/healthz` answers, with a client timeout short of every stall in these tests.
 fn assert_serving(base: &str) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into();
-    let r = agent.get(format!("{base}/healthz")).call();
+    let r = agent(Duration::from_secs(5))
+        .get(format!("{base}/healthz"))
+        .call();
     assert_eq!(got(r).status, 200, "the server stopped serving");
 }
 
@@ -107,7 +132,7 @@ fn stalled_expect_continue_and_upgrade_requests_do_not_pin_the_workers() {
 fn clients_that_read_no_answers_do_not_pin_the_workers() {
     let s = stack(|c| c.server.worker_threads = 4);
     let addr: std::net::SocketAddr = s.base().trim_start_matches("http://").parse().unwrap();
-    // Per connection, eight pipelined requests for the 50 KiB OpenAPI document, and a
+    // Per connection, 200 pipelined requests for the 50 KiB OpenAPI document, and a
     // receive buffer too small for one answer; nothing is ever read.
     let mut held = Vec::new();
     for _ in 0..6 {
@@ -118,7 +143,7 @@ fn clients_that_read_no_answers_do_not_pin_the_workers() {
         let mut c: TcpStream = sock.into();
         c.write_all(
             "GET /api/v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n"
-                .repeat(8)
+                .repeat(200)
                 .as_bytes(),
         )
         .unwrap();
@@ -134,15 +159,8 @@ fn clients_that_read_no_answers_do_not_pin_the_workers() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn large_bodies_without_a_valid_scanner_token_are_refused_unread() {
-    let es = emulator::target();
-    let db = crate::support::db::fresh();
-    let mut cfg = ChildConfig::new(
-        &db.url,
-        es.es().url(),
-        &format!("fd{}", &Uuid::new_v4().simple().to_string()[..8]),
-    );
-    cfg.extra_server = "body_deadline_ms = 60000\n".into();
-    let serve = Serve::start(&cfg);
+    let c = child(|cfg| cfg.extra_server = "body_deadline_ms = 60000\n".into());
+    let serve = &c.serve;
     assert_serving(&serve.base);
     let (rss_before, threads_before) = (serve.rss_kib(), serve.threads());
     let path = format!("/api/v1/scanner/executions/{}/batches", Uuid::new_v4());
@@ -349,16 +367,11 @@ fn large_body_reads_are_capped_and_the_rest_refused_with_retry_after() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn the_accept_loop_survives_running_out_of_file_descriptors() {
-    let es = emulator::target();
-    let db = crate::support::db::fresh();
-    let mut cfg = ChildConfig::new(
-        &db.url,
-        es.es().url(),
-        &format!("fd{}", &Uuid::new_v4().simple().to_string()[..8]),
-    );
-    cfg.nofile = Some(64);
-    cfg.workers = 0;
-    let serve = Serve::start(&cfg);
+    let c = child(|cfg| {
+        cfg.nofile = Some(64);
+        cfg.workers = 0;
+    });
+    let serve = &c.serve;
     assert_serving(&serve.base);
     // Far more connections than descriptors: the kernel queues them, accept() fails.
     let flood: Vec<TcpStream> = (0..120).map(|_| connect(&serve.base)).collect();
@@ -367,12 +380,10 @@ fn the_accept_loop_survives_running_out_of_file_descriptors() {
     // Descriptors come back as the flood's connections end; the server serves again.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(2)))
-            .build()
-            .into();
-        if let Ok(r) = agent.get(format!("{}/healthz", serve.base)).call() {
+        let r = agent(Duration::from_secs(2))
+            .get(format!("{}/healthz", serve.base))
+            .call();
+        if let Ok(r) = r {
             assert_eq!(r.status().as_u16(), 200);
             break;
         }
