@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
+use crate::cpu::{self, Role, Sampler, Usage};
 use crate::scanner::{self, UploadOutcome};
-use crate::scenario::{bar, es_target, jobs, prefix};
+use crate::scenario::{bar, es_target, jobs, prefix, watch_postgres};
 use crate::stack::{self, Database, ServeCfg};
 use crate::{factory, Opts};
 
@@ -98,6 +99,9 @@ pub struct Phase {
     pub upload: UploadOutcome,
     pub peak_rss_kib: u64,
     pub peak_threads: u64,
+    /// CPU seconds per process over the phase (the bench's are the scanners' and the
+    /// hostile clients').
+    pub cpu: Usage,
 }
 
 pub struct AttackResult {
@@ -109,10 +113,18 @@ pub struct AttackResult {
 
 /// The scenario: a quiet upload phase, then the same upload under `connections` hostile
 /// connections.
-pub fn run(opts: &Opts, connections: usize, dir: &Path) -> Result<AttackResult, String> {
+pub fn run(
+    opts: &Opts,
+    connections: usize,
+    dir: &Path,
+    sampler: &Sampler,
+) -> Result<AttackResult, String> {
     let name = "attack";
     let db = Database::open(opts)?;
-    let (_emulator, es_url) = es_target(opts, dir, name, 0)?;
+    let (emulator, es_url) = es_target(opts, dir, name, 0)?;
+    if let Some(e) = &emulator {
+        sampler.watch(Role::Emulator, e.pid());
+    }
     let cfg = ServeCfg {
         pool_size: opts.pool_size,
         workers: opts.workers,
@@ -122,7 +134,9 @@ pub fn run(opts: &Opts, connections: usize, dir: &Path) -> Result<AttackResult, 
         heartbeat_seconds: 20,
     };
     let mut server = stack::scanstore(opts, &db, &es_url, &prefix(), &cfg, dir, name)?;
+    sampler.watch(Role::Scanstore, server.pid());
     let mut c = db.connect()?;
+    watch_postgres(&mut c, sampler);
     let owner = factory::owner(&mut c)?;
     let n = opts.attack_scanners;
     let total = n * opts.attack_endpoints;
@@ -136,13 +150,16 @@ pub fn run(opts: &Opts, connections: usize, dir: &Path) -> Result<AttackResult, 
         )?;
         let watch = Watch::start(server.pid());
         let b = bar(total as u64, label);
+        let from = cpu::now();
         let upload = scanner::run(&server.url, jobs, opts.retry_every, &b);
+        let cpu = sampler.usage(from, cpu::now());
         b.finish_and_clear();
         let (peak_rss_kib, peak_threads) = watch.stop();
         Ok(Phase {
             upload: upload?,
             peak_rss_kib,
             peak_threads,
+            cpu,
         })
     };
     let quiet = phase("front door quiet", 0)?;

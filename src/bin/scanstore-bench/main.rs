@@ -117,8 +117,9 @@ pub struct Opts {
     /// Front door: concurrent scanners.
     #[arg(long, default_value_t = 8)]
     pub attack_scanners: usize,
-    /// Front door: endpoints per scanner and phase (in `--pool-batch` batches).
-    #[arg(long, default_value_t = 5000)]
+    /// Front door: endpoints per scanner and phase (in `--pool-batch` batches); enough for
+    /// a phase to outlast the header timeout and its hostile clients' reconnections.
+    #[arg(long, default_value_t = 40000)]
     pub attack_endpoints: usize,
     /// Python interpreter with the `elasticsearch` package, for the peer.
     #[arg(long, default_value = "python3")]
@@ -229,18 +230,18 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
             pools.push(scenario::pool_run(opts, pool, &logs)?);
         }
     }
+    let sampler = cpu::Sampler::start();
     let attack = match opts.attack_connections {
         Some(n) if n > 0 => {
             eprintln!(
                 "== front door: {} scanners, {n} hostile connections",
                 opts.attack_scanners
             );
-            Some(attack::run(opts, n, &logs)?)
+            Some(attack::run(opts, n, &logs, &sampler)?)
         }
         _ => None,
     };
     let mut sizes = Vec::new();
-    let sampler = cpu::Sampler::start();
     for &size in &opts.sizes {
         eprintln!("== size {size}: ceiling, peer, upload, publication");
         sizes.push(scenario::size_run(opts, size, &logs, &sampler)?);

@@ -615,7 +615,7 @@ fn attack_section(o: &mut String, opts: &Opts, a: &AttackResult) {
     let _ = writeln!(o, "\n## Front door under attack\n");
     let _ = writeln!(o, "One `scanstore serve` with the default front-door limits; {} scanners upload {} endpoints each (batches of {}) twice: first with nobody else connected, then while {} hostile connections of the kinds below are held open (a client whose connection the server closes connects again a second later).\n",
         opts.attack_scanners, opts.attack_endpoints, opts.pool_batch, a.connections);
-    let _ = writeln!(o, "| phase | hostile connections | upload endpoints/s | batch p50 ms | batch p99 ms | final p99 ms | every request p99 ms | 503s retried | scanstore peak RSS MiB | peak threads |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "| phase | hostile connections | upload endpoints/s | batch p50 ms | batch p99 ms | final p99 ms | every request p99 ms | 503s retried | scanstore peak RSS MiB | peak threads | CPU s: scanstore / emulator / PostgreSQL / bench |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for (name, hostile, p) in [
         ("quiet", 0, &a.quiet),
         ("attacked", a.connections, &a.attacked),
@@ -648,15 +648,22 @@ fn phase_row(name: &str, hostile: usize, p: &Phase) -> String {
     let u = &p.upload;
     let eps = u.endpoints as f64 / u.wall.as_secs_f64().max(1e-9);
     let normal = quantiles(&u.latencies.0["normal"]);
+    let cpu: Vec<String> = p
+        .cpu
+        .roles
+        .iter()
+        .map(|r| r.map_or("—".into(), |s| format!("{s:.1}")))
+        .collect();
     format!(
-        "| {name} | {hostile} | {eps:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.0} | {} |",
+        "| {name} | {hostile} | {eps:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.0} | {} | {} |",
         normal[0],
         normal[2],
         quantiles(&u.latencies.0["final"])[2],
         quantiles(&all_batches(&u.latencies))[2],
         u.retried_503,
         p.peak_rss_kib as f64 / 1024.0,
-        p.peak_threads
+        p.peak_threads,
+        cpu.join(" / ")
     )
 }
 

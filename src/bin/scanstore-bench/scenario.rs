@@ -632,7 +632,7 @@ fn usage(sampler: &Sampler, spans: &[(f64, f64)]) -> Usage {
 }
 
 /// Watches the PostgreSQL server when it runs here (not when it is remote).
-fn watch_postgres(c: &mut Client, sampler: &Sampler) {
+pub fn watch_postgres(c: &mut Client, sampler: &Sampler) {
     let backend = c
         .query_one("SELECT pg_backend_pid()", &[])
         .ok()
