@@ -403,6 +403,60 @@ fn the_accept_loop_survives_running_out_of_file_descriptors() {
 
 #[test]
 #[ignore = "needs PostgreSQL"]
+fn the_accept_loop_survives_failing_to_start_threads() {
+    // A pids cgroup (v1 or v2) caps the child's threads; without one this cannot be tried.
+    let name = format!("scanstore-test-{}", Uuid::new_v4().simple());
+    let group = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
+        .iter()
+        .map(|root| std::path::Path::new(root).join(&name))
+        .find(|g| {
+            let made = std::fs::create_dir(g).is_ok();
+            let usable = made && g.join("pids.max").exists();
+            if made && !usable {
+                let _ = std::fs::remove_dir(g);
+            }
+            usable
+        });
+    let Some(group) = group else {
+        eprintln!("skipped: no writable pids cgroup on this machine");
+        return;
+    };
+    let c = child(|cfg| cfg.workers = 0);
+    let serve = &c.serve;
+    assert_serving(&serve.base);
+    std::fs::write(group.join("cgroup.procs"), serve.pid().to_string()).unwrap();
+    // Room for a few more threads than the child has: the flood needs one per connection.
+    let limit = serve.threads() + 4;
+    std::fs::write(group.join("pids.max"), limit.to_string()).unwrap();
+    let flood: Vec<TcpStream> = (0..40).map(|_| connect(&serve.base)).collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    drop(flood);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = agent(Duration::from_secs(2))
+            .get(format!("{}/healthz", serve.base))
+            .call();
+        if let Ok(r) = r {
+            assert_eq!(r.status().as_u16(), 200);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server never served again");
+    }
+    let log = serve.log();
+    assert!(
+        log.contains("event=HttpAcceptFailed"),
+        "no spawn failure was logged"
+    );
+    assert!(!log.contains("panicked"), "a thread panicked:\n{log}");
+    // Back in the parent group, so the test group can go.
+    let parent = group.parent().unwrap().join("cgroup.procs");
+    let _ = std::fs::write(parent, serve.pid().to_string());
+    drop(c);
+    let _ = std::fs::remove_dir(&group);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
 fn rejected_values_never_reach_the_log() {
     let s = stack(|_| {});
     let marker = format!("LEAK{}", Uuid::new_v4().simple());

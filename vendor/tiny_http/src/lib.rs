@@ -213,6 +213,13 @@ impl Default for Limits {
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
+/// Waits after a failure of the accept loop, twice as long as the last time (scanstore
+/// patch).
+fn pause(backoff: &mut Duration) {
+    thread::sleep(*backoff);
+    *backoff = (*backoff * 2).min(ACCEPT_BACKOFF_MAX);
+}
+
 /// Counts a connection as open while it lives (scanstore patch).
 struct OpenConnection(Arc<AtomicUsize>);
 
@@ -397,12 +404,10 @@ impl Server {
                     Err(e) => {
                         log::error!("Error accepting new client: {}", e);
                         inside_messages.push(e.into());
-                        thread::sleep(backoff);
-                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                        pause(&mut backoff);
                         continue;
                     }
                 };
-                backoff = ACCEPT_BACKOFF_MIN;
                 let new_client = {
                     use util::RefinedTcpStream;
                     let (read_closable, write_closable) = match ssl {
@@ -410,6 +415,7 @@ impl Server {
                             Ok(pair) => pair,
                             Err(e) => {
                                 inside_messages.push(e.into());
+                                pause(&mut backoff);
                                 continue;
                             }
                         },
@@ -426,6 +432,7 @@ impl Server {
                                 Ok(pair) => pair,
                                 Err(e) => {
                                     inside_messages.push(e.into());
+                                    pause(&mut backoff);
                                     continue;
                                 }
                             }
@@ -459,9 +466,14 @@ impl Server {
                     }
                 }));
                 // scanstore patch: no thread for the connection; it is closed (the task
-                // and the client in it are dropped) and the owner is told.
-                if let Err(e) = spawned {
-                    inside_messages.push(e.into());
+                // and the client in it are dropped), the owner is told, and accepting
+                // pauses as after a failed accept.
+                match spawned {
+                    Ok(()) => backoff = ACCEPT_BACKOFF_MIN,
+                    Err(e) => {
+                        inside_messages.push(e.into());
+                        pause(&mut backoff);
+                    }
                 }
             }
             log::debug!("Terminating accept thread");
