@@ -73,6 +73,7 @@ pub struct RawServer {
     pub max_connections: u64,
     pub max_body_reads: u64,
     pub preauth_body_bytes: u64,
+    pub linger_ms: u64,
     pub shutdown_grace_seconds: u64,
 }
 
@@ -90,6 +91,7 @@ impl Default for RawServer {
             max_connections: 512,
             max_body_reads: 16,
             preauth_body_bytes: 64 * KIB,
+            linger_ms: 2000,
             shutdown_grace_seconds: 30,
         }
     }
@@ -192,6 +194,9 @@ pub struct ServerConfig {
     pub max_body_reads: usize,
     /// Bodies larger than this are read only after the scanner's token is verified.
     pub preauth_body_bytes: u64,
+    /// How long a closing connection's input is still read off and dropped, so that a
+    /// client still sending a refused body gets the answer rather than a reset.
+    pub linger: Duration,
     pub shutdown_grace: Duration,
 }
 
@@ -241,6 +246,7 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("server.max_connections", 16, 65_536, ""),
     ("server.max_body_reads", 1, 1024, ""),
     ("server.preauth_body_bytes", 0, MIB, " bytes"),
+    ("server.linger_ms", 0, 60_000, " ms"),
     ("server.shutdown_grace_seconds", 1, 600, " s"),
     ("database.pool_size", 1, 512, ""),
     ("database.pool_timeout_ms", 10, 600_000, " ms"),
@@ -421,6 +427,7 @@ impl Config {
                 max_connections: to_usize(checked("server.max_connections", s.max_connections)?),
                 max_body_reads: to_usize(checked("server.max_body_reads", s.max_body_reads)?),
                 preauth_body_bytes: checked("server.preauth_body_bytes", s.preauth_body_bytes)?,
+                linger: Duration::from_millis(checked("server.linger_ms", s.linger_ms)?),
                 shutdown_grace: Duration::from_secs(checked(
                     "server.shutdown_grace_seconds",
                     s.shutdown_grace_seconds,

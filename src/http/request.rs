@@ -164,7 +164,9 @@ pub fn read_body(
         return Err(ApiError::PayloadTooLarge { limit });
     }
     let started = Instant::now();
-    let mut body = Vec::with_capacity(declared_len.unwrap_or(0).min(1 << 20));
+    // A declared length is within the limit here; memory is only resident as it is
+    // written. An unknown one (chunked) grows by doubling, never past the limit.
+    let mut body = Vec::with_capacity(declared_len.unwrap_or(0));
     let mut chunk = [0u8; 64 * 1024];
     loop {
         if started.elapsed() > deadline {
@@ -175,6 +177,10 @@ pub fn read_body(
             Ok(n) => {
                 if (body.len() + n) as u64 > limit {
                     return Err(ApiError::PayloadTooLarge { limit });
+                }
+                if body.capacity() - body.len() < n {
+                    let grown = (body.capacity() * 2).clamp(body.len() + n, limit as usize);
+                    body.reserve_exact(grown - body.len());
                 }
                 body.extend_from_slice(&chunk[..n]);
             }

@@ -59,10 +59,11 @@ const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(1);
 /// Stack of a thread that only reads one body or writes one reply.
 const BODY_THREAD_STACK: usize = 256 * 1024;
 
-/// Replies larger than this are written off the worker. Linux gives a TCP socket at least
-/// 16 KiB of send buffer, so a smaller reply is written at once even to a client that reads
-/// nothing (tiny_http answers one request of a connection at a time).
-const INLINE_REPLY_BYTES: usize = 16 * 1024;
+/// Replies larger than this are written off the worker. Linux gives a TCP socket 16 KiB
+/// of send buffer to start with (`tcp_wmem`), overhead included, so a reply this small is
+/// written at once even to a client that reads nothing (tiny_http answers one request of a
+/// connection at a time).
+const INLINE_REPLY_BYTES: usize = 8 * 1024;
 
 /// A request for the workers: its body is in, or it is answered without one.
 struct Pending {
@@ -111,6 +112,7 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
         max_head_bytes: cfg.max_head_bytes,
         max_headers: cfg.max_headers,
         max_connections: cfg.max_connections,
+        linger: Some(cfg.linger).filter(|d| !d.is_zero()),
     };
     let server = tiny_http::Server::from_listener_with_limits(listener, None, limits)
         .map_err(|e| io::Error::other(e.to_string()))?;

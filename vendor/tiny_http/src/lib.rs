@@ -196,6 +196,10 @@ pub struct Limits {
     /// Most connections served at once; one more is answered 503 with `Retry-After: 1`
     /// and closed at once.
     pub max_connections: usize,
+    /// Lingering close: how long a connection's input is still read off and dropped
+    /// after its last answer, so that a client still sending a body the server refused
+    /// without reading it gets that answer rather than a reset. `None`: none.
+    pub linger: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -205,6 +209,7 @@ impl Default for Limits {
             max_head_bytes: usize::MAX,
             max_headers: usize::MAX,
             max_connections: usize::MAX,
+            linger: None,
         }
     }
 }
@@ -411,7 +416,7 @@ impl Server {
                 let new_client = {
                     use util::RefinedTcpStream;
                     let (read_closable, write_closable) = match ssl {
-                        None => match RefinedTcpStream::new(sock) {
+                        None => match RefinedTcpStream::new(sock, limits.linger) {
                             Ok(pair) => pair,
                             Err(e) => {
                                 inside_messages.push(e.into());
@@ -428,7 +433,7 @@ impl Server {
                                 Err(_) => continue,
                             };
 
-                            match RefinedTcpStream::new(sock) {
+                            match RefinedTcpStream::new(sock, limits.linger) {
                                 Ok(pair) => pair,
                                 Err(e) => {
                                     inside_messages.push(e.into());

@@ -1,7 +1,7 @@
 use std::io::Result as IoResult;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::connection::Connection;
 #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
@@ -89,10 +89,15 @@ pub struct RefinedTcpStream {
     stream: Stream,
     close_read: bool,
     close_write: bool,
+    // scanstore patch: how long the read half reads off input before it closes
+    linger: Option<Duration>,
 }
 
 impl RefinedTcpStream {
-    pub(crate) fn new<S>(stream: S) -> IoResult<(RefinedTcpStream, RefinedTcpStream)>
+    pub(crate) fn new<S>(
+        stream: S,
+        linger: Option<Duration>,
+    ) -> IoResult<(RefinedTcpStream, RefinedTcpStream)>
     where
         S: Into<Stream>,
     {
@@ -104,12 +109,14 @@ impl RefinedTcpStream {
             stream: read,
             close_read: true,
             close_write: false,
+            linger,
         };
 
         let write = RefinedTcpStream {
             stream: write,
             close_read: false,
             close_write: true,
+            linger: None,
         };
 
         Ok((read, write))
@@ -129,19 +136,23 @@ impl RefinedTcpStream {
 impl Drop for RefinedTcpStream {
     fn drop(&mut self) {
         if self.close_read {
-            // scanstore patch: what the client sent and nobody read is read off first (up
-            // to 64 KiB, without waiting), because closing a socket with unread input
-            // resets the connection, and the client may lose the last answer with it
-            // (say a 400 for a body that was never read).
+            // scanstore patch (lingering close, `Limits::linger`): closing a socket with
+            // unread input makes the kernel reset the connection, and a client still
+            // sending (a body the server refused without reading it) would lose the answer
+            // with it. So input is read off and dropped until the client closes, for at
+            // most the linger time.
             #[allow(irrefutable_let_patterns)] // refutable with an SSL feature
-            if let Stream::Http(conn) = &mut self.stream {
-                if conn.set_read_timeout(Some(Duration::from_millis(1))).is_ok() {
-                    let mut sink = [0u8; 4096];
-                    for _ in 0..16 {
-                        match conn.read(&mut sink) {
-                            Ok(n) if n > 0 => {}
-                            _ => break,
-                        }
+            if let (Stream::Http(conn), Some(linger)) = (&mut self.stream, self.linger) {
+                let deadline = Instant::now() + linger;
+                let mut sink = [0u8; 8192];
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
+                        break;
+                    }
+                    match conn.read(&mut sink) {
+                        Ok(n) if n > 0 => {}
+                        _ => break,
                     }
                 }
             }
