@@ -109,19 +109,22 @@ pub fn run(
     span.set("task_id", execution.task_id);
 
     let existing = span.stage("upload_identity", || known_receipt(tx, execution_id, batch))?;
-    if let Some((id, state)) = existing {
+    if let Some((_, state)) = &existing {
         if state == "confirmed" {
             return Ok((execution, Reservation::AlreadyConfirmed));
         }
-        let write = write(tx, span, &execution, batch, refs, id)?;
-        return Ok((execution, write));
     }
-
+    // The execution's state gates every write, a pending batch's retry included: once it
+    // has ended, what it stored is what its counts say, so nothing may be added to it.
     if status != "running" {
         return Err(conflict(
             "execution_not_running",
             format!("execution is {status}; batches are accepted only while it is running"),
         ));
+    }
+    if let Some((id, _)) = existing {
+        let write = write(tx, span, &execution, batch, refs, id)?;
+        return Ok((execution, write));
     }
     span.stage("upload_stream", || {
         check_streams(tx, execution_id, batch.upload_id)

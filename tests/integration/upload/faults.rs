@@ -54,6 +54,70 @@ fn failing_bulk_item_keeps_the_receipt_pending_and_the_retry_writes_once() {
 
 #[test]
 #[ignore = "needs PostgreSQL"]
+fn a_pending_batch_retried_after_the_execution_ended_is_refused_and_writes_nothing() {
+    let Some(s) = Stack::with_faults("late_pending_retry", "port_scan", |_| {}) else {
+        return;
+    };
+    let up = Uuid::new_v4();
+    let b0 = Batch::main(up, 0, endpoints(0, 3, T0));
+    let b1 = Batch::main(up, 1, endpoints(3, 10, T0));
+    assert_eq!(
+        scan::post(s.base(), &s.scanner.token, s.execution(), &b0).status,
+        200
+    );
+    // Batch 1's ES write fails: its receipt stays pending.
+    s.emulator().add_fault(Fault::BulkItemFail {
+        id: format!("{}-{}-m1-3", s.execution().simple(), up.simple()),
+        status: 400,
+        error_type: Some("mapper_parsing_exception".into()),
+        reason: Some("injected".into()),
+        count: Some(1),
+    });
+    assert_eq!(
+        scan::post(s.base(), &s.scanner.token, s.execution(), &b1).status,
+        502
+    );
+    let facts_before = s.fact_count();
+    for status in ["failed", "succeeded"] {
+        s.sql()
+            .execute(
+                "UPDATE executions SET status = $2, finished_at = now() WHERE id = $1",
+                &[&s.execution(), &status],
+            )
+            .unwrap();
+        // The late retry of the pending batch is refused, and writes nothing anywhere.
+        let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b1);
+        assert_eq!(
+            (r.status, r.body["error"]["code"].as_str()),
+            (409, Some("execution_not_running")),
+            "{status}: {}",
+            r.body
+        );
+        assert_eq!(
+            s.receipts(),
+            vec![
+                ("main".into(), 0, "confirmed".into()),
+                ("main".into(), 1, "pending".into())
+            ]
+        );
+        assert_eq!(
+            s.fact_count(),
+            facts_before,
+            "{status}: the late batch was written"
+        );
+        // A confirmed retry still answers saved: 0.
+        let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b0);
+        assert_eq!(
+            (r.status, r.body["saved"].as_u64()),
+            (200, Some(0)),
+            "{}",
+            r.body
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
 fn transient_bulk_failures_are_retried_within_the_request() {
     let Some(s) = Stack::with_faults("transient_bulk", "port_scan", |_| {}) else {
         return;
