@@ -173,10 +173,17 @@ impl ApiError {
         } else {
             self.to_string()
         };
-        let body = json!({
+        let mut body = json!({
             "success": false,
             "error": { "code": m.code, "message": message, "request_id": request_id }
         });
+        if let ApiError::Upload(UploadError::Conflict {
+            details: Some(details),
+            ..
+        }) = self
+        {
+            body["error"]["details"] = details.clone();
+        }
         let reply = Reply::json(m.status, &body);
         match m.retry_after {
             Some(s) => reply.with_header("Retry-After", s.to_string()),

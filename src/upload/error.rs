@@ -17,8 +17,13 @@ pub enum UploadError {
     #[error("execution not found")]
     NotFound,
     /// Identity conflict, upload closed, final incomplete, execution not running.
+    /// `details` is machine-readable context for the client (which batches are missing).
     #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    Conflict {
+        code: &'static str,
+        message: String,
+        details: Option<serde_json::Value>,
+    },
     /// Elasticsearch answered a count that cannot be true (negative, or a sum overflows).
     #[error("implausible count from the search backend: {0}")]
     BadCount(String),
@@ -41,5 +46,6 @@ pub fn conflict(code: &'static str, message: impl Into<String>) -> UploadError {
     UploadError::Conflict {
         code,
         message: message.into(),
+        details: None,
     }
 }

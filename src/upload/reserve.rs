@@ -86,14 +86,33 @@ const UNRECORDED_ANSWERS: &str = "
                     WHERE execution_id = $1 AND status = 'confirmed'
                       AND dns_record_count > 0 AND NOT dns_answers_recorded)";
 
-// The final's scope: indices of this upload's confirmed receipts; any receipt with
-// observations but no references forces the legacy all-history scope.
+// The final's scope: indices of the execution's confirmed receipts, every upload's, so
+// that its counts agree with what the execution stored; any receipt with observations but
+// no references forces the legacy all-history scope.
 const CONFIRMED_SCOPE: &str = "
     SELECT coalesce(array_agg(DISTINCT ref) FILTER (WHERE ref IS NOT NULL), '{}'),
            coalesce(bool_or(r.storage_references IS NULL AND r.observation_count > 0), false)
       FROM scan_upload_receipts r
       LEFT JOIN LATERAL unnest(r.storage_references) AS ref ON true
-     WHERE r.execution_id = $1 AND r.upload_id = $2 AND r.status = 'confirmed'";
+     WHERE r.execution_id = $1 AND r.status = 'confirmed'";
+
+// Every upload stream of the execution, for the final's check that all are complete: a
+// handful of rows by primary-key prefix.
+const ALL_STREAMS: &str = "
+    SELECT upload_id, dirty, batch_count, confirmed_count, pending_count, min_batch, max_batch,
+           dns_pending_count, dns_max_batch
+      FROM scan_upload_stream WHERE execution_id = $1";
+
+// The receipts of the incomplete uploads, to name their pending and missing batches
+// (identity index, leading execution_id and upload_id).
+const INCOMPLETE_RECEIPTS: &str = "
+    SELECT upload_id, stream, batch_index, status
+      FROM scan_upload_receipts
+     WHERE execution_id = $1 AND upload_id = ANY($2)
+     ORDER BY upload_id, stream, batch_index";
+
+/// Most batch indexes listed per upload and kind in a `final_incomplete` answer.
+const LISTED_INDEXES: usize = 100;
 
 pub fn run(
     tx: &mut Tx<'_>,
@@ -329,7 +348,97 @@ fn final_continuity(tx: &mut Tx<'_>, execution_id: Uuid, batch: &Batch) -> Resul
             "dns sidecar batch {dns_max:?} lies beyond the final batch {index}"
         ));
     }
-    Ok(())
+    other_uploads_complete(tx, execution_id, batch.upload_id)
+}
+
+/// The final succeeds the whole execution, so every other upload of it must be complete
+/// too: main batches 0..=max all confirmed, no pending DNS sidecar batch, none beyond the
+/// main range. Streams marked dirty are repaired first, so their counts are true.
+fn other_uploads_complete(
+    tx: &mut Tx<'_>,
+    execution_id: Uuid,
+    final_upload: Uuid,
+) -> Result<(), UploadError> {
+    let mut rows = tx.query(ALL_STREAMS, &[&execution_id])?;
+    let dirty: Vec<Uuid> = rows
+        .iter()
+        .filter(|r| r.get::<_, bool>(1) && r.get::<_, Uuid>(0) != final_upload)
+        .map(|r| r.get(0))
+        .collect();
+    if !dirty.is_empty() {
+        for upload_id in &dirty {
+            tx.query(REPAIR_STREAM, &[&execution_id, upload_id])?;
+        }
+        rows = tx.query(ALL_STREAMS, &[&execution_id])?;
+    }
+    let incomplete: Vec<Uuid> = rows
+        .iter()
+        .filter(|r| r.get::<_, Uuid>(0) != final_upload)
+        .filter(|r| {
+            let (count, confirmed, pending): (i32, i32, i32) = (r.get(2), r.get(3), r.get(4));
+            let (min, max): (Option<i32>, Option<i32>) = (r.get(5), r.get(6));
+            let (dns_pending, dns_max): (i32, Option<i32>) = (r.get(7), r.get(8));
+            let main_complete = pending == 0
+                && confirmed == count
+                && (count == 0 || (min == Some(0) && max == Some(count - 1)));
+            let dns_complete =
+                dns_pending == 0 && !dns_max.is_some_and(|d| max.map_or(true, |m| d > m));
+            !(main_complete && dns_complete)
+        })
+        .map(|r| r.get(0))
+        .collect();
+    if incomplete.is_empty() {
+        return Ok(());
+    }
+    let receipts = tx.query(INCOMPLETE_RECEIPTS, &[&execution_id, &incomplete])?;
+    let details: Vec<serde_json::Value> = incomplete
+        .iter()
+        .map(|upload_id| {
+            let of = |stream: &str| -> Vec<(i32, String)> {
+                receipts
+                    .iter()
+                    .filter(|r| r.get::<_, Uuid>(0) == *upload_id && r.get::<_, &str>(1) == stream)
+                    .map(|r| (r.get(2), r.get(3)))
+                    .collect()
+            };
+            let main = of("main");
+            let dns = of("dns");
+            let pending = |batches: &[(i32, String)]| -> Vec<i32> {
+                batches
+                    .iter()
+                    .filter(|(_, status)| status == "pending")
+                    .map(|(i, _)| *i)
+                    .take(LISTED_INDEXES)
+                    .collect()
+            };
+            let max = main.last().map_or(-1, |(i, _)| *i);
+            let missing: Vec<i32> = (0..=max)
+                .filter(|i| main.binary_search_by_key(i, |(j, _)| *j).is_err())
+                .take(LISTED_INDEXES)
+                .collect();
+            let dns_beyond: Vec<i32> = dns
+                .iter()
+                .map(|(i, _)| *i)
+                .filter(|i| *i > max)
+                .take(LISTED_INDEXES)
+                .collect();
+            serde_json::json!({
+                "upload_id": upload_id,
+                "pending": pending(&main),
+                "missing": missing,
+                "dns_pending": pending(&dns),
+                "dns_beyond_main": dns_beyond,
+            })
+        })
+        .collect();
+    Err(UploadError::Conflict {
+        code: "final_incomplete",
+        message: format!(
+            "{} other upload(s) of this execution are incomplete; see details",
+            incomplete.len()
+        ),
+        details: Some(serde_json::json!({ "incomplete_uploads": details })),
+    })
 }
 
 fn final_scope(
@@ -338,7 +447,7 @@ fn final_scope(
     batch: &Batch,
     refs: &[String],
 ) -> Result<Scope, UploadError> {
-    let row = tx.query_one(CONFIRMED_SCOPE, &[&execution.id, &batch.upload_id])?;
+    let row = tx.query_one(CONFIRMED_SCOPE, &[&execution.id])?;
     let (mut indices, legacy): (Vec<String>, bool) = (row.get(0), row.get(1));
     if legacy {
         Line::new("ScanSummaryLegacyIndexScope")

@@ -4,6 +4,7 @@
 use uuid::Uuid;
 
 use super::T0;
+use crate::support::emulator::Fault;
 use crate::support::scan::{self, dns, endpoints, Batch};
 use crate::support::stack::Stack;
 
@@ -168,4 +169,88 @@ fn deleted_receipt_marks_the_stream_dirty_and_the_next_upload_repairs_only_it() 
         }
     }
     assert_eq!(post(&s, &Batch::final_(up, 3, vec![])).status, 200);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_final_waits_for_every_upload_of_the_execution_and_counts_them_all() {
+    let Some(s) = Stack::with_faults("final_waits_for_every_upload", "port_scan", |_| {}) else {
+        return;
+    };
+    let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    // Upload a: batch 0 confirmed, batch 1 pending (its ES write failed).
+    assert_eq!(
+        post(&s, &Batch::main(a, 0, endpoints(0, 3, T0))).status,
+        200
+    );
+    s.emulator().add_fault(Fault::BulkItemFail {
+        id: format!("{}-{}-m1-0", s.execution().simple(), a.simple()),
+        status: 400,
+        error_type: Some("mapper_parsing_exception".into()),
+        reason: Some("injected".into()),
+        count: Some(1),
+    });
+    assert_eq!(
+        post(&s, &Batch::main(a, 1, endpoints(3, 3, T0))).status,
+        502
+    );
+    // Upload c: batches 0 and 2, batch 1 never sent.
+    for i in [0, 2] {
+        assert_eq!(
+            post(&s, &Batch::main(c, i, endpoints(10 + i as usize, 1, T0))).status,
+            200
+        );
+    }
+    // A brand-new upload's empty final may not succeed the execution over them.
+    let r = post(&s, &Batch::final_(b, 0, vec![]));
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (409, Some("final_incomplete")),
+        "{}",
+        r.body
+    );
+    let mut listed: Vec<(String, serde_json::Value, serde_json::Value)> = r.body["error"]
+        ["details"]["incomplete_uploads"]
+        .as_array()
+        .expect("incomplete uploads listed")
+        .iter()
+        .map(|u| {
+            (
+                u["upload_id"].as_str().unwrap_or_default().to_string(),
+                u["pending"].clone(),
+                u["missing"].clone(),
+            )
+        })
+        .collect();
+    listed.sort_by(|x, y| x.0.cmp(&y.0));
+    let mut want = vec![
+        (a.to_string(), serde_json::json!([1]), serde_json::json!([])),
+        (c.to_string(), serde_json::json!([]), serde_json::json!([1])),
+    ];
+    want.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(listed, want);
+    assert_eq!(s.execution_status(), "running");
+    // Completed, the same final succeeds and counts every upload's observations.
+    assert_eq!(
+        post(&s, &Batch::main(a, 1, endpoints(3, 3, T0))).status,
+        200
+    );
+    assert_eq!(
+        post(&s, &Batch::main(c, 1, endpoints(11, 1, T0))).status,
+        200
+    );
+    let r = post(&s, &Batch::final_(b, 0, vec![]));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(s.execution_status(), "succeeded");
+    let (observations, endpoints_counted): (i64, i64) = {
+        let row = s
+            .sql()
+            .query_one(
+                "SELECT observation_count, endpoint_count FROM executions WHERE id = $1",
+                &[&s.execution()],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((observations, endpoints_counted), (9, 9));
 }
