@@ -374,20 +374,13 @@ fn large_body_reads_are_capped_and_the_rest_refused_with_retry_after() {
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
-#[test]
-#[ignore = "needs PostgreSQL"]
-fn the_accept_loop_survives_running_out_of_file_descriptors() {
-    let c = child(|cfg| {
-        cfg.nofile = Some(64);
-        cfg.workers = 0;
-    });
-    let serve = &c.serve;
-    assert_serving(&serve.base);
-    // Far more connections than descriptors: the kernel queues them, accept() fails.
-    let flood: Vec<TcpStream> = (0..120).map(|_| connect(&serve.base)).collect();
-    std::thread::sleep(Duration::from_millis(500));
+/// Holds `connections` connections open for `hold`, closes them, and waits until the server
+/// answers again; the accept loop must have logged its failures. Returns the child's log.
+fn flood_then_serve(serve: &Serve, connections: usize, hold: Duration) -> String {
+    let flood: Vec<TcpStream> = (0..connections).map(|_| connect(&serve.base)).collect();
+    std::thread::sleep(hold);
     drop(flood);
-    // Descriptors come back as the flood's connections end; the server serves again.
+    // Descriptors and threads come back as the flood's connections end.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let r = agent(Duration::from_secs(2))
@@ -404,6 +397,20 @@ fn the_accept_loop_survives_running_out_of_file_descriptors() {
         log.contains("event=HttpAcceptFailed"),
         "no accept failure was logged"
     );
+    log
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn the_accept_loop_survives_running_out_of_file_descriptors() {
+    let c = child(|cfg| {
+        cfg.nofile = Some(64);
+        cfg.workers = 0;
+    });
+    let serve = &c.serve;
+    assert_serving(&serve.base);
+    // Far more connections than descriptors: the kernel queues them, accept() fails.
+    let log = flood_then_serve(serve, 120, Duration::from_millis(500));
     let logged = log.matches("event=HttpAcceptFailed").count();
     assert!(
         logged < 50,
@@ -438,25 +445,7 @@ fn the_accept_loop_survives_failing_to_start_threads() {
     // Room for a few more threads than the child has: the flood needs one per connection.
     let limit = serve.threads() + 4;
     std::fs::write(group.join("pids.max"), limit.to_string()).unwrap();
-    let flood: Vec<TcpStream> = (0..40).map(|_| connect(&serve.base)).collect();
-    std::thread::sleep(Duration::from_millis(1000));
-    drop(flood);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = agent(Duration::from_secs(2))
-            .get(format!("{}/healthz", serve.base))
-            .call();
-        if let Ok(r) = r {
-            assert_eq!(r.status().as_u16(), 200);
-            break;
-        }
-        assert!(Instant::now() < deadline, "the server never served again");
-    }
-    let log = serve.log();
-    assert!(
-        log.contains("event=HttpAcceptFailed"),
-        "no spawn failure was logged"
-    );
+    let log = flood_then_serve(serve, 40, Duration::from_millis(1000));
     assert!(!log.contains("panicked"), "a thread panicked:\n{log}");
     // Back in the parent group, so the test group can go.
     let parent = group.parent().unwrap().join("cgroup.procs");

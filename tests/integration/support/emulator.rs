@@ -81,6 +81,18 @@ impl Fault {
             count: Some(count),
         }
     }
+
+    /// The bulk item with document id `id` fails once with a mapping error: its batch's
+    /// receipt stays pending.
+    pub fn item_fails_once(id: String) -> Fault {
+        Fault::BulkItemFail {
+            id,
+            status: 400,
+            error_type: Some("mapper_parsing_exception".into()),
+            reason: Some("injected".into()),
+            count: Some(1),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

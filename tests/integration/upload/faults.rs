@@ -20,13 +20,7 @@ fn failing_bulk_item_keeps_the_receipt_pending_and_the_retry_writes_once() {
     let up = Uuid::new_v4();
     let b0 = Batch::main(up, 0, endpoints(0, 10, T0));
     let item = format!("{}-{}-m0-4", s.execution().simple(), up.simple());
-    s.emulator().add_fault(Fault::BulkItemFail {
-        id: item,
-        status: 400,
-        error_type: Some("mapper_parsing_exception".into()),
-        reason: Some("injected".into()),
-        count: Some(1),
-    });
+    s.emulator().add_fault(Fault::item_fails_once(item));
     let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b0);
     assert_eq!(r.status, 502, "{}", r.body);
     assert_eq!(s.receipts(), vec![("main".into(), 0, "pending".into())]);
@@ -66,13 +60,11 @@ fn a_pending_batch_retried_after_the_execution_ended_is_refused_and_writes_nothi
         200
     );
     // Batch 1's ES write fails: its receipt stays pending.
-    s.emulator().add_fault(Fault::BulkItemFail {
-        id: format!("{}-{}-m1-3", s.execution().simple(), up.simple()),
-        status: 400,
-        error_type: Some("mapper_parsing_exception".into()),
-        reason: Some("injected".into()),
-        count: Some(1),
-    });
+    s.emulator().add_fault(Fault::item_fails_once(format!(
+        "{}-{}-m1-3",
+        s.execution().simple(),
+        up.simple()
+    )));
     assert_eq!(
         scan::post(s.base(), &s.scanner.token, s.execution(), &b1).status,
         502

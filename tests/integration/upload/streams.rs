@@ -183,13 +183,11 @@ fn a_final_waits_for_every_upload_of_the_execution_and_counts_them_all() {
         post(&s, &Batch::main(a, 0, endpoints(0, 3, T0))).status,
         200
     );
-    s.emulator().add_fault(Fault::BulkItemFail {
-        id: format!("{}-{}-m1-0", s.execution().simple(), a.simple()),
-        status: 400,
-        error_type: Some("mapper_parsing_exception".into()),
-        reason: Some("injected".into()),
-        count: Some(1),
-    });
+    s.emulator().add_fault(Fault::item_fails_once(format!(
+        "{}-{}-m1-0",
+        s.execution().simple(),
+        a.simple()
+    )));
     assert_eq!(
         post(&s, &Batch::main(a, 1, endpoints(3, 3, T0))).status,
         502
