@@ -1,4 +1,4 @@
--- scanstore schema, fresh install (schema version 2).
+-- scanstore schema, fresh install (schema version 3).
 --
 -- Owns: every table, index, constraint, trigger and function of the current model.
 -- Runs only on an empty database (the runner checks `to_regclass('owners') IS NULL`),
@@ -10,7 +10,8 @@
 --
 -- Upgrades of a previous-release database (schema/legacy_v1.sql) instead run, in order:
 --   migrate_scan_projection.sql -> migrate_scan_upload_stream.sql -> migrate_search_target_ip.sql
--- and then `UPDATE schema_version SET version = 2`. An upgraded database must dump
+--   -> migrate_execution_dns_answers.sql -> migrate_execution_lifecycle.sql
+-- and then `UPDATE schema_version SET version = 3`. An upgraded database must dump
 -- (`pg_dump --schema-only`) exactly like this file's result; tests/sql/run.sh checks it.
 -- Therefore:
 --   * columns that the migrations ADD to existing tables are declared LAST here, in the
@@ -150,7 +151,9 @@ CREATE TABLE executions (
     -- of the scanner cascade, before the task cascade has removed the executions, so the
     -- owner could never be deleted (tests/sql/constraints.sql shows the
     -- immediate case). Checking at commit sees the final state.
-    scanner_id       uuid NOT NULL REFERENCES scanners (id) ON DELETE NO ACTION
+    -- The scanner that claimed (or was assigned) the execution; NULL only while it is
+    -- queued for any enabled scanner of the task's owner (see any_scanner).
+    scanner_id       uuid REFERENCES scanners (id) ON DELETE NO ACTION
                      DEFERRABLE INITIALLY DEFERRED,
     status           text NOT NULL DEFAULT 'queued'
                      CHECK (status IN ('queued', 'running', 'succeeded', 'failed')),
@@ -161,12 +164,32 @@ CREATE TABLE executions (
     created_at       timestamptz NOT NULL DEFAULT now(),
     started_at       timestamptz,
     finished_at      timestamptz,
-    updated_at       timestamptz NOT NULL DEFAULT now()
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    -- Added by migrate_execution_lifecycle.sql on upgrade; declared last.
+    -- While running: when the claim lapses unless the scanner heartbeats or sends a batch.
+    -- NULL on executions that were running before the upgrade (they never lapse).
+    lease_expires_at timestamptz,
+    -- Claims so far; a lease that lapses on the last allowed one fails the execution.
+    attempts         integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    -- Why it failed: the scanner's reason, or lease_expired.
+    failure_reason   text CHECK (octet_length(failure_reason) <= 1024),
+    -- Created without a scanner: a lapsed lease returns it to the whole owner's scanners.
+    any_scanner      boolean NOT NULL DEFAULT false,
+    -- Why: only a queued execution may wait for a scanner; once claimed it has one.
+    CONSTRAINT executions_scanner_when_claimed CHECK (scanner_id IS NOT NULL OR status = 'queued')
 );
 
--- Why: the scanner claim reads "oldest queued execution of this scanner"; partial so the
--- index holds only the (few) queued rows, not the whole history.
+-- Why: the scanner claim reads "oldest queued execution of this scanner" (or with no
+-- scanner, scanner_id IS NULL); partial so the index holds only the (few) queued rows,
+-- not the whole history.
 CREATE INDEX executions_claim_idx ON executions (scanner_id, created_at) WHERE status = 'queued';
+-- Why: the lease sweeper reads "running executions whose lease has lapsed"; partial on
+-- running, which is a handful of rows. Also created by migrate_execution_lifecycle.sql.
+CREATE INDEX executions_lease_idx ON executions (lease_expires_at) WHERE status = 'running';
+-- Why: a scanner's own executions, newest first (GET /api/v1/scanner/executions), and the
+-- check at commit that a deleted scanner authored none. Also created by
+-- migrate_execution_lifecycle.sql.
+CREATE INDEX executions_scanner_idx ON executions (scanner_id, created_at);
 -- Why: executions of a task (task detail, aggregation, freshness) and the task cascade.
 CREATE INDEX executions_task_idx ON executions (task_id, created_at);
 
@@ -500,6 +523,17 @@ $$;
 
 -- END shared
 
+-- Added by migrate_execution_lifecycle.sql on upgrade; declared after the shared block.
+-- true once the upload is abandoned (by its scanner, or with a lapsed lease): its
+-- confirmed batches stay and count, it takes no more batches, and a final does not wait
+-- for it.
+ALTER TABLE scan_upload_stream ADD COLUMN abandoned boolean NOT NULL DEFAULT false;
+-- Why: the lease sweep looks for abandoned uploads whose pending batches are still to be
+-- undone (a crash may interrupt the clean-up); partial, so it holds only those few rows.
+-- Also created by migrate_execution_lifecycle.sql.
+CREATE INDEX scan_upload_stream_abandoned_idx ON scan_upload_stream (execution_id)
+    WHERE abandoned AND (pending_count > 0 OR dns_pending_count > 0);
+
 -- Why guard: see scan_upload_receipt_guard(). BEFORE, so a forbidden change never lands.
 CREATE TRIGGER scan_upload_receipts_guard BEFORE UPDATE ON scan_upload_receipts
     FOR EACH ROW EXECUTE FUNCTION scan_upload_receipt_guard();
@@ -520,7 +554,7 @@ CREATE TRIGGER scan_upload_receipts_stream_truncate AFTER TRUNCATE ON scan_uploa
 -- Queues
 ------------------------------------------------------------------------------------------
 
--- Asset publication outbox (SPEC section 4). States of a row:
+-- Asset publication outbox. States of a row:
 --   waiting    processed_at IS NULL, claim_token IS NULL (or lease expired), available_at
 --   leased     claim_token + lease_expires_at > now(): only that token may renew,
 --              checkpoint (cursor, processed_endpoints, phase), retry or complete
@@ -619,6 +653,12 @@ CREATE TABLE search_targets (
 -- kind = 'cidr' for the planner to use it.
 CREATE INDEX search_targets_cidr_gist ON search_targets USING gist (target_ip inet_ops)
     WHERE kind = 'cidr';
+-- Why: freshness updates single-IP targets inside a scanned network or address
+-- (target_ip <<= scanned); partial on kind = 'ip' as search_targets_cidr_gist is on
+-- 'cidr', and queries must repeat kind = 'ip' for the planner to use it. Also created by
+-- migrate_execution_lifecycle.sql.
+CREATE INDEX search_targets_ip_gist ON search_targets USING gist (target_ip inet_ops)
+    WHERE kind = 'ip';
 
 CREATE TABLE asset_tags (
     owner_id   uuid NOT NULL REFERENCES owners (id) ON DELETE CASCADE,
@@ -642,9 +682,10 @@ CREATE INDEX asset_tags_cidr_gist ON asset_tags USING gist (target_ip inet_ops)
 -- Version and markers of a fresh install
 ------------------------------------------------------------------------------------------
 
-INSERT INTO schema_version (version) VALUES (2);
+INSERT INTO schema_version (version) VALUES (3);
 INSERT INTO schema_marker (name) VALUES
     ('scan_projection_v2'),
     ('scan_upload_stream_backfill'),
     ('search_target_ip'),
-    ('execution_dns_answers');
+    ('execution_dns_answers'),
+    ('execution_lifecycle');

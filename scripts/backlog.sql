@@ -1,4 +1,4 @@
--- The asset publication backlog (SPEC §4, §10; the seed's query): every outbox row not yet
+-- The asset publication backlog (README "Observability"): every outbox row not yet
 -- published, oldest due first, as an aligned table, then a summary as key=value lines.
 --
 -- Standalone:  psql -X -v ON_ERROR_STOP=1 -q -d "$SCANSTORE_DATABASE_URL" -f scripts/backlog.sql

@@ -1,5 +1,6 @@
 //! The running service: shared state (`App`) and the start-up sequence (migrate, install
-//! indices, start the HTTP workers and the publishers) with its orderly shutdown.
+//! indices, start the HTTP workers, the publishers, the sampler and the lease sweep) with
+//! its orderly shutdown.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,12 +9,15 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::db::{self, Db, DbError};
 use crate::es::limit::Limiter;
+use crate::es::retry::Backoff;
+use crate::es::writer::{WritePolicy, Writer};
 use crate::es::{setup, EsClient, EsError};
 use crate::http::server::{self, HttpServer, Routes};
 use crate::projection::wake::Wake;
 use crate::projection::Workers;
 use crate::telemetry::sampler::Sampler;
 use crate::telemetry::Line;
+use crate::upload::lease::Sweeper;
 
 /// How often the backlog and slow SQL are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_secs(30);
@@ -67,6 +71,24 @@ impl App {
 
     /// Installs templates and indices unless done already; idempotent, so a race between
     /// two threads only repeats harmless PUTs.
+    /// A bulk writer of `bulk_batch_size` operations per request under the process-wide
+    /// concurrency permits, retrying a transient failure `attempts` times.
+    pub fn writer<'a>(&'a self, attempts: u32, backoff: Backoff, trace_id: &'a str) -> Writer<'a> {
+        let cfg = &self.config.elasticsearch;
+        Writer {
+            es: &self.es,
+            limiter: &self.limiter,
+            policy: WritePolicy {
+                max_ops: cfg.bulk_batch_size,
+                max_bytes: cfg.projection_bulk_max_bytes,
+                attempts,
+                backoff,
+            },
+            cancel: None,
+            trace_id,
+        }
+    }
+
     pub fn ensure_indices(&self) -> Result<(), EsError> {
         if self.indices_ready.load(Ordering::Acquire) {
             return Ok(());
@@ -83,6 +105,7 @@ pub struct Running {
     http: HttpServer,
     workers: Workers,
     sampler: Sampler,
+    sweeper: Sweeper,
 }
 
 impl Running {
@@ -97,6 +120,7 @@ impl Running {
         let http = self.http.shutdown(grace);
         self.workers.stop();
         self.sampler.stop();
+        self.sweeper.stop();
         http
     }
 }
@@ -145,11 +169,13 @@ pub fn start_with(config: Config, routes: Routes) -> Result<Running, StartError>
     let http = server::start(app.clone(), routes)?;
     let workers = Workers::start(&app)?;
     let sampler = Sampler::start(app.db.clone(), SAMPLE_EVERY);
+    let sweeper = Sweeper::start(app.clone())?;
     Ok(Running {
         app,
         http,
         workers,
         sampler,
+        sweeper,
     })
 }
 

@@ -57,6 +57,10 @@ pub struct RawConfig {
     pub elasticsearch: RawElasticsearch,
     #[serde(default)]
     pub projection: RawProjection,
+    #[serde(default)]
+    pub upload: RawUpload,
+    #[serde(default)]
+    pub scanner: RawScanner,
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,6 +167,38 @@ impl Default for RawProjection {
     }
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawUpload {
+    pub max_observation_age_days: u64,
+    pub max_clock_skew_seconds: u64,
+}
+
+impl Default for RawUpload {
+    fn default() -> Self {
+        RawUpload {
+            max_observation_age_days: 31,
+            max_clock_skew_seconds: 300,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawScanner {
+    pub lease_seconds: u64,
+    pub max_attempts: u64,
+}
+
+impl Default for RawScanner {
+    fn default() -> Self {
+        RawScanner {
+            lease_seconds: 600,
+            max_attempts: 3,
+        }
+    }
+}
+
 /// Validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -170,6 +206,8 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub elasticsearch: EsConfig,
     pub projection: ProjectionConfig,
+    pub upload: UploadConfig,
+    pub scanner: ScannerConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -233,6 +271,27 @@ pub struct ProjectionConfig {
     pub poll_interval: Duration,
 }
 
+#[derive(Debug, Clone)]
+pub struct UploadConfig {
+    /// How far back an observation may lie: older ones are refused, so that one batch cannot
+    /// open years of monthly facts indices or bury old data as new.
+    pub max_observation_age: chrono::Duration,
+    /// How far ahead of the server's clock an observation may lie: a scanner with a fast
+    /// clock is tolerated, one that pins `last_seen` in the future is not.
+    pub max_clock_skew: chrono::Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ScannerConfig {
+    /// How long a claimed execution stays the scanner's without a heartbeat or batch.
+    pub lease: Duration,
+    /// Claims an execution may have; a lease that expires on the last one fails it.
+    pub max_attempts: u32,
+    /// How often lapsed leases are looked for (not a file setting: a tenth of the lease,
+    /// 1 to 30 s; tests shorten it).
+    pub sweep_interval: Duration,
+}
+
 /// One documented range: `(key, low, high, unit)`. The table is the single source for
 /// validation, the example file's comments and the boundary tests.
 pub const RANGES: &[(&str, u64, u64, &str)] = &[
@@ -265,6 +324,10 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("elasticsearch.projection_heartbeat_seconds", 1, 1200, " s"),
     ("projection.workers", 0, 64, ""),
     ("projection.nice", 0, 19, ""),
+    ("upload.max_observation_age_days", 1, 3650, " days"),
+    ("upload.max_clock_skew_seconds", 0, 86_400, " s"),
+    ("scanner.lease_seconds", 5, 86_400, " s"),
+    ("scanner.max_attempts", 1, 100, ""),
 ];
 
 fn checked(key: &str, value: u64) -> Result<u64, ConfigError> {
@@ -476,6 +539,24 @@ impl Config {
                 workers: to_usize(checked("projection.workers", raw.projection.workers)?),
                 nice: i32::try_from(checked("projection.nice", raw.projection.nice)?).unwrap_or(19),
                 poll_interval: crate::projection::worker::IDLE_WAIT,
+            },
+            upload: UploadConfig {
+                max_observation_age: chrono::Duration::days(checked(
+                    "upload.max_observation_age_days",
+                    raw.upload.max_observation_age_days,
+                )? as i64),
+                max_clock_skew: chrono::Duration::seconds(checked(
+                    "upload.max_clock_skew_seconds",
+                    raw.upload.max_clock_skew_seconds,
+                )? as i64),
+            },
+            scanner: {
+                let lease = checked("scanner.lease_seconds", raw.scanner.lease_seconds)?;
+                ScannerConfig {
+                    lease: Duration::from_secs(lease),
+                    max_attempts: checked("scanner.max_attempts", raw.scanner.max_attempts)? as u32,
+                    sweep_interval: Duration::from_secs((lease / 10).clamp(1, 30)),
+                }
             },
         })
     }

@@ -10,9 +10,10 @@ use super::{Db, DbError, Stage};
 /// Fresh install: the whole current model.
 const INIT_SQL: &str = include_str!("../../schema/init.sql");
 
-/// Upgrades from the previous release, in the order they must run. Each file is
-/// idempotent and a no-op on a database created by `INIT_SQL`.
-const MIGRATIONS: &[(&str, &str)] = &[
+/// Upgrades from earlier releases, in the order they must run. Each file is idempotent and
+/// a no-op on a database created by `INIT_SQL`; the first four make a release-2 (schema
+/// version 2) database of a legacy one.
+pub const MIGRATIONS: &[(&str, &str)] = &[
     (
         "migrate_scan_projection.sql",
         include_str!("../../schema/migrate_scan_projection.sql"),
@@ -29,6 +30,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_execution_dns_answers.sql",
         include_str!("../../schema/migrate_execution_dns_answers.sql"),
     ),
+    (
+        "migrate_execution_lifecycle.sql",
+        include_str!("../../schema/migrate_execution_lifecycle.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -37,10 +42,11 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "scan_upload_stream_backfill",
     "search_target_ip",
     "execution_dns_answers",
+    "execution_lifecycle",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Recorded after the migrations; a no-op on a database already at this version.
 const SET_VERSION: &str =

@@ -35,6 +35,10 @@ pub enum Stage {
     Confirm,
     /// Scanner claiming its next queued execution.
     ClaimExecution,
+    /// Scanner heartbeat, fail and listing of its executions.
+    Lifecycle,
+    /// The sweep of lapsed execution leases.
+    LeaseSweep,
     /// Projection: claiming an outbox row.
     Claim,
     /// Projection: reading the claimed execution's context.
@@ -64,6 +68,8 @@ impl Stage {
             Stage::Reserve => "reserve",
             Stage::Confirm => "confirm",
             Stage::ClaimExecution => "claim_execution",
+            Stage::Lifecycle => "lifecycle",
+            Stage::LeaseSweep => "lease_sweep",
             Stage::Claim => "claim",
             Stage::Context => "context",
             Stage::Renew => "renew",

@@ -14,6 +14,7 @@ use super::error::EsError;
 pub enum OpKind {
     Index,
     Update,
+    Delete,
 }
 
 impl OpKind {
@@ -21,6 +22,7 @@ impl OpKind {
         match self {
             OpKind::Index => "index",
             OpKind::Update => "update",
+            OpKind::Delete => "delete",
         }
     }
 }
@@ -115,6 +117,18 @@ impl BulkOp {
             Some(RETRY_ON_CONFLICT),
             &PartialDoc { doc },
         )
+    }
+
+    /// Removes a document; one that is not there (or whose index is not) is no failure.
+    pub fn delete(index: &str, id: &str) -> BulkOp {
+        let mut ndjson = Vec::with_capacity(128);
+        ActionLine::new(OpKind::Delete, index, None).write(&mut ndjson, id);
+        BulkOp {
+            kind: OpKind::Delete,
+            index: Arc::from(index),
+            id: id.to_string(),
+            ndjson,
+        }
     }
 
     pub fn len(&self) -> usize {

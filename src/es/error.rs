@@ -1,5 +1,5 @@
 //! `EsError`: how an Elasticsearch request failed, and whether retrying can help
-//! (SPEC §4: 429/5xx/timeouts are transient; mapping rejections and other 4xx permanent).
+//! (429/5xx/timeouts are transient; mapping rejections and other 4xx permanent).
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum EsError {

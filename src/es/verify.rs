@@ -40,13 +40,15 @@ enum BulkItem<'a> {
     Index(#[serde(borrow)] ItemResult<'a>),
     Update(#[serde(borrow)] ItemResult<'a>),
     Create(IgnoredAny),
-    Delete(IgnoredAny),
+    Delete(#[serde(borrow)] ItemResult<'a>),
 }
 
 impl<'a> BulkItem<'a> {
     fn result(&self, kind: OpKind) -> Option<&ItemResult<'a>> {
         match (kind, self) {
-            (OpKind::Index, BulkItem::Index(r)) | (OpKind::Update, BulkItem::Update(r)) => Some(r),
+            (OpKind::Index, BulkItem::Index(r))
+            | (OpKind::Update, BulkItem::Update(r))
+            | (OpKind::Delete, BulkItem::Delete(r)) => Some(r),
             _ => None,
         }
     }
@@ -96,6 +98,8 @@ pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
         es_took_ms: response.took.unwrap_or(0),
     };
     let mut failed: Vec<(u16, String, String)> = Vec::new();
+    // Deletes answered with an error that says the document is not there.
+    let mut excused = 0;
     for (n, (op, item)) in ops.iter().zip(&items).enumerate() {
         let Some(result) = item.result(op.kind) else {
             return bad(format!(
@@ -122,8 +126,14 @@ pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
         let ok = match op.kind {
             OpKind::Index => status == 200 || status == 201,
             OpKind::Update => status == 200 || status == 201,
+            // Gone already, or its index never existed: the document is not there.
+            OpKind::Delete => status == 200 || status == 404,
         };
+        // A delete of a document in a missing index is answered 404 with an error; what it
+        // says is what the delete wanted.
+        let gone = op.kind == OpKind::Delete && status == 404;
         match (&result.error, ok) {
+            (error, true) if gone => excused += usize::from(error.is_some()),
             (None, true) => {
                 if result.result.as_deref() == Some("noop") {
                     verified.noops += 1;
@@ -146,7 +156,7 @@ pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
             }
         }
     }
-    if response.errors != Some(!failed.is_empty()) {
+    if response.errors != Some(!failed.is_empty() || excused > 0) {
         return bad(format!(
             "bulk response says errors={:?} but {} items failed",
             response.errors,
@@ -209,6 +219,32 @@ mod tests {
                 es_took_ms: 7
             }
         );
+    }
+
+    #[test]
+    fn a_delete_of_what_is_not_there_succeeds_and_other_delete_failures_do_not() {
+        let ops = vec![
+            BulkOp::delete("i1", "a"),
+            BulkOp::delete("i1", "b"),
+            BulkOp::delete("gone", "c"),
+        ];
+        let missing_index =
+            json!({"type": "index_not_found_exception", "reason": "no such index [gone]"});
+        let response = |third_status: u64, third_error: Value| {
+            json!({"took": 1, "errors": true, "items": [
+                {"delete": {"_index": "i1", "_id": "a", "status": 200, "result": "deleted"}},
+                {"delete": {"_index": "i1", "_id": "b", "status": 404, "result": "not_found"}},
+                {"delete": {"_index": "gone", "_id": "c", "status": third_status, "error": third_error}}
+            ]})
+        };
+        let body = |v: Value| serde_json::to_vec(&v).unwrap();
+        let v = verify(&ops, &body(response(404, missing_index))).unwrap();
+        assert_eq!(v.items, 3);
+        let refused = json!({"type": "cluster_block_exception", "reason": "read-only"});
+        assert!(matches!(
+            verify(&ops, &body(response(403, refused))),
+            Err(EsError::ItemsFailed { status: 403, .. })
+        ));
     }
 
     #[test]

@@ -88,6 +88,7 @@ fn upload(e: &UploadError) -> Mapping {
         UploadError::Forbidden(_) => m(403, "forbidden"),
         UploadError::NotFound => m(404, "not_found"),
         UploadError::Conflict { code, .. } => m(409, code),
+        UploadError::Unprocessable { code, .. } => m(422, code),
         UploadError::BadCount(_) => m(502, "search_backend_error"),
         UploadError::IndexNameTooLong(_) => m(500, "index_name_too_long"),
         UploadError::Db(e) => db(e),
@@ -177,11 +178,10 @@ impl ApiError {
             "success": false,
             "error": { "code": m.code, "message": message, "request_id": request_id }
         });
-        if let ApiError::Upload(UploadError::Conflict {
-            details: Some(details),
-            ..
-        }) = self
-        {
+        if let Some(details) = match self {
+            ApiError::Upload(e) => e.details(),
+            _ => None,
+        } {
             body["error"]["details"] = details.clone();
         }
         let reply = Reply::json(m.status, &body);

@@ -13,8 +13,18 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
+    ("GET", "/api/v1/scanner/executions"),
     ("POST", "/api/v1/scanner/executions/claim"),
     ("POST", "/api/v1/scanner/executions/{execution_id}/batches"),
+    (
+        "POST",
+        "/api/v1/scanner/executions/{execution_id}/heartbeat",
+    ),
+    ("POST", "/api/v1/scanner/executions/{execution_id}/fail"),
+    (
+        "DELETE",
+        "/api/v1/scanner/executions/{execution_id}/uploads/{upload_id}",
+    ),
     ("GET", "/api/v1/tasks"),
     ("GET", "/api/v1/tasks/{task_id}"),
     ("GET", "/api/v1/tasks/{task_id}/executions"),
@@ -55,9 +65,19 @@ pub fn route(app: &App, req: &Req) -> Result<Reply, ApiError> {
         ("GET", ["healthz"]) => Ok(health::healthz()),
         ("GET", ["readyz"]) => Ok(health::readyz(app)),
         ("GET", ["metrics"]) => Ok(health::metrics(app)),
+        ("GET", ["api", "v1", "scanner", "executions"]) => Ok(upload::list(app, req)?),
         ("POST", ["api", "v1", "scanner", "executions", "claim"]) => Ok(upload::claim(app, req)?),
         ("POST", ["api", "v1", "scanner", "executions", id, "batches"]) => {
             Ok(upload::batch(app, req, id)?)
+        }
+        ("POST", ["api", "v1", "scanner", "executions", id, "heartbeat"]) => {
+            Ok(upload::heartbeat(app, req, id)?)
+        }
+        ("POST", ["api", "v1", "scanner", "executions", id, "fail"]) => {
+            Ok(upload::fail(app, req, id)?)
+        }
+        ("DELETE", ["api", "v1", "scanner", "executions", id, "uploads", upload]) => {
+            Ok(upload::abandon(app, req, id, upload)?)
         }
         (_, ["api", "v1", "scanner", "executions", ..]) => Err(ApiError::MethodNotAllowed),
         (_, ["healthz"]) | (_, ["readyz"]) | (_, ["metrics"]) => Err(ApiError::MethodNotAllowed),

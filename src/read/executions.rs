@@ -27,6 +27,8 @@ fn page_sql(after: bool) -> String {
     format!(
         "SELECT e.id, e.scanner_id, e.status, e.observation_count, e.endpoint_count,
                 e.dns_record_count, e.created_at, e.started_at, e.finished_at, e.updated_at,
+                e.attempts AS execution_attempts, e.lease_expires_at AS execution_lease_expires_at,
+                e.failure_reason,
                 o.id IS NOT NULL AS has_row, o.processed_at, o.lease_expires_at,
                 o.last_error IS NOT NULL AS has_error, o.last_error_class, o.attempts,
                 o.processed_endpoints, o.phase, o.available_at, now() AS now
@@ -77,8 +79,11 @@ fn execution_json(r: &Row, task_kind: &str) -> Value {
     };
     json!({
         "id": r.get::<_, Uuid>("id"),
-        "scanner_id": r.get::<_, Uuid>("scanner_id"),
+        "scanner_id": r.get::<_, Option<Uuid>>("scanner_id"),
         "status": r.get::<_, String>("status"),
+        "attempts": r.get::<_, i32>("execution_attempts"),
+        "lease_expires_at": time(r.get("execution_lease_expires_at")),
+        "failure_reason": r.get::<_, Option<String>>("failure_reason"),
         "counts": {
             "observations": r.get::<_, i64>("observation_count"),
             "endpoints": r.get::<_, i64>("endpoint_count"),

@@ -11,7 +11,7 @@ use crate::db::Stage;
 use crate::es::alias::AssetIndices;
 use crate::es::bulk::BulkOp;
 use crate::es::index;
-use crate::es::writer::{WritePolicy, Writer};
+use crate::es::writer::Writer;
 use crate::projection::{page, worker::OUTBOX_BACKOFF};
 use crate::tags;
 
@@ -23,19 +23,7 @@ use super::RebuildError;
 const ATTEMPTS: u32 = 5;
 
 fn writer<'a>(app: &'a App, trace_id: &'a str) -> Writer<'a> {
-    let cfg = &app.config.elasticsearch;
-    Writer {
-        es: &app.es,
-        limiter: &app.limiter,
-        policy: WritePolicy {
-            max_ops: cfg.bulk_batch_size,
-            max_bytes: cfg.projection_bulk_max_bytes,
-            attempts: ATTEMPTS,
-            backoff: OUTBOX_BACKOFF,
-        },
-        cancel: None,
-        trace_id,
-    }
+    app.writer(ATTEMPTS, OUTBOX_BACKOFF, trace_id)
 }
 
 /// Publishes every endpoint of one execution into `target`, page by page from the

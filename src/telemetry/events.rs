@@ -1,4 +1,4 @@
-//! The structured log events of SPEC §10: one struct per event, each rendered as one
+//! The structured log events: one struct per event, each rendered as one
 //! `event=Name key=value …` line in a fixed field order. Only ids, counts, durations and
 //! stage names are ever fields — never tokens, checksums or observation content.
 

@@ -34,6 +34,12 @@ pub struct QueryLabels {
     pub queryid: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabels {
+    pub to: String,
+    pub cause: String,
+}
+
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 pub struct Metrics {
@@ -52,6 +58,7 @@ pub struct Metrics {
     pub outbox_oldest_age_seconds: FloatGauge,
     pub projection_endpoints_published: Counter,
     pub projection_lease_losses: Counter,
+    pub execution_transitions: Family<TransitionLabels, Counter>,
     pub sql_mean_ms: Family<QueryLabels, FloatGauge>,
     pub sql_calls: Family<QueryLabels, Gauge>,
     pub slow_sql_available: Gauge,
@@ -81,6 +88,7 @@ impl Metrics {
             outbox_oldest_age_seconds: FloatGauge::default(),
             projection_endpoints_published: Counter::default(),
             projection_lease_losses: Counter::default(),
+            execution_transitions: Family::default(),
             sql_mean_ms: Family::default(),
             sql_calls: Family::default(),
             slow_sql_available: Gauge::default(),
@@ -151,6 +159,11 @@ impl Metrics {
             "projection_lease_losses",
             "Publication leases lost",
             m.projection_lease_losses.clone(),
+        );
+        registry.register(
+            "execution_transitions",
+            "Execution state changes by new state and cause (claim, final, scanner, lease_expired)",
+            m.execution_transitions.clone(),
         );
         registry.register(
             "sql_mean_ms",

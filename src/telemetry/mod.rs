@@ -1,4 +1,4 @@
-//! Telemetry: structured key=value log events (SPEC §10), the Prometheus metrics they feed,
+//! Telemetry: structured key=value log events, the Prometheus metrics they feed,
 //! the periodic sampler (outbox backlog, slow SQL), and secret-safe value types.
 
 pub mod context;

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, TimeZone, Utc};
+use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Timelike, Utc};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
@@ -14,10 +14,14 @@ use super::error::UploadError;
 
 pub const PROTOCOL_VERSION: u32 = 2;
 
-const MAX_SHORT_TEXT: usize = 256;
-const MAX_BANNER: usize = 16 * 1024;
-const MAX_DNS_VALUE: usize = 4096;
-const MAX_DOMAIN: usize = 253;
+/// Longest service, product and version, in bytes.
+pub const MAX_SHORT_TEXT: usize = 256;
+/// Longest banner, in bytes.
+pub const MAX_BANNER: usize = 16 * 1024;
+/// Longest DNS record value, in bytes.
+pub const MAX_DNS_VALUE: usize = 4096;
+/// Longest DNS name, without its trailing dot.
+pub const MAX_DOMAIN: usize = 253;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -96,14 +100,17 @@ impl Batch {
         self.observations.len() - self.endpoint_count()
     }
 
-    /// The distinct A/AAAA answers of the batch, in address order.
-    pub fn dns_answers(&self) -> Vec<IpAddr> {
+    /// The distinct A/AAAA answers to names `wanted` keeps, in address order, IPv4-mapped
+    /// answers as IPv4.
+    pub fn dns_answers_where(&self, wanted: impl Fn(&str) -> bool) -> Vec<IpAddr> {
         let mut answers: Vec<IpAddr> = self
             .observations
             .iter()
             .filter_map(|o| match o {
-                Observation::Dns(d) if matches!(d.record_type.as_str(), "A" | "AAAA") => {
-                    d.value.parse().ok()
+                Observation::Dns(d)
+                    if matches!(d.record_type.as_str(), "A" | "AAAA") && wanted(&d.name) =>
+                {
+                    d.value.parse().ok().map(|ip: IpAddr| ip.to_canonical())
                 }
                 _ => None,
             })
@@ -155,13 +162,47 @@ fn invalid(code: &'static str, message: impl Into<String>) -> UploadError {
     }
 }
 
-/// Parses and validates a request body. `now` bounds how far in the future an
-/// observation may claim to be (clock skew allowance: one day).
-pub fn parse(
-    body: &[u8],
-    max_observations: usize,
-    now: DateTime<Utc>,
-) -> Result<Batch, UploadError> {
+/// The span of time every `observed_at` of a batch must lie in (both ends included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub earliest: DateTime<Utc>,
+    pub latest: DateTime<Utc>,
+}
+
+impl Window {
+    /// `[now - max_age, now + max_skew]`.
+    pub fn around(now: DateTime<Utc>, max_age: ChronoDuration, max_skew: ChronoDuration) -> Window {
+        Window {
+            earliest: now - max_age,
+            latest: now + max_skew,
+        }
+    }
+
+    fn contains(&self, t: &DateTime<Utc>) -> bool {
+        (self.earliest..=self.latest).contains(t)
+    }
+}
+
+/// Most positions listed in an `out_of_window` or `out_of_scope` answer.
+pub const LISTED_POSITIONS: usize = 100;
+
+/// The 422 refusal of a whole batch for the observations at `positions`.
+pub fn refuse_positions(code: &'static str, what: &str, positions: &[usize]) -> UploadError {
+    UploadError::Unprocessable {
+        code,
+        message: format!(
+            "{} observation(s) {what}; the batch is refused whole (error.details.positions)",
+            positions.len()
+        ),
+        details: serde_json::json!({
+            "count": positions.len(),
+            "positions": &positions[..positions.len().min(LISTED_POSITIONS)],
+        }),
+    }
+}
+
+/// Parses and validates a request body; every `observed_at` must lie in `window`.
+pub fn parse(body: &[u8], max_observations: usize, window: Window) -> Result<Batch, UploadError> {
     let env: Envelope = serde_json::from_slice(body)
         .map_err(|e| invalid("malformed_json", format!("request body: {e}")))?;
     if env.protocol_version != i64::from(PROTOCOL_VERSION) {
@@ -207,17 +248,16 @@ pub fn parse(
             ),
         ));
     }
-    let earliest = Utc
-        .with_ymd_and_hms(1990, 1, 1, 0, 0, 0)
-        .single()
-        .unwrap_or_default();
-    let latest = now + ChronoDuration::days(1);
     let mut observations = Vec::with_capacity(raw.len());
+    let mut out_of_window = Vec::new();
     for (i, r) in raw.into_iter().enumerate() {
         let o: RawObservation = serde_json::from_str(r.get())
             .map_err(|e| invalid("bad_field", format!("observations[{i}]: {e}")))?;
-        let o = observation(o, earliest, latest)
-            .map_err(|m| invalid("bad_field", format!("observations[{i}]: {m}")))?;
+        let o =
+            observation(o).map_err(|m| invalid("bad_field", format!("observations[{i}]: {m}")))?;
+        if !window.contains(o.observed_at()) {
+            out_of_window.push(i);
+        }
         if stream == Stream::Dns && matches!(o, Observation::Endpoint(_)) {
             return Err(invalid(
                 "bad_field",
@@ -225,6 +265,21 @@ pub fn parse(
             ));
         }
         observations.push(o);
+    }
+    if !out_of_window.is_empty() {
+        return Err(refuse_positions(
+            "out_of_window",
+            &format!(
+                "observed outside {} .. {}",
+                window
+                    .earliest
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                window
+                    .latest
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            &out_of_window,
+        ));
     }
     Ok(Batch {
         protocol_version: PROTOCOL_VERSION,
@@ -266,22 +321,56 @@ fn text(field: &str, v: Option<String>, max: usize) -> Result<Option<String>, St
     }
 }
 
-fn time(v: &str, earliest: DateTime<Utc>, latest: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
-    let t = DateTime::parse_from_rfc3339(v)
-        .map_err(|_| format!("observed_at {v:?} is not an RFC 3339 time"))?
-        .with_timezone(&Utc);
-    if t < earliest || t > latest {
-        return Err(format!("observed_at {v:?} is out of range"));
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]` then `Z` or `±HH:MM`: the RFC 3339 times that
+/// Elasticsearch's `strict_date_optional_time` reads the same way (upper-case `T` and
+/// `Z`, 1 to 9 fraction digits, no leap second), checked before chrono parses the value.
+fn strict_time_shape(v: &str) -> bool {
+    let b = v.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let fixed = b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    if !fixed {
+        return false;
     }
+    let mut rest = &b[19..];
+    if let Some(fraction) = rest.strip_prefix(b".") {
+        let n = fraction.iter().take_while(|d| d.is_ascii_digit()).count();
+        if !(1..=9).contains(&n) {
+            return false;
+        }
+        rest = &fraction[n..];
+    }
+    match rest {
+        b"Z" => true,
+        [b'+' | b'-', h1, h2, b':', m1, m2] => [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit()),
+        _ => false,
+    }
+}
+
+fn time(v: &str) -> Result<DateTime<Utc>, String> {
+    let t = strict_time_shape(v)
+        .then(|| DateTime::parse_from_rfc3339(v).ok())
+        .flatten()
+        // chrono reads `:60` as a leap second; Elasticsearch refuses it.
+        .filter(|t| t.nanosecond() < 1_000_000_000)
+        .ok_or_else(|| format!("observed_at {v:?} is not a time such as 2026-11-29T10:00:00Z"))?
+        .with_timezone(&Utc);
     // Millisecond precision everywhere, so that stored strings compare in time order.
     Ok(t.trunc_subsecs(3))
 }
 
-fn observation(
-    o: RawObservation,
-    earliest: DateTime<Utc>,
-    latest: DateTime<Utc>,
-) -> Result<Observation, String> {
+fn observation(o: RawObservation) -> Result<Observation, String> {
     match o {
         RawObservation::Endpoint {
             ip,
@@ -293,9 +382,11 @@ fn observation(
             banner,
             observed_at,
         } => {
+            // An IPv4-mapped IPv6 address is the IPv4 host it maps, one endpoint either way.
             let ip: IpAddr = ip
-                .parse()
-                .map_err(|_| format!("ip {ip:?} is not an IP address"))?;
+                .parse::<IpAddr>()
+                .map_err(|_| format!("ip {ip:?} is not an IP address"))?
+                .to_canonical();
             let port = u16::try_from(port)
                 .ok()
                 .filter(|p| *p > 0)
@@ -311,7 +402,7 @@ fn observation(
                 product: text("product", product, MAX_SHORT_TEXT)?,
                 version: text("version", version, MAX_SHORT_TEXT)?,
                 banner: text("banner", banner, MAX_BANNER)?,
-                observed_at: time(&observed_at, earliest, latest)?,
+                observed_at: time(&observed_at)?,
             }))
         }
         RawObservation::Dns {
@@ -340,7 +431,7 @@ fn observation(
                 name,
                 record_type,
                 value,
-                observed_at: time(&observed_at, earliest, latest)?,
+                observed_at: time(&observed_at)?,
             }))
         }
     }

@@ -1,10 +1,12 @@
 //! Validation of batch bodies: every field, the checksum over exact bytes, limits.
 
 use super::*;
+use chrono::TimeZone;
 use serde_json::json;
 
-fn now() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap()
+fn now() -> Window {
+    let at = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
+    Window::around(at, ChronoDuration::days(31), ChronoDuration::seconds(300))
 }
 
 /// A body whose checksum is computed over exactly the observations text given.
@@ -28,6 +30,7 @@ fn endpoint(fields: serde_json::Value) -> String {
 fn err_code(body: &[u8]) -> &'static str {
     match parse(body, 100, now()) {
         Err(UploadError::Invalid { code, .. }) => code,
+        Err(UploadError::Unprocessable { code, .. }) => code,
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => "ok",
     }
@@ -139,8 +142,13 @@ fn observation_errors() {
         json!({"transport": "icmp"}),
         json!({"observed_at": "yesterday"}),
         json!({"observed_at": "2026-11-29T10:00:00"}),
-        json!({"observed_at": "1970-01-01T00:00:00Z"}),
-        json!({"observed_at": "2030-01-01T00:00:00Z"}),
+        json!({"observed_at": "2026-11-29T10:00:60Z"}),
+        json!({"observed_at": "2026-11-29t10:00:00z"}),
+        json!({"observed_at": "2026-11-29 10:00:00Z"}),
+        json!({"observed_at": "2026-11-29T10:00:00.Z"}),
+        json!({"observed_at": "2026-11-29T10:00:00.1234567891Z"}),
+        json!({"observed_at": "2026-11-29T10:00:00+0100"}),
+        json!({"observed_at": "+2026-11-29T10:00:00Z"}),
         json!({"service": "x".repeat(257)}),
         json!({"banner": "x".repeat(16 * 1024 + 1)}),
         json!({"unknown": 1}),
@@ -230,6 +238,67 @@ fn dns_answers_are_the_distinct_a_and_aaaa_values_in_address_order() {
     ])
     .to_string();
     let b = parse(&body_with(&obs, ""), 100, now()).unwrap();
-    let answers: Vec<String> = b.dns_answers().iter().map(|a| a.to_string()).collect();
+    let answers: Vec<String> = b
+        .dns_answers_where(|_| true)
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
     assert_eq!(answers, ["203.0.113.7", "203.0.113.9", "2001:db8::1"]);
+}
+
+#[test]
+fn observed_at_must_lie_in_the_window_and_every_position_is_named() {
+    // now() is 2026-11-29T12:00Z with 31 days back and 300 s ahead.
+    for (at, ok) in [
+        ("2026-10-29T12:00:00Z", true),
+        ("2026-10-29T11:59:59.999Z", false),
+        ("2026-11-29T12:05:00Z", true),
+        ("2026-11-29T12:05:00.001Z", false),
+        ("2026-11-29T13:04:00+01:00", true),
+        ("2026-11-29T10:00:00.123456789Z", true),
+        ("1990-01-01T00:00:00Z", false),
+        ("2030-01-01T00:00:00Z", false),
+    ] {
+        let code = err_code(&body_with(&endpoint(json!({ "observed_at": at })), ""));
+        assert_eq!(code, if ok { "ok" } else { "out_of_window" }, "{at}");
+    }
+    let ep = |i: u32, at: &str| json!({"type": "endpoint", "ip": "203.0.113.7", "port": i, "transport": "tcp", "observed_at": at});
+    let obs: Vec<_> = (1..=150)
+        .map(|i| {
+            ep(
+                i,
+                if i % 3 == 0 {
+                    "2026-12-01T00:00:00Z"
+                } else {
+                    "2026-11-29T10:00:00Z"
+                },
+            )
+        })
+        .collect();
+    let obs = serde_json::to_string(&obs).unwrap();
+    match parse(&body_with(&obs, ""), 1000, now()) {
+        Err(UploadError::Unprocessable { code, details, .. }) => {
+            assert_eq!(code, "out_of_window");
+            assert_eq!(details["count"], 50);
+            let positions = details["positions"].as_array().unwrap();
+            assert_eq!(positions.len(), 50);
+            assert_eq!(positions[0], 2);
+            assert_eq!(positions[49], 149);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn ipv4_mapped_addresses_are_their_ipv4_host() {
+    let obs = r#"[{"type":"endpoint","ip":"::ffff:198.51.100.9","port":443,"transport":"tcp","observed_at":"2026-11-29T10:00:00Z"},{"type":"dns","name":"a.example","record_type":"AAAA","value":"::ffff:198.51.100.10","observed_at":"2026-11-29T10:00:00Z"}]"#;
+    let b = parse(&body_with(obs, ""), 100, now()).unwrap();
+    let Observation::Endpoint(e) = &b.observations[0] else {
+        panic!()
+    };
+    assert_eq!(e.ip, "198.51.100.9");
+    assert_eq!(
+        b.dns_answers_where(|_| true),
+        vec!["198.51.100.10".parse::<IpAddr>().unwrap()]
+    );
 }

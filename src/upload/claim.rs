@@ -1,24 +1,35 @@
-//! `POST /api/v1/scanner/executions/claim`: hands a scanner its oldest queued execution,
-//! marking it running, in one short transaction. `SKIP LOCKED` lets concurrent claims of
-//! the same scanner take different executions instead of waiting on each other.
+//! `POST /api/v1/scanner/executions/claim`: hands a scanner its oldest queued execution —
+//! one assigned to it, or one queued for any scanner of its owner — marking it running
+//! under a lease, in one short transaction. `SKIP LOCKED` lets concurrent claims take
+//! different executions instead of waiting on each other. The answer carries the lease
+//! and every limit the server will hold the scanner's batches to.
 
+use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::error::UploadError;
 use crate::auth::Scanner;
+use crate::config::Config;
 use crate::db::{Queries, Tx};
 
+// executions_claim_idx answers both arms (scanner_id = $1, scanner_id IS NULL); only a
+// scanner restricted to an owner ($2) takes that owner's unassigned executions.
 const CLAIM: &str = "
     WITH next AS (
-        SELECT id FROM executions
-         WHERE scanner_id = $1 AND status = 'queued'
-         ORDER BY created_at, id
+        SELECT e.id FROM executions e
+         WHERE e.status = 'queued'
+           AND (e.scanner_id = $1
+                OR (e.scanner_id IS NULL
+                    AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = e.task_id AND t.owner_id = $2)))
+         ORDER BY e.created_at, e.id
          LIMIT 1
-           FOR UPDATE SKIP LOCKED)
-    UPDATE executions e SET status = 'running', started_at = now()
+           FOR UPDATE OF e SKIP LOCKED)
+    UPDATE executions e
+       SET status = 'running', scanner_id = $1, started_at = now(), attempts = e.attempts + 1,
+           lease_expires_at = now() + make_interval(secs => $3)
       FROM next WHERE e.id = next.id
-    RETURNING e.id, e.task_id";
+    RETURNING e.id, e.task_id, e.attempts, e.lease_expires_at";
 
 const TASK: &str = "
     UPDATE tasks SET status = CASE WHEN status = 'pending' THEN 'running' ELSE status END
@@ -28,12 +39,25 @@ const TASK: &str = "
 const TARGETS: &str =
     "SELECT kind, value FROM task_targets WHERE task_id = $1 ORDER BY kind, value";
 
-/// The claimed execution as the scanner receives it, or `None` when nothing is queued.
-pub fn run(tx: &mut Tx<'_>, scanner: &Scanner) -> Result<Option<Value>, UploadError> {
-    let Some(row) = tx.query_opt(CLAIM, &[&scanner.id])? else {
+/// A claim: the execution as the scanner receives it, its id and attempt.
+pub struct Claimed {
+    pub body: Value,
+    pub execution_id: Uuid,
+    pub attempt: i32,
+}
+
+/// The claimed execution, or `None` when nothing is queued.
+pub fn run(
+    tx: &mut Tx<'_>,
+    scanner: &Scanner,
+    config: &Config,
+) -> Result<Option<Claimed>, UploadError> {
+    let lease = config.scanner.lease.as_secs_f64();
+    let Some(row) = tx.query_opt(CLAIM, &[&scanner.id, &scanner.owner_id, &lease])? else {
         return Ok(None);
     };
-    let (execution_id, task_id): (Uuid, Uuid) = (row.get(0), row.get(1));
+    let (execution_id, task_id, attempt, lease_expires_at): (Uuid, Uuid, i32, DateTime<Utc>) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
     let task = tx.query_one(TASK, &[&task_id])?;
     let (kind, tags, owner_id): (String, Vec<String>, Uuid) =
         (task.get(0), task.get(1), task.get(2));
@@ -47,12 +71,27 @@ pub fn run(tx: &mut Tx<'_>, scanner: &Scanner) -> Result<Option<Value>, UploadEr
         .iter()
         .map(|r| json!({ "kind": r.get::<_, String>(0), "value": r.get::<_, String>(1) }))
         .collect();
-    Ok(Some(json!({
+    let body = json!({
         "execution_id": execution_id,
         "task_id": task_id,
         "kind": kind,
         "tags": tags,
         "targets": targets,
         "protocol_version": super::batch::PROTOCOL_VERSION,
-    })))
+        "attempt": attempt,
+        "max_attempts": config.scanner.max_attempts,
+        "lease_expires_at": super::facts::es_time(&lease_expires_at),
+        "lease_seconds": config.scanner.lease.as_secs(),
+        "limits": {
+            "max_observations": config.server.max_observations,
+            "max_body_bytes": config.server.max_body_bytes,
+            "max_observation_age_seconds": config.upload.max_observation_age.num_seconds(),
+            "max_clock_skew_seconds": config.upload.max_clock_skew.num_seconds(),
+        },
+    });
+    Ok(Some(Claimed {
+        body,
+        execution_id,
+        attempt,
+    }))
 }

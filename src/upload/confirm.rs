@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 
 use super::children::ChildTargets;
-use super::error::UploadError;
+use super::error::{conflict, UploadError};
 use super::final_scope::Counts;
 use super::reserve::Execution;
 use super::{children, freshness};
@@ -24,6 +24,15 @@ const CONFIRM_RECEIPT: &str = "
        SET status = 'confirmed', confirmed_at = now(), dns_answers_recorded = true
      WHERE id = $1 AND status = 'pending'";
 
+// Whether the receipt's upload was abandoned while its batch was written (no row: the
+// receipt itself is gone with the upload's pending batches). Under the execution lock,
+// which abandoning takes too.
+const RECEIPT_UPLOAD_ABANDONED: &str = "
+    SELECT s.abandoned
+      FROM scan_upload_receipts r
+      JOIN scan_upload_stream s ON s.execution_id = r.execution_id AND s.upload_id = r.upload_id
+     WHERE r.id = $1";
+
 // Only the running -> succeeded transition counts, so task aggregation happens once even
 // if the final's confirm were replayed.
 const EXECUTION_SUCCEEDED: &str = "
@@ -31,9 +40,10 @@ const EXECUTION_SUCCEEDED: &str = "
        SET status = 'succeeded', finished_at = now(),
            observation_count = $2, endpoint_count = $3,
            dns_record_count = (SELECT coalesce(sum(dns_record_count), 0) FROM scan_upload_receipts
-                                WHERE execution_id = $1 AND status = 'confirmed')
+                                WHERE execution_id = $1 AND status = 'confirmed'),
+           lease_expires_at = NULL
      WHERE id = $1 AND status = 'running'
-    RETURNING dns_record_count";
+    RETURNING dns_record_count, attempts";
 
 // Counters only; whether the task is settled (succeeded) is decided by freshness::apply,
 // which also knows about generated child tasks.
@@ -62,6 +72,7 @@ pub struct FinalFacts {
 
 /// Confirms `receipt_id` and records the batch's A/AAAA `answers` (empty for a
 /// `port_scan` execution); with `final_facts`, also commits the final's bookkeeping.
+/// Returns the execution's attempt when this final made it `succeeded`.
 pub fn run(
     tx: &mut Tx<'_>,
     span: &UploadSpan,
@@ -69,10 +80,19 @@ pub fn run(
     receipt_id: i64,
     answers: &[IpAddr],
     final_facts: Option<&FinalFacts>,
-) -> Result<(), UploadError> {
+) -> Result<Option<i32>, UploadError> {
     span.stage("execution_lock", || {
         tx.execute(LOCK_EXECUTION, &[&execution.id])
     })?;
+    let abandoned = tx
+        .query_opt(RECEIPT_UPLOAD_ABANDONED, &[&receipt_id])?
+        .map_or(true, |r| r.get::<_, bool>(0));
+    if abandoned {
+        return Err(conflict(
+            "upload_abandoned",
+            "the upload was abandoned while this batch was written; it is not kept",
+        ));
+    }
     span.stage("receipt_confirm", || {
         tx.execute(CONFIRM_RECEIPT, &[&receipt_id])
     })?;
@@ -86,7 +106,7 @@ pub fn run(
         child_targets,
     }) = final_facts
     else {
-        return Ok(());
+        return Ok(None);
     };
     let transitioned = span.stage("execution_stats", || {
         tx.query_opt(
@@ -96,9 +116,9 @@ pub fn run(
     })?;
     let Some(row) = transitioned else {
         // Already succeeded: a replayed final commits nothing twice.
-        return Ok(());
+        return Ok(None);
     };
-    let dns_records: i64 = row.get(0);
+    let (dns_records, attempt): (i64, i32) = (row.get(0), row.get(1));
     span.stage("task_aggregation", || {
         tx.execute(
             TASK_AGGREGATION,
@@ -130,7 +150,7 @@ pub fn run(
         freshness::apply(tx, execution.owner_id, execution.task_id)
     })?;
     span.stage("queues", || enqueue(tx, execution))?;
-    Ok(())
+    Ok(Some(attempt))
 }
 
 fn enqueue(tx: &mut Tx<'_>, execution: &Execution) -> Result<(), postgres::Error> {

@@ -11,6 +11,14 @@ pub enum UploadError {
     Invalid { code: &'static str, message: String },
     #[error("missing or invalid scanner token")]
     Unauthorized,
+    /// Well-formed, but the batch cannot be taken: observations out of the execution's
+    /// scope or time window. `details` lists their positions.
+    #[error("{message}")]
+    Unprocessable {
+        code: &'static str,
+        message: String,
+        details: serde_json::Value,
+    },
     /// The scanner may not write this execution.
     #[error("{0}")]
     Forbidden(String),
@@ -34,6 +42,17 @@ pub enum UploadError {
     Db(#[from] DbError),
     #[error(transparent)]
     Es(#[from] EsError),
+}
+
+impl UploadError {
+    /// Machine-readable context for the client, sent as `error.details`.
+    pub fn details(&self) -> Option<&serde_json::Value> {
+        match self {
+            UploadError::Unprocessable { details, .. } => Some(details),
+            UploadError::Conflict { details, .. } => details.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 impl From<postgres::Error> for UploadError {

@@ -94,19 +94,62 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
     let endpoints = newest
         .into_iter()
         .map(|e| {
-            let mut doc = json!({
-                "execution_id": owning.execution_id.to_string(),
-                "task_id": owning.task_id.to_string(),
-                "owner_id": owning.owner_id.to_string(),
-                "observed_at": es_time(&e.observed_at),
-                "tags": tags.for_ip(&e.ip),
-            });
-            endpoint_fields(&mut doc, e);
-            let id = index::execution_endpoint_id(owning.execution_id, &e.ip, &e.transport, e.port);
-            BulkOp::index(&projection, &id, &doc)
+            let ids = (owning.execution_id, owning.task_id, owning.owner_id);
+            endpoint_op(&projection, ids, e, &tags.for_ip(&e.ip))
         })
         .collect();
     Ops { facts, endpoints }
+}
+
+/// The execution-projection write of endpoint `e` of (execution, task, owner): one
+/// document per endpoint of the execution, holding its newest observation.
+pub fn endpoint_op(
+    projection: &str,
+    (execution_id, task_id, owner_id): (Uuid, Uuid, Uuid),
+    e: &Endpoint,
+    tags: &[String],
+) -> BulkOp {
+    let mut doc = json!({
+        "execution_id": execution_id.to_string(),
+        "task_id": task_id.to_string(),
+        "owner_id": owner_id.to_string(),
+        "observed_at": es_time(&e.observed_at),
+        "tags": tags,
+    });
+    endpoint_fields(&mut doc, e);
+    let id = index::execution_endpoint_id(execution_id, &e.ip, &e.transport, e.port);
+    BulkOp::index(projection, &id, &doc)
+}
+
+/// An endpoint fact as stored (`_source`), back to the observation and the tags it had.
+pub fn endpoint_of_fact(source: &Value) -> Option<(Endpoint, Vec<String>)> {
+    let text = |k: &str| source[k].as_str().map(str::to_string);
+    let endpoint = Endpoint {
+        ip: text("ip")?,
+        port: u16::try_from(source["port"].as_u64()?).ok()?,
+        transport: text("transport")?,
+        service: text("service"),
+        product: text("product"),
+        version: text("version"),
+        banner: text("banner"),
+        observed_at: chrono::DateTime::parse_from_rfc3339(source["observed_at"].as_str()?)
+            .ok()?
+            .with_timezone(&chrono::Utc),
+    };
+    let tags = source["tags"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((endpoint, tags))
+}
+
+/// Whether `a` outranks `b` as the observation an endpoint's document shows.
+pub fn newer(a: &Endpoint, b: &Endpoint) -> bool {
+    rank(a) > rank(b)
 }
 
 fn endpoint_fields(doc: &mut Value, e: &Endpoint) {

@@ -1,4 +1,4 @@
-//! The final's index scope (SPEC §5): which indices a final refreshes and counts, split
+//! The final's index scope: which indices a final refreshes and counts, split
 //! into requests whose HTTP request line stays within 3 KiB, and the sequential run of
 //! those requests. Planning is pure; `run` is the only part that talks to Elasticsearch.
 

@@ -1,9 +1,10 @@
-//! Target freshness (SPEC §7), run in transaction B of a final: the owner's existing
-//! search targets covered by a succeeded task get its scan time — single IPs and domains
-//! by primary key, CIDR targets through the partial GiST index on `target_ip`. IPv4 and
-//! IPv6 never match each other (inet containment is per family); domains are never cast to
-//! inet; an older scan never overwrites a newer time. A DNS parent task waits until all
-//! its child tasks have succeeded, then becomes succeeded and refreshes its own targets.
+//! Target freshness, run in transaction B of a final: the owner's existing search targets
+//! covered by a succeeded task get its scan time — domains by primary key, single IPs and
+//! CIDR targets inside a scanned address or network through partial GiST indexes on
+//! `target_ip`. IPv4 and IPv6 never match each other (inet containment is per family);
+//! domains are never cast to inet; an older scan never overwrites a newer time. A DNS
+//! parent task waits until all its child tasks have succeeded, then becomes succeeded and
+//! refreshes its own targets.
 
 use uuid::Uuid;
 
@@ -19,25 +20,35 @@ const SCAN_TIME: &str = "
      ORDER BY coalesce(e.started_at, e.created_at) DESC, e.id DESC
      LIMIT 1";
 
-// Single IPs and domains: exact keys, through the primary key (owner_id, kind, key).
-const FRESHNESS_BY_KEY: &str = "
+// Domains: exact keys, through the primary key (owner_id, kind, key).
+const FRESHNESS_DOMAINS: &str = "
     UPDATE search_targets s
        SET last_scanned_at = $3, last_execution_id = $4
       FROM task_targets t
-     WHERE t.task_id = $2 AND t.kind IN ('ip', 'domain')
-       AND s.owner_id = $1 AND s.kind = t.kind AND s.key = t.value
+     WHERE t.task_id = $2 AND t.kind = 'domain'
+       AND s.owner_id = $1 AND s.kind = 'domain' AND s.key = t.value
        AND (s.last_scanned_at IS NULL OR s.last_scanned_at < $3)";
 
-// CIDR targets inside (or equal to) a scanned network or address: `<<=` on the partial
-// GiST index search_targets_cidr_gist (the `kind = 'cidr'` predicate must be repeated for
-// the planner to use it). Only ip/cidr task targets are cast; domains never are.
-pub const FRESHNESS_CIDR: &str = "
-    UPDATE search_targets s
-       SET last_scanned_at = $3, last_execution_id = $4
-      FROM task_targets t
-     WHERE t.task_id = $2 AND t.kind IN ('ip', 'cidr')
-       AND s.owner_id = $1 AND s.kind = 'cidr' AND s.target_ip <<= t.value::inet
-       AND (s.last_scanned_at IS NULL OR s.last_scanned_at < $3)";
+// Single-IP (or CIDR) targets inside, or equal to, a scanned network or address: `<<=` on
+// the partial GiST index search_targets_ip_gist (or search_targets_cidr_gist). The kind is
+// a literal, as the planner matches a partial index's predicate only against constants.
+// Only ip/cidr task targets are cast; domains never are.
+macro_rules! freshness_covered {
+    ($kind:literal) => {
+        concat!(
+            "UPDATE search_targets s
+                SET last_scanned_at = $3, last_execution_id = $4
+               FROM task_targets t
+              WHERE t.task_id = $2 AND t.kind IN ('ip', 'cidr')
+                AND s.owner_id = $1 AND s.kind = '",
+            $kind,
+            "' AND s.target_ip <<= t.value::inet
+                AND (s.last_scanned_at IS NULL OR s.last_scanned_at < $3)"
+        )
+    };
+}
+pub const FRESHNESS_IP: &str = freshness_covered!("ip");
+pub const FRESHNESS_CIDR: &str = freshness_covered!("cidr");
 
 // A task is waiting while any of its executions or generated child tasks is unfinished.
 const TASK_SETTLED: &str = "
@@ -64,8 +75,10 @@ pub fn apply(tx: &mut Tx<'_>, owner_id: Uuid, task_id: Uuid) -> Result<u64, post
         if let Some(row) = tx.query_opt(SCAN_TIME, &[&task])? {
             let (execution_id, at): (Uuid, chrono::DateTime<chrono::Utc>) =
                 (row.get(0), row.get(1));
-            updated += tx.execute(FRESHNESS_BY_KEY, &[&owner_id, &task, &at, &execution_id])?;
-            updated += tx.execute(FRESHNESS_CIDR, &[&owner_id, &task, &at, &execution_id])?;
+            updated += tx.execute(FRESHNESS_DOMAINS, &[&owner_id, &task, &at, &execution_id])?;
+            for covered in [FRESHNESS_IP, FRESHNESS_CIDR] {
+                updated += tx.execute(covered, &[&owner_id, &task, &at, &execution_id])?;
+            }
         }
         let parent: Option<Uuid> = tx.query_one(PARENT, &[&task])?.get(0);
         match parent {

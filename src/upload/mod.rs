@@ -1,4 +1,4 @@
-//! The upload write path (SPEC §3): a batch is validated, reserved in short transaction A,
+//! The upload write path: a batch is validated, reserved in short transaction A,
 //! written to Elasticsearch with no connection held, counted if final, and confirmed in
 //! short transaction B; the answer goes out after the commit. Never publishes assets.
 //!
@@ -9,14 +9,18 @@
 //!                 freshness, queues)
 //! ```
 
+pub mod abandon;
 pub mod batch;
 pub mod children;
 pub mod claim;
 pub mod confirm;
+pub mod coverage;
 pub mod error;
 pub mod facts;
 pub mod final_scope;
 pub mod freshness;
+pub mod lease;
+pub mod lifecycle;
 pub mod reserve;
 
 use std::time::Duration;
@@ -28,10 +32,11 @@ use crate::app::App;
 use crate::auth::{self, Scanner};
 use crate::db::Stage;
 use crate::es::retry::Backoff;
-use crate::es::writer::{WritePolicy, Writer};
+use crate::es::writer::Writer;
 use crate::http::{Reply, Req};
 use crate::telemetry::span::UploadSpan;
 use children::ChildTargets;
+use lifecycle::{ListQuery, Transition};
 
 pub use error::UploadError;
 use reserve::Reservation;
@@ -53,13 +58,63 @@ pub fn authenticate(app: &App, req: &Req) -> Result<Scanner, UploadError> {
 /// `POST /api/v1/scanner/executions/claim`.
 pub fn claim(app: &App, req: &Req) -> Result<Reply, UploadError> {
     let scanner = authenticate(app, req)?;
-    match app
-        .db
-        .in_tx(Stage::ClaimExecution, |tx| claim::run(tx, &scanner))?
-    {
-        Some(body) => Ok(Reply::ok(body)),
+    match app.db.in_tx(Stage::ClaimExecution, |tx| {
+        claim::run(tx, &scanner, &app.config)
+    })? {
+        Some(c) => {
+            Transition::Claimed.record(c.execution_id, c.attempt);
+            Ok(Reply::ok(c.body))
+        }
         None => Ok(Reply::empty(204)),
     }
+}
+
+/// `POST /api/v1/scanner/executions/{id}/heartbeat`.
+pub fn heartbeat(app: &App, req: &Req, execution_id: &str) -> Result<Reply, UploadError> {
+    let execution_id = Uuid::parse_str(execution_id).map_err(|_| UploadError::NotFound)?;
+    let scanner = authenticate(app, req)?;
+    let body = app.db.in_tx(Stage::Lifecycle, |tx| {
+        lifecycle::heartbeat(tx, &scanner, execution_id, &app.config)
+    })?;
+    Ok(Reply::ok(body))
+}
+
+/// `POST /api/v1/scanner/executions/{id}/fail`.
+pub fn fail(app: &App, req: &Req, execution_id: &str) -> Result<Reply, UploadError> {
+    let execution_id = Uuid::parse_str(execution_id).map_err(|_| UploadError::NotFound)?;
+    let scanner = authenticate(app, req)?;
+    let reason = lifecycle::parse_reason(&req.body)?;
+    let failed = app.db.in_tx(Stage::Lifecycle, |tx| {
+        lifecycle::fail(tx, &scanner, execution_id, &reason)
+    })?;
+    if let Some(attempt) = failed.now {
+        Transition::FailedByScanner.record(execution_id, attempt);
+    }
+    Ok(Reply::ok(failed.body))
+}
+
+/// `DELETE /api/v1/scanner/executions/{id}/uploads/{upload_id}`.
+pub fn abandon(
+    app: &App,
+    req: &Req,
+    execution_id: &str,
+    upload_id: &str,
+) -> Result<Reply, UploadError> {
+    let execution_id = Uuid::parse_str(execution_id).map_err(|_| UploadError::NotFound)?;
+    let upload_id = Uuid::parse_str(upload_id).map_err(|_| UploadError::NotFound)?;
+    let scanner = authenticate(app, req)?;
+    let body = abandon::run(app, &scanner, execution_id, upload_id, &req.request_id)?;
+    Ok(Reply::ok(body))
+}
+
+/// `GET /api/v1/scanner/executions`.
+pub fn list(app: &App, req: &Req) -> Result<Reply, UploadError> {
+    let scanner = authenticate(app, req)?;
+    let query = ListQuery::parse(&req.query)?;
+    let body = app
+        .db
+        .in_tx(Stage::Lifecycle, |tx| lifecycle::list(tx, &scanner, &query))?;
+    Ok(Reply::ok(body))
 }
 
 /// `POST /api/v1/scanner/executions/{id}/batches`: the whole write path of one batch,
@@ -88,7 +143,12 @@ fn write_batch(
 
     let cfg = &app.config;
     let batch = span.stage("validate", || {
-        batch::parse(&req.body, cfg.server.max_observations, chrono::Utc::now())
+        let window = batch::Window::around(
+            chrono::Utc::now(),
+            cfg.upload.max_observation_age,
+            cfg.upload.max_clock_skew,
+        );
+        batch::parse(&req.body, cfg.server.max_observations, window)
     })?;
     span.set("upload_id", batch.upload_id);
     span.set("batch_index", batch.batch_index);
@@ -112,11 +172,12 @@ fn write_batch(
     let (execution, reservation) = {
         let mut conn = app.db.checkout(Stage::Reserve)?;
         let mut tx = conn.transaction()?;
-        let out = reserve::run(&mut tx, span, &scanner, execution_id, &batch, &refs)?;
+        let lease = cfg.scanner.lease;
+        let out = reserve::run(&mut tx, span, &scanner, execution_id, &batch, &refs, lease)?;
         span.stage("receipt_commit", || tx.commit())?;
         out
     };
-    let (receipt_id, final_reads, tags) = match reservation {
+    let (receipt_id, final_reads, tags, answers) = match reservation {
         Reservation::AlreadyConfirmed => {
             span.set("class", "confirmed_retry");
             return Ok(saved(0));
@@ -125,7 +186,8 @@ fn write_batch(
             receipt_id,
             final_,
             tags,
-        } => (receipt_id, final_, tags),
+            answers,
+        } => (receipt_id, final_, tags, answers),
     };
 
     // Elasticsearch, with no connection held.
@@ -139,18 +201,7 @@ fn write_batch(
     let ops = span.stage("enrichment", || {
         Ok::<_, UploadError>(facts::build(prefix, &owning, &batch, &tags))
     })?;
-    let writer = Writer {
-        es: &app.es,
-        limiter: &app.limiter,
-        policy: WritePolicy {
-            max_ops: cfg.elasticsearch.bulk_batch_size,
-            max_bytes: cfg.elasticsearch.projection_bulk_max_bytes,
-            attempts: BULK_ATTEMPTS,
-            backoff: BULK_BACKOFF,
-        },
-        cancel: None,
-        trace_id: &req.request_id,
-    };
+    let writer = writer(app, &req.request_id);
     // Every operation writes its own document (a fact per position, an endpoint once per
     // batch), so no order among them matters: all requests go out together, each under a
     // concurrency permit, and a batch waits for its slowest request, not for their sum (a
@@ -182,15 +233,12 @@ fn write_batch(
         None => None,
     };
 
-    // Transaction B. Only a DNS or mixed execution's answers make a child task.
-    let answers = match execution.task_kind.as_str() {
-        "port_scan" => Vec::new(),
-        _ => batch.dns_answers(),
-    };
-    {
+    // Transaction B. Only answers to names within the task's domain targets make a child
+    // task (a port scan has none).
+    let succeeded = {
         let mut conn = app.db.checkout(Stage::Confirm)?;
         let mut tx = conn.transaction()?;
-        confirm::run(
+        let succeeded = confirm::run(
             &mut tx,
             span,
             &execution,
@@ -199,12 +247,22 @@ fn write_batch(
             final_facts.as_ref(),
         )?;
         span.stage("commit", || tx.commit())?;
+        succeeded
+    };
+    if let Some(attempt) = succeeded {
+        Transition::Succeeded.record(execution_id, attempt);
     }
     if final_facts.is_some() {
         // The execution's outbox row is due now: idle publishers take it at once.
         app.projection_wake.ring();
     }
     Ok(saved(batch.observations.len()))
+}
+
+/// The write path's bulk writer: requests of `bulk_batch_size` operations, retried in the
+/// request, under the process-wide concurrency permits.
+fn writer<'a>(app: &'a App, trace_id: &'a str) -> Writer<'a> {
+    app.writer(BULK_ATTEMPTS, BULK_BACKOFF, trace_id)
 }
 
 fn saved(n: usize) -> Reply {

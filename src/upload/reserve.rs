@@ -3,9 +3,12 @@
 //! continuity, reserve a `pending` receipt, and for a final collect its index scope.
 //! Holds one pooled connection for one short transaction; never touches Elasticsearch.
 
+use std::net::IpAddr;
+
 use uuid::Uuid;
 
 use super::batch::{Batch, Observation};
+use super::coverage::Coverage;
 use super::error::{conflict, UploadError};
 use super::final_scope::Scope;
 use crate::auth::Scanner;
@@ -29,11 +32,13 @@ pub enum Reservation {
     /// The same batch was confirmed before: answer `saved: 0`, change nothing.
     AlreadyConfirmed,
     /// Write (a new batch, or a pending one retried) and confirm receipt `receipt_id`;
-    /// a final also carries what it reads. `tags` are the owner's tags that apply.
+    /// a final also carries what it reads. `tags` are the owner's tags that apply;
+    /// `answers` the batch's DNS answers its confirm records.
     Write {
         receipt_id: i64,
         final_: Option<FinalReads>,
         tags: Tags,
+        answers: Vec<IpAddr>,
     },
 }
 
@@ -63,9 +68,16 @@ const RECEIPT_BY_IDENTITY: &str = "
 
 // This execution's upload streams: a handful of rows by primary-key prefix.
 const STREAMS: &str = "
-    SELECT upload_id, dirty, final_count FROM scan_upload_stream WHERE execution_id = $1";
+    SELECT upload_id, dirty, final_count, abandoned FROM scan_upload_stream WHERE execution_id = $1";
 
-const REPAIR_STREAM: &str = "SELECT 1 FROM scan_upload_stream_repair($1, $2)";
+const ABANDONED: &str = "
+    SELECT abandoned FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2";
+
+// Under the execution lock: every accepted batch keeps the scanner's claim alive.
+const RENEW_LEASE: &str = "
+    UPDATE executions SET lease_expires_at = now() + make_interval(secs => $2) WHERE id = $1";
+
+pub(super) const REPAIR_STREAM: &str = "SELECT 1 FROM scan_upload_stream_repair($1, $2)";
 
 const STREAM: &str = "
     SELECT batch_count, confirmed_count, pending_count, min_batch, max_batch,
@@ -100,7 +112,7 @@ const CONFIRMED_SCOPE: &str = "
 // handful of rows by primary-key prefix.
 const ALL_STREAMS: &str = "
     SELECT upload_id, dirty, batch_count, confirmed_count, pending_count, min_batch, max_batch,
-           dns_pending_count, dns_max_batch
+           dns_pending_count, dns_max_batch, abandoned
       FROM scan_upload_stream WHERE execution_id = $1";
 
 // The receipts of the incomplete uploads, to name their pending and missing batches
@@ -121,6 +133,7 @@ pub fn run(
     execution_id: Uuid,
     batch: &Batch,
     refs: &[String],
+    lease: std::time::Duration,
 ) -> Result<(Execution, Reservation), UploadError> {
     let (status, execution) = span.stage("execution_lock", || {
         lock_execution(tx, scanner, execution_id)
@@ -141,8 +154,22 @@ pub fn run(
             format!("execution is {status}; batches are accepted only while it is running"),
         ));
     }
+    // Within the task's targets, or nothing is written (a pending retry was checked when
+    // first reserved; the check is repeated, as the targets never shrink).
+    let coverage = span.stage("scope", || {
+        let coverage = Coverage::load(tx, execution.task_id, execution_id)?;
+        coverage.check(batch)?;
+        Ok::<_, UploadError>(coverage)
+    })?;
+    tx.execute(RENEW_LEASE, &[&execution_id, &lease.as_secs_f64()])?;
     if let Some((id, _)) = existing {
-        let write = write(tx, span, &execution, batch, refs, id)?;
+        let abandoned = tx
+            .query_opt(ABANDONED, &[&execution_id, &batch.upload_id])?
+            .is_some_and(|r| r.get::<_, bool>(0));
+        if abandoned {
+            return Err(upload_abandoned());
+        }
+        let write = write(tx, span, &execution, batch, refs, id, &coverage)?;
         return Ok((execution, write));
     }
     span.stage("upload_stream", || {
@@ -171,7 +198,7 @@ pub fn run(
         )
         .map(|r| r.get(0))
     })?;
-    let write = write(tx, span, &execution, batch, refs, receipt_id)?;
+    let write = write(tx, span, &execution, batch, refs, receipt_id, &coverage)?;
     Ok((execution, write))
 }
 
@@ -183,6 +210,7 @@ fn write(
     batch: &Batch,
     refs: &[String],
     receipt_id: i64,
+    coverage: &Coverage,
 ) -> Result<Reservation, UploadError> {
     let final_ = match batch.is_final {
         true => Some(FinalReads {
@@ -199,6 +227,11 @@ fn write(
         receipt_id,
         final_,
         tags,
+        // A port scan's DNS records are facts only: no answers, no child task.
+        answers: match execution.task_kind.as_str() {
+            "port_scan" => Vec::new(),
+            _ => coverage.answers_of(batch),
+        },
     })
 }
 
@@ -250,7 +283,8 @@ fn known_receipt(
     Ok(Some((id, state)))
 }
 
-fn lock_execution(
+/// Locks the execution for this scanner: its status and what a batch needs of it.
+pub(super) fn lock_execution(
     tx: &mut Tx<'_>,
     scanner: &Scanner,
     execution_id: Uuid,
@@ -281,8 +315,15 @@ fn lock_execution(
 fn check_streams(tx: &mut Tx<'_>, execution_id: Uuid, upload_id: Uuid) -> Result<(), UploadError> {
     let mut closed = false;
     for row in tx.query(STREAMS, &[&execution_id])? {
-        let (stream_upload, dirty, finals): (Uuid, bool, i32) =
-            (row.get(0), row.get(1), row.get(2));
+        let (stream_upload, dirty, finals, abandoned): (Uuid, bool, i32, bool) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        if abandoned {
+            if stream_upload == upload_id {
+                return Err(upload_abandoned());
+            }
+            // An abandoned upload's pending final closes nothing.
+            continue;
+        }
         if dirty && stream_upload == upload_id {
             tx.query(REPAIR_STREAM, &[&execution_id, &upload_id])?;
             Line::new("ScanUploadStreamRepaired")
@@ -299,6 +340,14 @@ fn check_streams(tx: &mut Tx<'_>, execution_id: Uuid, upload_id: Uuid) -> Result
         ));
     }
     Ok(())
+}
+
+fn upload_abandoned() -> UploadError {
+    conflict(
+        "upload_abandoned",
+        "this upload was abandoned (by its scanner, or when the execution's lease lapsed); \
+         continue under a new upload_id",
+    )
 }
 
 /// A final is accepted only when main batches 0..index-1 are all confirmed, none is
@@ -371,13 +420,18 @@ fn other_uploads_complete(
         }
         rows = tx.query(ALL_STREAMS, &[&execution_id])?;
     }
-    let incomplete: Vec<Uuid> = rows
+    let incomplete: Vec<(Uuid, bool)> = rows
         .iter()
         .filter(|r| r.get::<_, Uuid>(0) != final_upload)
         .filter(|r| {
             let (count, confirmed, pending): (i32, i32, i32) = (r.get(2), r.get(3), r.get(4));
             let (min, max): (Option<i32>, Option<i32>) = (r.get(5), r.get(6));
             let (dns_pending, dns_max): (i32, Option<i32>) = (r.get(7), r.get(8));
+            if r.get::<_, bool>(9) {
+                // Abandoned: done once what its pending batches wrote is undone (the
+                // abandon request, or the lease sweep, removes them).
+                return pending > 0 || dns_pending > 0;
+            }
             let main_complete = pending == 0
                 && confirmed == count
                 && (count == 0 || (min == Some(0) && max == Some(count - 1)));
@@ -385,15 +439,16 @@ fn other_uploads_complete(
                 dns_pending == 0 && !dns_max.is_some_and(|d| max.map_or(true, |m| d > m));
             !(main_complete && dns_complete)
         })
-        .map(|r| r.get(0))
+        .map(|r| (r.get(0), r.get(9)))
         .collect();
     if incomplete.is_empty() {
         return Ok(());
     }
-    let receipts = tx.query(INCOMPLETE_RECEIPTS, &[&execution_id, &incomplete])?;
+    let ids: Vec<Uuid> = incomplete.iter().map(|(u, _)| *u).collect();
+    let receipts = tx.query(INCOMPLETE_RECEIPTS, &[&execution_id, &ids])?;
     let details: Vec<serde_json::Value> = incomplete
         .iter()
-        .map(|upload_id| {
+        .map(|(upload_id, abandoned)| {
             let of = |stream: &str| -> Vec<(i32, String)> {
                 receipts
                     .iter()
@@ -428,6 +483,7 @@ fn other_uploads_complete(
                 "missing": missing,
                 "dns_pending": pending(&dns),
                 "dns_beyond_main": dns_beyond,
+                "abandoned": abandoned,
             })
         })
         .collect();

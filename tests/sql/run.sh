@@ -37,7 +37,7 @@ prefix=scanstore_schema_test
 failures=0
 created_dbs=()
 
-MIGRATIONS=(migrate_scan_projection.sql migrate_scan_upload_stream.sql migrate_search_target_ip.sql migrate_execution_dns_answers.sql)
+MIGRATIONS=(migrate_scan_projection.sql migrate_scan_upload_stream.sql migrate_search_target_ip.sql migrate_execution_dns_answers.sql migrate_execution_lifecycle.sql)
 
 log()  { printf '%s\n' "$*"; }
 pass() { printf 'PASS  %s\n' "$*"; }
@@ -72,7 +72,7 @@ run_file() { psql_q -d "$1" -c "$(cat "$2")" >/dev/null; }
 migrate_all() {
     local db="$1" m
     for m in "${MIGRATIONS[@]}"; do run_file "$db" "$schema/$m"; done
-    psql_q -d "$db" -c "UPDATE schema_version SET version = 2, updated_at = now() WHERE version < 2" >/dev/null
+    psql_q -d "$db" -c "UPDATE schema_version SET version = 3, updated_at = now() WHERE version < 3" >/dev/null
 }
 
 # Schema dump without the random \restrict key that recent pg_dump releases emit.
@@ -118,10 +118,10 @@ section_fresh() {
     [[ "$(scalar "$db" "SELECT string_agg(name || '@' || applied_at, ',' ORDER BY name) FROM schema_marker")" == "$markers_before" ]] \
         && pass "fresh: markers unchanged" || fail "fresh: markers changed"
     [[ "$(scalar "$db" "SELECT string_agg(name, ',' ORDER BY name) FROM schema_marker")" == \
-        "execution_dns_answers,scan_projection_v2,scan_upload_stream_backfill,search_target_ip" ]] \
-        && pass "fresh: init.sql inserts the four markers" || fail "fresh: markers"
-    [[ "$(scalar "$db" "SELECT version FROM schema_version")" == 2 ]] \
-        && pass "fresh: schema_version = 2" || fail "fresh: schema_version"
+        "execution_dns_answers,execution_lifecycle,scan_projection_v2,scan_upload_stream_backfill,search_target_ip" ]] \
+        && pass "fresh: init.sql inserts the five markers" || fail "fresh: markers"
+    [[ "$(scalar "$db" "SELECT version FROM schema_version")" == 3 ]] \
+        && pass "fresh: schema_version = 3" || fail "fresh: schema_version"
     # The upload-stream block must be byte-identical in init.sql and the migration, since
     # function bodies are dumped verbatim.
     if diff <(sed -n '/^-- BEGIN shared/,/^-- END shared/p' "$schema/init.sql" | sed '1d;$d') \

@@ -62,8 +62,10 @@ pub fn execution(
         .map_err(|e| format!("insert task: {e}"))?
         .get(0);
     c.execute(
-        "INSERT INTO task_targets (task_id, kind, value) VALUES ($1, 'cidr', '10.0.0.0/8')",
-        &[&task_id],
+        "INSERT INTO task_targets (task_id, kind, value)
+         SELECT $1::uuid, 'cidr', '10.0.0.0/8'
+         UNION ALL SELECT $1::uuid, 'domain', 'bench.example' WHERE $2::text <> 'port_scan'",
+        &[&task_id, &kind],
     )
     .map_err(|e| format!("insert target: {e}"))?;
     let execution_id = c

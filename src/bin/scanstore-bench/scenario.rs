@@ -468,7 +468,7 @@ pub fn size_run(
 /// then meets the store as the first round did: uploaded into the earlier rounds' documents
 /// as well, a "1 M" round wrote into 2–3 M documents and took most of the slowest finals.
 fn drop_indices(es_url: &str, prefix: &str) -> Result<(), String> {
-    let month: DateTime<Utc> = workload::OBSERVED_AT
+    let month: DateTime<Utc> = workload::observed_at()
         .parse()
         .map_err(|e| format!("observation time: {e}"))?;
     let version = |alias: String| index::versioned(&alias, setup::ASSETS_VERSION);

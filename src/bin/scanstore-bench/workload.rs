@@ -2,12 +2,23 @@
 //! request bodies whose checksum is the SHA-256 of the exact bytes of their observations
 //! array (the protocol of `upload::batch`). Pure; no I/O.
 
+use std::sync::OnceLock;
+
+use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-/// The observation time of every generated observation (one facts month per run).
-pub const OBSERVED_AT: &str = "2026-11-29T10:00:00Z";
+/// The observation time of every generated observation (one facts month per run): the
+/// bench's start minus an hour, inside the server's observation window, stored as the
+/// server stores it (milliseconds, `Z`).
+pub fn observed_at() -> &'static str {
+    static AT: OnceLock<String> = OnceLock::new();
+    AT.get_or_init(|| {
+        let at: DateTime<Utc> = Utc::now() - Duration::hours(1);
+        at.to_rfc3339_opts(SecondsFormat::Millis, true)
+    })
+}
 
 const PORTS: [u16; 3] = [22, 80, 443];
 
@@ -19,13 +30,13 @@ pub fn endpoint(i: usize) -> Value {
     let port = PORTS[i % PORTS.len()];
     json!({"type": "endpoint", "ip": ip, "port": port, "transport": "tcp",
            "service": if port == 22 { "ssh" } else { "http" }, "product": "nginx", "version": "1.25.3",
-           "banner": format!("HTTP/1.1 200 OK server=bench-{}", i % 97), "observed_at": OBSERVED_AT})
+           "banner": format!("HTTP/1.1 200 OK server=bench-{}", i % 97), "observed_at": observed_at()})
 }
 
 /// The i-th DNS record of the run.
 pub fn dns(i: usize) -> Value {
     json!({"type": "dns", "name": format!("host{i}.bench.example"), "record_type": "A",
-           "value": format!("192.0.2.{}", i % 250 + 1), "observed_at": OBSERVED_AT})
+           "value": format!("192.0.2.{}", i % 250 + 1), "observed_at": observed_at()})
 }
 
 /// One batch of an upload: identity, class and exact body.

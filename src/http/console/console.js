@@ -138,7 +138,9 @@
     const p = e.projection || {};
     return h("tr", { "data-execution": e.id },
       h("td", { class: "mono" }, shortId(e.id)),
-      h("td", {}, badge(e.status)),
+      h("td", {}, badge(e.status),
+        e.failure_reason ? h("div", { class: "muted", "data-failure-reason": "" }, e.failure_reason) : null),
+      h("td", { class: "num", title: e.lease_expires_at ? "lease until " + when(e.lease_expires_at) : "" }, num(e.attempts)),
       h("td", { class: "num" }, num(e.counts.endpoints)),
       h("td", { class: "num" }, num(e.counts.dns_records)),
       h("td", { class: "muted" }, when(e.started_at)),
@@ -156,7 +158,7 @@
     const execPanel = h("div", { class: "panel" },
       h("div", { class: "panel-head" }, h("h2", {}, "Executions"), live),
       h("table", { id: "executions" },
-        h("thead", {}, h("tr", {}, h("th", {}, "Execution"), h("th", {}, "Status"), h("th", { class: "num" }, "Endpoints"),
+        h("thead", {}, h("tr", {}, h("th", {}, "Execution"), h("th", {}, "Status"), h("th", { class: "num" }, "Claims"), h("th", { class: "num" }, "Endpoints"),
           h("th", { class: "num" }, "DNS"), h("th", {}, "Started"), h("th", {}, "Finished"), h("th", {}, "Asset publication"),
           h("th", { class: "num" }, "Published"), h("th", { class: "num" }, "Attempts"), h("th", {}, "Last error"))),
         execBody));
@@ -187,7 +189,7 @@
             stat("DNS records", num(task.counters.dns_records_total))));
         clear(execBody);
         for (const e of execs.executions) execBody.appendChild(executionRow(e));
-        if (!execs.executions.length) execBody.appendChild(h("tr", {}, h("td", { colspan: 10, class: "empty" }, "No executions yet.")));
+        if (!execs.executions.length) execBody.appendChild(h("tr", {}, h("td", { colspan: 11, class: "empty" }, "No executions yet.")));
         settled = !execs.executions.some((e) => UNSETTLED.includes(e.projection_status));
       } catch (e) {
         if (e.status === 401) return;

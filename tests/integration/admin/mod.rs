@@ -1,4 +1,4 @@
-//! `scripts/scanstore-admin` (SPEC §12) run as an operator would: `bash` on the script with
+//! `scripts/scanstore-admin` run as an operator would: `bash` on the script with
 //! `SCANSTORE_DATABASE_URL` pointing at a throwaway database, its key=value output parsed,
 //! and the rows it wrote (or refused to write) checked in PostgreSQL.
 

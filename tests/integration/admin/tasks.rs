@@ -31,6 +31,10 @@ fn task_with_scanner_gets_one_queued_assigned_execution_and_canonical_targets() 
             "192.0.2.7",
             "--target",
             "192.0.2.7",
+            "--target",
+            "::ffff:198.51.100.9",
+            "--target",
+            "::FFFF:198.51.100.0/120",
             "--scanner",
             &s,
             "--tag",
@@ -48,8 +52,10 @@ fn task_with_scanner_gets_one_queued_assigned_execution_and_canonical_targets() 
         r.all("target"),
         [
             "cidr:10.0.0.0/8",
+            "cidr:198.51.100.0/24",
             "domain:www.example.com",
             "ip:192.0.2.7",
+            "ip:198.51.100.9",
             "ip:2001:db8::1"
         ]
     );
@@ -80,8 +86,10 @@ fn task_with_scanner_gets_one_queued_assigned_execution_and_canonical_targets() 
         .collect();
     let want = [
         ("cidr", "10.0.0.0/8"),
+        ("cidr", "198.51.100.0/24"),
         ("domain", "www.example.com"),
         ("ip", "192.0.2.7"),
+        ("ip", "198.51.100.9"),
         ("ip", "2001:db8::1"),
     ];
     assert_eq!(targets, want.map(|(k, v)| (k.to_string(), v.to_string())));
@@ -101,7 +109,7 @@ fn task_with_scanner_gets_one_queued_assigned_execution_and_canonical_targets() 
 
 #[test]
 #[ignore = "needs PostgreSQL"]
-fn task_without_scanner_has_no_execution() {
+fn task_without_scanner_gets_an_execution_queued_for_any_scanner_of_its_owner() {
     let t = db::fresh();
     let o = owner(&t, "alice");
     let r = admin(
@@ -118,20 +126,25 @@ fn task_without_scanner_has_no_execution() {
         ],
     )
     .ok();
-    assert!(r.all("execution_id").is_empty(), "{r}");
-    let (status, total, tags): (String, i64, Vec<String>) = {
-        let row = t
-            .connect()
-            .query_one(
-                "SELECT status, executions_total, tags FROM tasks WHERE id = $1",
-                &[&r.uuid("task_id")],
-            )
-            .unwrap();
-        (row.get(0), row.get(1), row.get(2))
-    };
-    assert_eq!((status.as_str(), total), ("pending", 0));
+    let execution = r.uuid("execution_id");
+    let row = t
+        .connect()
+        .query_one(
+            "SELECT t.status, t.executions_total, t.tags, e.status, e.scanner_id, e.any_scanner
+               FROM tasks t JOIN executions e ON e.task_id = t.id WHERE e.id = $1",
+            &[&execution],
+        )
+        .unwrap();
+    let (status, total, tags): (String, i64, Vec<String>) = (row.get(0), row.get(1), row.get(2));
+    assert_eq!((status.as_str(), total), ("pending", 1));
     assert!(tags.is_empty());
-    assert_eq!(count(&t, "executions"), 0);
+    let (e_status, e_scanner, any): (String, Option<uuid::Uuid>, bool) =
+        (row.get(3), row.get(4), row.get(5));
+    assert_eq!((e_status.as_str(), e_scanner, any), ("queued", None, true));
+    assert_eq!(count(&t, "executions"), 1);
+    let shown = admin(&t, &["execution", "show", &execution.to_string()]).ok();
+    assert_eq!(shown.all("scanner_id"), [""]);
+    assert_eq!(shown.all("claims"), ["0"]);
 }
 
 /// Every bad target fails the whole command, names the value, and writes nothing.
@@ -146,6 +159,10 @@ fn bad_target_fails_naming_it_and_leaves_nothing() {
         "10.0.0.256",
         "300.1.2.3/8",
         "10.1",
+        "010.0.0.1",
+        "10.0.0.01",
+        "10.00.0.0/16",
+        "::ffff:010.0.0.1",
         "exa mple.com",
         "-bad.example",
         "a..b",

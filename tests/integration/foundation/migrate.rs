@@ -50,10 +50,7 @@ fn fresh_schema_is_current() {
 fn legacy_database_upgrades_to_exactly_the_fresh_schema() {
     let legacy = db::empty();
     let mut c = legacy.connect();
-    c.batch_execute(include_str!("../../../schema/legacy_v1.sql"))
-        .unwrap();
-    c.batch_execute(include_str!("../../sql/legacy_seed.sql"))
-        .unwrap();
+    legacy_v1(&mut c);
     let receipts: i64 = c
         .query_one("SELECT count(*) FROM scan_upload_receipts", &[])
         .unwrap()
@@ -68,18 +65,7 @@ fn legacy_database_upgrades_to_exactly_the_fresh_schema() {
     );
     drop(c);
 
-    db::migrate(&legacy.url);
-    let fresh = db::empty();
-    db::migrate(&fresh.url);
-    assert_eq!(db::schema_dump(&legacy.url), db::schema_dump(&fresh.url));
-
-    let mut c = legacy.connect();
-    assert!(scanstore::db::migrate::is_current(&mut c).unwrap());
-    let version: i32 = c
-        .query_one("SELECT version FROM schema_version", &[])
-        .unwrap()
-        .get(0);
-    assert_eq!(version, 2);
+    let mut c = upgraded_to_current(&legacy);
     let kept: (i64, i64) = {
         let r = c
             .query_one(
@@ -117,4 +103,72 @@ fn legacy_database_upgrades_to_exactly_the_fresh_schema() {
         .unwrap()
         .get(0);
     assert_eq!(dirty, 1, "the backfill ran again");
+}
+
+/// Migrates `old` and checks it is now exactly a fresh install of this release: the same
+/// schema dump, every marker, the current version. Returns a connection to it.
+fn upgraded_to_current(old: &db::TestDb) -> postgres::Client {
+    db::migrate(&old.url);
+    let fresh = db::empty();
+    db::migrate(&fresh.url);
+    assert_eq!(db::schema_dump(&old.url), db::schema_dump(&fresh.url));
+    let mut c = old.connect();
+    assert!(scanstore::db::migrate::is_current(&mut c).unwrap());
+    let version: i32 = c
+        .query_one("SELECT version FROM schema_version", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(version, scanstore::db::migrate::SCHEMA_VERSION);
+    c
+}
+
+/// The previous generation's schema (version 1) with its seed rows.
+fn legacy_v1(c: &mut postgres::Client) {
+    c.batch_execute(include_str!("../../../schema/legacy_v1.sql"))
+        .unwrap();
+    c.batch_execute(include_str!("../../sql/legacy_seed.sql"))
+        .unwrap();
+}
+
+/// A release-2 database (schema version 2) as the previous release left it: the legacy
+/// schema with the first four migrations, exactly what its upgrade test held equal to its
+/// fresh install.
+fn release_2(t: &db::TestDb) {
+    let mut c = t.connect();
+    legacy_v1(&mut c);
+    for (_, sql) in &scanstore::db::migrate::MIGRATIONS[..4] {
+        c.batch_execute(sql).unwrap();
+    }
+    c.batch_execute("UPDATE schema_version SET version = 2")
+        .unwrap();
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_release_2_database_upgrades_to_exactly_the_fresh_schema_keeping_its_targets() {
+    let old = db::empty();
+    release_2(&old);
+    let mut c = old.connect();
+    assert!(!scanstore::db::migrate::is_current(&mut c).unwrap());
+    let owner: uuid::Uuid = c
+        .query_one("SELECT id FROM owners ORDER BY id LIMIT 1", &[])
+        .unwrap()
+        .get(0);
+    c.execute(
+        "INSERT INTO search_targets (owner_id, kind, key)
+         VALUES ($1, 'ip', '198.51.100.7'), ($1, 'cidr', '198.51.100.0/25')",
+        &[&owner],
+    )
+    .unwrap();
+    let targets = |c: &mut postgres::Client| -> i64 {
+        c.query_one("SELECT count(*) FROM search_targets", &[])
+            .unwrap()
+            .get(0)
+    };
+    let before = targets(&mut c);
+    drop(c);
+
+    db::migrate(&old.url);
+    let mut c = upgraded_to_current(&old);
+    assert_eq!(targets(&mut c), before);
 }

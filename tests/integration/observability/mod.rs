@@ -15,7 +15,7 @@ use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::http;
 use crate::support::stack::Stack;
 
-const T0: &str = "2026-11-29T10:00:00Z";
+use crate::support::scan::t0;
 
 fn pool(url: &str, size: u32) -> Db {
     Db::new(&DatabaseConfig {
@@ -65,7 +65,7 @@ fn metrics_parse_and_move_with_uploads() {
     });
     let before = scrape(&s);
     let normal = r#"scanstore_upload_requests_total{class="normal",status="200"}"#;
-    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 3, T0));
+    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 3, t0()));
     assert_eq!(
         scan::post(s.base(), &s.scanner.token, s.execution(), &b).status,
         200

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{bin, config_file, TempFile};
-use crate::projection::{outbox_row, wait_for, T0};
+use crate::projection::{outbox_row, wait_for};
 use crate::support::emulator::{Es, Target};
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
@@ -93,7 +93,8 @@ fn new_execution(s: &Stack) -> Uuid {
 fn upload_nth(s: &Stack, n: usize) -> Uuid {
     let execution = new_execution(s);
     let up = Uuid::new_v4();
-    let at = format!("2026-11-{:02}T10:00:00Z", 1 + (n * 7) % 28);
+    // Later executions observe later, within the last four weeks.
+    let at = scan::t0_plus(-24 * (27 - (n * 7) % 28) as i64);
     let obs: Vec<Value> = (0..30)
         .map(|i| {
             let mut e = endpoint(&scan::nth_ip(n * 10 + i), 443, &at);
@@ -172,7 +173,7 @@ fn rebuild_during_uploads_and_live_publication_verifies_and_switches_atomically(
         std::thread::spawn(move || {
             for (k, execution) in executions.into_iter().enumerate() {
                 let n = 6 + k;
-                let at = format!("2026-10-{:02}T10:00:00Z", 1 + n);
+                let at = scan::t0_plus(-24 * 27 - 1 - n as i64);
                 let up = Uuid::new_v4();
                 let obs: Vec<Value> = (0..30)
                     .map(|i| endpoint(&scan::nth_ip(n * 10 + i), 443, &at))
@@ -428,5 +429,4 @@ fn a_restart_after_a_rebuild_keeps_the_aliases_and_does_not_recreate_a_dropped_v
     scanstore::es::setup::install(&s.server.app().es, &s.prefix()).unwrap();
     assert_eq!(points_at(&s, "user"), vec![physical(&s, "user", 2)]);
     assert_eq!(s.es().head(&format!("/{}", physical(&s, "user", 1))), 404);
-    let _ = T0;
 }

@@ -1,4 +1,4 @@
-//! Upgrade by starting the new binary (seed 000 "升级与回滚", SPEC §9): a database of the
+//! Upgrade by starting the new binary (README "Upgrade and rollback"): a database of the
 //! previous release, with queue rows and receipts, is upgraded by `scanstore serve`
 //! itself; every legacy row survives unchanged, the stream rows equal a recount, and a
 //! second start skips the backfill through the schema marker.

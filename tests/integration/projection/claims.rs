@@ -8,7 +8,7 @@ use scanstore::projection::outbox;
 use scanstore::projection::worker::TickOutcome;
 use scanstore::projection::ProjectionError;
 
-use super::{assets, outbox_row, wait_for, worker, T0};
+use super::{assets, outbox_row, t0, wait_for, worker};
 use crate::support::emulator::Fault;
 use crate::support::factory;
 use crate::support::logs;
@@ -36,7 +36,7 @@ fn concurrent_claims_take_different_rows() {
         );
     }
     for (i, e) in executions.iter().enumerate() {
-        scan::upload_execution(s.base(), &s.scanner.token, *e, i * 10, 3, 3, T0);
+        scan::upload_execution(s.base(), &s.scanner.token, *e, i * 10, 3, 3, t0());
     }
     let app = s.server.app_arc();
     let handles: Vec<_> = (0..8)
@@ -65,7 +65,7 @@ fn a_stale_token_changes_nothing() {
     let Some(s) = manual("stale_token", |_| {}) else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 5, 5, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 5, 5, t0());
     let app = s.server.app_arc();
     let lease = Duration::from_secs(60);
     let old = outbox::claim(&app.db, lease).unwrap().unwrap();
@@ -115,7 +115,7 @@ fn lease_is_renewed_while_es_hangs_longer_than_the_lease() {
     }) else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 5, 5, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 5, 5, t0());
     let fault = s.emulator().add_fault(Fault::Pause {
         path: "/_bulk".into(),
         method: None,
@@ -162,7 +162,7 @@ fn single_connection_pool_is_released_during_publication() {
     };
     let mut c = s.sql();
     let other = factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running");
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 30, 30, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 30, 30, t0());
     // Asset writes are slow; uploads still get the one connection between statements.
     s.emulator().add_fault(Fault::Latency {
         path: "/_bulk".into(),
@@ -177,7 +177,7 @@ fn single_connection_pool_is_released_during_publication() {
         100,
         5,
         5,
-        T0,
+        t0(),
     );
     wait_for("both published", Duration::from_secs(60), || {
         outbox_row(&s, s.execution())["processed_at"].is_string()
@@ -282,7 +282,7 @@ fn two_processes_never_publish_the_same_page_twice() {
     }
     for (i, e) in executions.iter().enumerate() {
         let base = if i % 2 == 0 { &a.base } else { &b.base };
-        scan::upload_execution(base, &s.scanner.token, *e, i * 100, 23, 23, T0);
+        scan::upload_execution(base, &s.scanner.token, *e, i * 100, 23, 23, t0());
     }
     wait_for(
         "all published by two processes",

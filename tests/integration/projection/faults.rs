@@ -9,8 +9,8 @@ use scanstore::es::error::ErrorClass;
 use scanstore::projection::worker::TickOutcome;
 
 use super::{
-    assert_published, assets, outbox_row, progress, three_pages_one_per_tick, tick_holding,
-    tick_until_done, worker, T0,
+    assert_published, assets, outbox_row, progress, t0, three_pages_one_per_tick, tick_holding,
+    tick_until_done, worker,
 };
 use crate::support::emulator::{Corruption, Fault};
 use crate::support::scan;
@@ -101,7 +101,7 @@ fn a_failed_refresh_is_retried_alone() {
     let Some(s) = manual("projection_refresh_retry") else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, t0());
     let w = worker(&s);
     s.emulator()
         .add_fault(Fault::RefreshFail { count: Some(1) });
@@ -133,7 +133,7 @@ fn an_oversized_operation_is_kept_as_a_permanent_error_not_truncated() {
     }) else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, t0());
     // A legacy execution-projection document with a banner far over the 64 KiB limit.
     let id = format!("{}-10.0.0.2-tcp-443", s.execution().simple());
     let (status, _) = s.es().put(
@@ -174,7 +174,7 @@ fn a_page_replayed_after_a_lost_checkpoint_leaves_documents_identical() {
     let Some(s) = manual("projection_replay") else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 8, 8, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 8, 8, t0());
     let w = worker(&s);
     let fault = s.emulator().add_fault(Fault::Pause {
         path: "/_bulk".into(),
@@ -218,7 +218,7 @@ fn errors_are_classified_and_backed_off() {
     let Some(s) = manual("projection_classes") else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, t0());
     let w = worker(&s);
     s.emulator().add_fault(Fault::fail(
         "/_bulk",
@@ -269,7 +269,7 @@ fn a_failed_read_ahead_is_read_again_not_recorded() {
     }) else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, t0());
     let w = worker(&s);
     // Hold the first page read so that the failure lands on the read-ahead, not on it.
     let outcome = tick_holding(&s, "*/_search", 1, || {

@@ -1,4 +1,4 @@
-//! Asset publication (SPEC §4), run with `cargo test projection:: -- --include-ignored`:
+//! Asset publication, run with `cargo test projection:: -- --include-ignored`:
 //! leased claims, heartbeats, verified paged bulk with checkpoints, the refresh phase,
 //! backoff and recovery. Tests that drive ticks by hand start the server with no workers.
 
@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::support::stack::Stack;
 
-pub const T0: &str = "2026-11-29T10:00:00Z";
+pub use crate::support::scan::t0;
 
 /// Polls `cond` until it holds or `limit` passes (then panics with `what`).
 pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
@@ -72,7 +72,7 @@ pub fn three_pages_one_per_tick(name: &str) -> Option<Stack> {
         0,
         25,
         25,
-        T0,
+        t0(),
     );
     Some(s)
 }

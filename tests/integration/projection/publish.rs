@@ -5,8 +5,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::{
-    assert_published, assets, outbox_row, three_pages_one_per_tick, tick_holding, tick_until_done,
-    wait_for, worker, T0,
+    assert_published, assets, outbox_row, t0, three_pages_one_per_tick, tick_holding,
+    tick_until_done, wait_for, worker,
 };
 use crate::support::emulator::Fault;
 use crate::support::factory;
@@ -18,7 +18,7 @@ use scanstore::projection::worker::TickOutcome;
 #[ignore = "needs PostgreSQL"]
 fn a_final_is_published_into_both_views_by_the_workers() {
     let s = Stack::new("port_scan");
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 10, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 10, t0());
     wait_for("publication", Duration::from_secs(30), || {
         outbox_row(&s, s.execution())["processed_at"].is_string()
     });
@@ -32,8 +32,8 @@ fn a_final_is_published_into_both_views_by_the_workers() {
     let (id, doc) = &user[0];
     assert!(id.starts_with(&s.owner.id.simple().to_string()));
     assert_eq!(doc["owner_id"], s.owner.id.to_string());
-    assert_eq!(doc["first_seen"], "2026-11-29T10:00:00.000Z");
-    assert_eq!(doc["last_seen"], "2026-11-29T10:00:00.000Z");
+    assert_eq!(doc["first_seen"], scan::stored(t0()));
+    assert_eq!(doc["last_seen"], scan::stored(t0()));
     assert_eq!(doc["service"], "https");
     assert!(global[0].1.get("owner_id").is_none());
     // Neither the uploads nor the publishers sent an ES request while holding a connection.
@@ -53,7 +53,7 @@ fn a_final_rings_the_idle_workers() {
     });
     // Both workers have looked once, found nothing and are waiting.
     std::thread::sleep(Duration::from_millis(200));
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 10, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 10, t0());
     wait_for("publication", Duration::from_secs(30), || {
         outbox_row(&s, s.execution())["processed_at"].is_string()
     });
@@ -68,14 +68,14 @@ fn later_executions_merge_first_and_last_seen() {
     let mut c = s.sql();
     let second = factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running");
     let up = Uuid::new_v4();
-    let mut newer = endpoint("10.0.0.1", 443, "2026-11-30T10:00:00Z");
+    let mut newer = endpoint("10.0.0.1", 443, &scan::t0_plus(24));
     newer["service"] = serde_json::json!("http");
     let fin = Batch::final_(up, 0, vec![newer]);
     assert_eq!(
         scan::post(s.base(), &s.scanner.token, second.execution_id, &fin).status,
         200
     );
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 1, 1, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 1, 1, t0());
     wait_for("both published", Duration::from_secs(30), || {
         outbox_row(&s, s.execution())["processed_at"].is_string()
             && outbox_row(&s, second.execution_id)["processed_at"].is_string()
@@ -83,8 +83,8 @@ fn later_executions_merge_first_and_last_seen() {
     let global = assets(&s, "global");
     assert_eq!(global.len(), 1);
     let doc = &global[0].1;
-    assert_eq!(doc["first_seen"], "2026-11-29T10:00:00.000Z");
-    assert_eq!(doc["last_seen"], "2026-11-30T10:00:00.000Z");
+    assert_eq!(doc["first_seen"], scan::stored(t0()));
+    assert_eq!(doc["last_seen"], scan::stored(&scan::t0_plus(24)));
     // The newer observation decides the service, whatever the publication order was.
     assert_eq!(doc["service"], "http");
     assert_eq!(doc["execution_id"], second.execution_id.to_string());
@@ -98,7 +98,7 @@ fn a_crashed_worker_is_resumed_from_the_saved_cursor() {
         cfg.elasticsearch.projection_page_size = 10;
         cfg.elasticsearch.projection_pages_per_tick = 2;
     });
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 55, 20, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 55, 20, t0());
     let w = worker(&s);
     assert_eq!(w.tick().unwrap(), TickOutcome::Yielded { pages: 2 });
     let row = outbox_row(&s, s.execution());
@@ -133,7 +133,7 @@ fn a_crashed_worker_is_resumed_from_the_saved_cursor() {
     let global = assets(&s, "global");
     assert_eq!(global.len(), 55);
     for (i, (_, doc)) in assets(&s, "user").iter().enumerate() {
-        assert_eq!(doc["first_seen"], "2026-11-29T10:00:00.000Z", "doc {i}");
+        assert_eq!(doc["first_seen"], scan::stored(t0()), "doc {i}");
         assert_eq!(doc["execution_id"], s.execution().to_string());
     }
 }
@@ -160,7 +160,7 @@ fn small_executions_are_not_starved_by_a_big_one() {
         0,
         big_endpoints,
         5000,
-        T0,
+        t0(),
     );
     let mut c = s.sql();
     let small: Vec<Uuid> = (0..3)
@@ -173,7 +173,7 @@ fn small_executions_are_not_starved_by_a_big_one() {
                 100_000 + i * 10,
                 10,
                 10,
-                T0,
+                t0(),
             );
             run.execution_id
         })
@@ -225,7 +225,7 @@ fn an_untagged_page_sends_its_requests_together_a_tagged_one_in_order() {
             &[&s.owner.id],
         )
         .unwrap();
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, t0());
     let bulks_before = s.emulator().requests(Some("POST"), Some("/_bulk")).count;
     // Page 1 (10.0.0.1–10, untagged): 20 merges in 5 requests, all in flight at once.
     let outcome = tick_holding(&s, "/_bulk", 5, || {});
@@ -258,7 +258,7 @@ fn three_pages_in_one_tick(name: &str) -> Option<Stack> {
         cfg.projection.workers = 0;
         cfg.elasticsearch.projection_page_size = 10;
     })?;
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, t0());
     Some(s)
 }
 
@@ -414,7 +414,7 @@ fn projection_nice_lowers_the_publishers_threads_only() {
     });
     let own = scanstore::projection::thread_nice(scanstore::projection::thread_id()).unwrap();
     let lowered = (own + 7).min(19);
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, t0());
     // Other tests' stacks run here too, all at the process's nice value: a heartbeat at
     // the lowered one is this stack's, started by its niced worker.
     wait_for(

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::{get, ok};
-use crate::projection::{tick_until_done, worker, T0};
+use crate::projection::{t0, tick_until_done, worker};
 use crate::support::emulator;
 use crate::support::scan;
 use crate::support::stack::Stack;
@@ -36,7 +36,7 @@ fn projection_status_goes_not_started_pending_ready_across_a_publication() {
         "not_started"
     );
 
-    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 30, 10, T0);
+    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 30, 10, t0());
 
     // Succeeded, queued, no worker has run: pending; results are complete already.
     let body = ok(base, token, &execs);
@@ -74,8 +74,8 @@ fn projection_status_goes_not_started_pending_ready_across_a_publication() {
     assert_eq!(t["projection_status"], "ready");
     assert_eq!(t["status"], "succeeded");
     assert_eq!(t["counters"]["endpoints_total"], 30);
-    assert_eq!(t["targets"][0]["value"], "203.0.113.0/24");
-    assert_eq!(t["targets_total"], 1);
+    assert_eq!(t["targets"][0]["value"], "10.0.0.0/8");
+    assert_eq!(t["targets_total"], 5);
     let assets = ok(base, token, "/api/v1/assets?size=200");
     assert_eq!(assets["assets"].as_array().unwrap().len(), 30);
     assert_eq!(assets["total"]["value"], 30);
@@ -86,7 +86,7 @@ fn projection_status_goes_not_started_pending_ready_across_a_publication() {
 fn a_failed_attempt_shows_retrying_with_its_class_only() {
     let s = hand_ticked("port_scan");
     let (base, token) = (s.base(), s.owner.token.as_str());
-    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 3, 3, T0);
+    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 3, 3, t0());
     s.sql()
         .execute(
             "UPDATE scan_projection_outbox SET attempts = 2, last_error = 'secret internal detail http://es-7:9200',
@@ -165,7 +165,7 @@ fn task_list_pages_newest_first_with_keyset_cursor() {
 fn assets_filters_cursor_and_search() {
     let s = hand_ticked("port_scan");
     let (base, token) = (s.base(), s.owner.token.as_str());
-    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 12, 5, T0);
+    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 12, 5, t0());
     tick_until_done(&worker(&s), &s, s.execution(), 50);
 
     // Cursor paging: every asset exactly once.
@@ -199,12 +199,13 @@ fn assets_filters_cursor_and_search() {
     assert_eq!(n("/api/v1/assets?port=80"), 0);
     assert_eq!(n("/api/v1/assets?service=https"), 12);
     assert_eq!(n("/api/v1/assets?tag=nope"), 0);
-    assert_eq!(n("/api/v1/assets?seen_since=2026-11-29T09:00:00Z"), 12);
-    assert_eq!(n("/api/v1/assets?seen_since=2026-11-29T11:00:00Z"), 0);
+    let since = |at: String| format!("/api/v1/assets?seen_since={at}");
+    assert_eq!(n(&since(scan::t0_plus(-1))), 12);
+    assert_eq!(n(&since(scan::t0_plus(1))), 0);
     let a = &ok(base, token, "/api/v1/assets?ip=10.0.0.3")["assets"][0];
     assert_eq!(a["port"], 443);
     assert_eq!(a["product"], "nginx");
-    assert_eq!(a["first_seen"], "2026-11-29T10:00:00.000Z");
+    assert_eq!(a["first_seen"], scan::stored(t0()));
 
     assert_eq!(n("/api/v1/search?q=nginx"), 12);
     assert_eq!(n("/api/v1/search?q=OK"), 12); // banner text "HTTP/1.1 200 OK"
@@ -295,7 +296,7 @@ fn an_incomplete_search_answer_is_refused_not_served() {
     ) else {
         return;
     };
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, t0());
     s.emulator()
         .add_fault(crate::support::emulator::Fault::fail(
             "*_search",

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::cdp::{chromium_binary, Browser};
-use crate::projection::{tick_until_done, worker, T0};
+use crate::projection::{t0, tick_until_done, worker};
 use crate::support::emulator;
 use crate::support::scan;
 use crate::support::stack::Stack;
@@ -44,7 +44,17 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
             &[&task],
         )
         .unwrap();
-    scan::upload_execution(&base, &s.scanner.token, s.execution(), 0, 20, 10, T0);
+    scan::upload_execution(&base, &s.scanner.token, s.execution(), 0, 20, 10, t0());
+    // A second task whose execution its scanner failed, with a reason to show as text.
+    let failed = {
+        let mut c = s.sql();
+        crate::support::factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running")
+    };
+    let reason = "<img src=x onerror=\"window.__xss=2\"> nmap exited 1";
+    assert_eq!(
+        scan::fail(&base, &s.scanner.token, failed.execution_id, reason).status,
+        200
+    );
 
     let mut b = Browser::launch(&binary);
     b.navigate(&format!("{base}/"));
@@ -131,6 +141,22 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
         b.eval(polls),
         before,
         "the page kept refreshing after all settled"
+    );
+
+    // The failed execution shows its status, its claims and its scanner's reason, as text.
+    b.eval(&format!(
+        "location.hash = '#/tasks/{}'; true",
+        failed.task_id
+    ));
+    let shown = b.wait_until(
+        "the failure reason",
+        long,
+        "(document.querySelector('[data-failure-reason]') || {}).textContent",
+    );
+    assert_eq!(shown, reason);
+    assert_eq!(
+        b.eval("window.__xss === undefined && !document.querySelector('#executions img')"),
+        true
     );
 
     // Asset search.

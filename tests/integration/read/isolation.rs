@@ -2,7 +2,7 @@
 //! or search hits; another owner's ids are 404; only admins read the global view.
 
 use super::{get, ok};
-use crate::projection::{tick_until_done, worker, T0};
+use crate::projection::{t0, tick_until_done, worker};
 use crate::support::emulator;
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
@@ -21,10 +21,10 @@ fn owners_see_only_their_own_data() {
     let b_run = factory::task(&mut c, b.id, s.scanner.id, "port_scan", "running");
     let base = s.base();
     // A: 10.0.0.1-5; B: 192.0.2.1-3, both "nginx".
-    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 5, 5, T0);
+    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 5, 5, t0());
     let up = Uuid::new_v4();
     let obs = (1..=3)
-        .map(|i| endpoint(&format!("192.0.2.{i}"), 443, T0))
+        .map(|i| endpoint(&format!("192.0.2.{i}"), 443, t0()))
         .collect();
     assert_eq!(
         scan::post(

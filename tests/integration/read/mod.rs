@@ -6,7 +6,7 @@ mod api;
 mod browser;
 mod cdp;
 mod isolation;
-mod openapi;
+pub mod openapi;
 mod paging;
 
 use serde_json::Value;

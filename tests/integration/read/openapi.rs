@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::{get, ok};
-use crate::projection::{tick_until_done, worker, T0};
+use crate::projection::{t0, tick_until_done, worker};
 use crate::support::emulator;
 use crate::support::scan;
 use crate::support::server::{got, http};
@@ -16,7 +16,7 @@ use crate::support::stack::Stack;
 use scanstore::http::console::OPENAPI_JSON;
 use scanstore::http::router::ROUTES;
 
-fn spec() -> Value {
+pub fn spec() -> Value {
     serde_json::from_str(OPENAPI_JSON).expect("openapi.json is JSON")
 }
 
@@ -51,7 +51,7 @@ fn resolve<'a>(spec: &'a Value, schema: &'a Value) -> &'a Value {
 }
 
 /// Checks `value` against the subset of JSON Schema the description uses.
-fn validate(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
+pub fn validate(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut Vec<String>) {
     let schema = resolve(spec, schema);
     if value.is_null() {
         if schema["nullable"] != true {
@@ -108,7 +108,7 @@ fn validate(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
     }
 }
 
-fn assert_documented(spec: &Value, path: &str, method: &str, status: u16, body: &Value) {
+pub fn assert_documented(spec: &Value, path: &str, method: &str, status: u16, body: &Value) {
     let schema = &spec["paths"][path][method]["responses"][status.to_string()]["content"]
         ["application/json"]["schema"];
     assert!(
@@ -131,13 +131,14 @@ fn every_documented_operation_is_served_and_responses_match() {
         c.projection.workers = 0
     });
     let (base, token) = (s.base(), s.owner.token.as_str());
-    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 4, 4, T0);
+    scan::upload_execution(base, &s.scanner.token, s.execution(), 0, 4, 4, t0());
     tick_until_done(&worker(&s), &s, s.execution(), 50);
 
     for (method, path) in documented(&spec) {
         let url = path
             .replace("{task_id}", &s.run.task_id.to_string())
-            .replace("{execution_id}", &s.execution().to_string());
+            .replace("{execution_id}", &s.execution().to_string())
+            .replace("{upload_id}", &uuid::Uuid::new_v4().to_string());
         let url = if path == "/api/v1/search" {
             format!("{url}?q=nginx")
         } else {
@@ -158,6 +159,10 @@ fn every_documented_operation_is_served_and_responses_match() {
                 .header("Authorization", &auth)
                 .header("Content-Type", "application/json")
                 .send(b"{}".as_slice())),
+            "DELETE" => got(http()
+                .delete(format!("{base}{url}"))
+                .header("Authorization", &auth)
+                .call()),
             other => panic!("undocumented method {other}"),
         };
         assert!(

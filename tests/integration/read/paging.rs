@@ -7,7 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::ok;
-use crate::projection::T0;
+use crate::projection::t0;
 use crate::support::emulator;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
@@ -28,7 +28,7 @@ fn results_page_25k_endpoints_on_3k_ips_exactly_once() {
     let up = Uuid::new_v4();
     for (index, start) in (0..ENDPOINTS).step_by(BATCH).enumerate() {
         let obs: Vec<Value> = (start..start + BATCH)
-            .map(|i| endpoint(&scan::nth_ip(i % IPS), (1000 + i / IPS) as u16, T0))
+            .map(|i| endpoint(&scan::nth_ip(i % IPS), (1000 + i / IPS) as u16, t0()))
             .collect();
         let r = scan::post(
             base,

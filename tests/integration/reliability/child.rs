@@ -26,6 +26,8 @@ pub struct ChildConfig {
     pub worker_threads: u32,
     pub extra_es: String,
     pub extra_server: String,
+    /// Further sections, appended as they are (`[scanner]\nlease_seconds = 5\n`).
+    pub extra_sections: String,
     /// The child's limit of open file descriptors (`RLIMIT_NOFILE`), if set.
     pub nofile: Option<u64>,
 }
@@ -42,6 +44,7 @@ impl ChildConfig {
             worker_threads: 8,
             extra_es: String::new(),
             extra_server: String::new(),
+            extra_sections: String::new(),
             nofile: None,
         }
     }
@@ -52,7 +55,7 @@ impl ChildConfig {
              [database]\nurl = \"{}\"\npool_size = {}\npool_timeout_ms = {}\n\
              [elasticsearch]\nurl = \"{}\"\nindex_prefix = \"{}\"\nrequest_timeout_ms = 10000\n\
              projection_lease_seconds = 10\nprojection_heartbeat_seconds = 3\n{}\n\
-             [projection]\nworkers = {}\n",
+             [projection]\nworkers = {}\n{}",
             self.worker_threads,
             self.extra_server,
             self.db_url,
@@ -61,7 +64,8 @@ impl ChildConfig {
             self.es_url,
             self.prefix,
             self.extra_es,
-            self.workers
+            self.workers,
+            self.extra_sections
         )
     }
 }

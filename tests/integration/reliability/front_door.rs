@@ -368,7 +368,7 @@ fn large_body_reads_are_capped_and_the_rest_refused_with_retry_after() {
     let b = crate::support::scan::Batch::main(
         Uuid::new_v4(),
         0,
-        crate::support::scan::endpoints(0, 3, super::T0),
+        crate::support::scan::endpoints(0, 3, super::t0()),
     );
     let r = crate::support::scan::post(s.base(), &s.scanner.token, s.execution(), &b);
     assert_eq!(r.status, 200, "{}", r.body);
@@ -460,7 +460,8 @@ fn rejected_values_never_reach_the_log() {
     let s = stack(|_| {});
     let marker = format!("LEAK{}", Uuid::new_v4().simple());
     let obs = format!(
-        r#"[{{"type":"endpoint","ip":"10.0.0.1","port":"SSH-2.0-{marker}","transport":"tcp","observed_at":"2026-11-29T10:00:00Z"}}]"#
+        r#"[{{"type":"endpoint","ip":"10.0.0.1","port":"SSH-2.0-{marker}","transport":"tcp","observed_at":"{}"}}]"#,
+        crate::support::scan::t0()
     );
     let body = format!(
         r#"{{"protocol_version":2,"upload_id":"{}","stream":"main","batch_index":0,"is_final":false,"checksum":"sha256:{}","observations":{obs}}}"#,

@@ -9,12 +9,14 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::child::raw_exchange;
-use super::T0;
+use super::t0;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::stack::Stack;
 
 const CORPUS: &str = include_str!("../../fixtures/hostile/corpus.jsonl");
-const DEFAULT_OBS: &str = r#"[{"type":"endpoint","ip":"203.0.113.7","port":443,"transport":"tcp","observed_at":"2026-11-29T10:00:00Z"}]"#;
+/// `{T0}` in the corpus stands for the test's observation time.
+const DEFAULT_OBS: &str =
+    r#"[{"type":"endpoint","ip":"203.0.113.7","port":443,"transport":"tcp","observed_at":"{T0}"}]"#;
 
 fn sha(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
@@ -25,7 +27,10 @@ fn request(case: &Value, exec: Uuid, scanner: &str, owner: &str) -> Vec<u8> {
     let body = if let Some(b) = case["body"].as_str() {
         b.to_string()
     } else {
-        let obs = case["obs"].as_str().unwrap_or(DEFAULT_OBS).to_string();
+        let obs = match case["obs"].as_str() {
+            Some(obs) => obs.to_string(),
+            None => DEFAULT_OBS.replace("{T0}", t0()),
+        };
         let mut fields: Vec<(String, Option<String>)> = vec![
             ("protocol_version".into(), Some("2".into())),
             ("upload_id".into(), Some(format!("\"{}\"", Uuid::new_v4()))),
@@ -98,6 +103,7 @@ fn request(case: &Value, exec: Uuid, scanner: &str, owner: &str) -> Vec<u8> {
 fn every_hostile_request_gets_its_documented_4xx_and_writes_nothing() {
     let s = Stack::new("port_scan");
     let cases: Vec<Value> = CORPUS
+        .replace("{T0}", t0())
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -125,6 +131,15 @@ fn every_hostile_request_gets_its_documented_4xx_and_writes_nothing() {
         if ![404, 405].contains(&status) && documented[status.to_string()].is_null() {
             failures.push(format!("{name}: {status} is not documented"));
         }
+        // And so is its error code, for that status.
+        let codes = &documented[status.to_string()]["x-error-codes"];
+        if let (Some(code), Some(listed)) = (&code, codes.as_array()) {
+            if !listed.iter().any(|c| c == code.as_str()) {
+                failures.push(format!(
+                    "{name}: code {code} is not documented for {status}"
+                ));
+            }
+        }
         // Nothing of the request is reflected into a response header.
         if head.to_ascii_lowercase().contains("x-scanner-id") {
             failures.push(format!("{name}: request header reflected: {head}"));
@@ -141,7 +156,7 @@ fn every_hostile_request_gets_its_documented_4xx_and_writes_nothing() {
     assert_eq!(s.fact_count(), 0, "a hostile request left a fact");
     assert_eq!(s.endpoint_docs(), 0, "a hostile request left a document");
     // The server still works, and a write is visible to these checks.
-    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 3, T0));
+    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 3, t0()));
     let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(s.receipts().len(), 1);

@@ -17,7 +17,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::child::{try_post, ChildConfig, Serve};
-use super::{wait_published, T0};
+use super::{t0, wait_published};
 use crate::support::db;
 use crate::support::emulator::{emulator_for_faults, Corruption, Es, Fault};
 use crate::support::factory;
@@ -55,7 +55,7 @@ fn scanner(
 ) {
     let up = Uuid::new_v4();
     let mut plan: Vec<Batch> = (0..batches)
-        .map(|i| Batch::main(up, i as u32, endpoints(first + i * per, per, T0)))
+        .map(|i| Batch::main(up, i as u32, endpoints(first + i * per, per, t0())))
         .collect();
     plan.push(Batch::final_(up, batches as u32, vec![]));
     for b in &plan {

@@ -8,6 +8,7 @@ mod child;
 mod crash;
 mod front_door;
 mod hostile;
+mod lifecycle;
 mod load;
 mod security;
 
@@ -18,9 +19,9 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::support::emulator::Es;
-use crate::support::scan::{dns, endpoints, Batch};
+use crate::support::scan::{self, dns, endpoints, Batch};
 
-pub const T0: &str = "2026-11-29T10:00:00Z";
+pub use crate::support::scan::t0;
 
 /// Fixed identities, so that two databases can hold the same owner/task/execution and a
 /// faulty run can be compared with a fault-free one document for document.
@@ -66,7 +67,7 @@ impl Ids {
         )
         .unwrap();
         c.execute(
-            "INSERT INTO task_targets (task_id, kind, value) VALUES ($1, 'cidr', '10.0.0.0/8')",
+            "INSERT INTO task_targets (task_id, kind, value) VALUES ($1, 'cidr', '10.0.0.0/8'), ($1, 'domain', 'example.com')",
             &[&self.task],
         )
         .unwrap();
@@ -77,23 +78,25 @@ impl Ids {
         .unwrap();
     }
 
-    /// The upload of this (mixed) execution: three batches over two months and a final
+    /// The upload of this (mixed) execution: three batches over three weeks and a final
     /// with observations that overlap batch 0 later in time (so the asset merge matters);
     /// batch 1 and the final carry A answers (one repeated), which become the child task.
     pub fn plan(&self) -> Vec<Batch> {
         let up = self.upload;
-        let mut batch1 = endpoints(20, 20, "2026-10-15T08:00:00Z");
-        batch1.push(dns("a.example.com", "192.0.2.7", "2026-10-15T08:00:00Z"));
-        batch1.push(dns("b.example.com", "192.0.2.8", "2026-10-15T08:00:00Z"));
-        let mut last = endpoints(0, 5, "2026-11-29T12:00:00Z");
+        let earlier = scan::t0_plus(-21 * 24 - 2);
+        let later = scan::t0_plus(2);
+        let mut batch1 = endpoints(20, 20, &earlier);
+        batch1.push(dns("a.example.com", "192.0.2.7", &earlier));
+        batch1.push(dns("b.example.com", "192.0.2.8", &earlier));
+        let mut last = endpoints(0, 5, &later);
         for o in &mut last {
             o["product"] = json!("caddy");
         }
-        last.push(dns("c.example.com", "192.0.2.7", "2026-11-29T12:00:00Z"));
+        last.push(dns("c.example.com", "192.0.2.7", &later));
         vec![
-            Batch::main(up, 0, endpoints(0, 20, T0)),
+            Batch::main(up, 0, endpoints(0, 20, t0())),
             Batch::main(up, 1, batch1),
-            Batch::main(up, 2, endpoints(40, 10, T0)),
+            Batch::main(up, 2, endpoints(40, 10, t0())),
             Batch::final_(up, 3, last),
         ]
     }

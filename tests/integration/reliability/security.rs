@@ -8,7 +8,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::child::log_dir;
-use super::{wait_published, T0};
+use super::{t0, wait_published};
 use crate::support::factory;
 use crate::support::logs;
 use crate::support::scan::{self, endpoint, Batch};
@@ -26,7 +26,12 @@ fn get(base: &str, token: &str, path: &str) -> Got {
 fn read_paths(task: Uuid) -> Vec<String> {
     scanstore::http::router::ROUTES
         .iter()
-        .filter(|(m, p)| *m == "GET" && p.starts_with("/api/v1/") && !p.ends_with("openapi.json"))
+        .filter(|(m, p)| {
+            *m == "GET"
+                && p.starts_with("/api/v1/")
+                && !p.starts_with("/api/v1/scanner/")
+                && !p.ends_with("openapi.json")
+        })
         .map(|(_, p)| p.replace("{task_id}", &task.to_string()))
         .map(|p| {
             if p.ends_with("/search") {
@@ -46,9 +51,9 @@ fn owners_read_only_their_own_data_on_every_read_route() {
     let other = factory::owner(&mut c, false);
     let other_scanner = factory::scanner(&mut c, None);
     let other_run = factory::task(&mut c, other.id, other_scanner.id, "port_scan", "running");
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, t0());
     let up = Uuid::new_v4();
-    let b = Batch::main(up, 0, vec![endpoint("192.0.2.77", 8443, T0)]);
+    let b = Batch::main(up, 0, vec![endpoint("192.0.2.77", 8443, t0())]);
     assert_eq!(
         scan::post(s.base(), &other_scanner.token, other_run.execution_id, &b).status,
         200
@@ -122,7 +127,7 @@ fn scanners_write_only_their_own_executions_and_disabled_ones_nothing() {
     // A scanner restricted to another owner cannot write this owner's execution either.
     let other_owner = factory::owner(&mut c, false);
     let restricted = factory::scanner(&mut c, Some(other_owner.id));
-    let b = Batch::main(Uuid::new_v4(), 0, vec![endpoint("10.0.0.1", 443, T0)]);
+    let b = Batch::main(Uuid::new_v4(), 0, vec![endpoint("10.0.0.1", 443, t0())]);
     for tok in [&intruder.token, &restricted.token, &s.owner.token] {
         let r = scan::post(s.base(), tok, s.execution(), &b);
         assert!(
@@ -164,8 +169,8 @@ fn scanners_write_only_their_own_executions_and_disabled_ones_nothing() {
 fn tokens_are_stored_only_as_sha256_and_never_logged() {
     let s = Stack::new("port_scan");
     // Traffic with good and bad tokens of both kinds.
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 2, 2, T0);
-    let b = Batch::main(Uuid::new_v4(), 0, vec![endpoint("10.0.0.9", 443, T0)]);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 2, 2, t0());
+    let b = Batch::main(Uuid::new_v4(), 0, vec![endpoint("10.0.0.9", 443, t0())]);
     scan::post(
         s.base(),
         "scn_0123456789abcdef0123456789abcdef",

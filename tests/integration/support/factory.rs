@@ -56,9 +56,16 @@ pub fn task(c: &mut Client, owner: Uuid, scanner: Uuid, kind: &str, status: &str
         )
         .unwrap()
         .get(0);
+    // Every network the tests' observations use, and for DNS kinds the domains their
+    // records name: observations outside a task's targets are refused.
     c.execute(
-        "INSERT INTO task_targets (task_id, kind, value) VALUES ($1, 'cidr', '203.0.113.0/24')",
-        &[&task_id],
+        "INSERT INTO task_targets (task_id, kind, value)
+         SELECT $1::uuid, 'cidr', n FROM unnest(ARRAY['10.0.0.0/8', '192.0.2.0/24', '198.51.100.0/24',
+                                                '203.0.113.0/24', '2001:db8::/32']) AS n
+         UNION ALL
+         SELECT $1::uuid, 'domain', d FROM unnest(ARRAY['example.com', 'example.org']) AS d
+          WHERE $2::text <> 'port_scan'",
+        &[&task_id, &kind],
     )
     .unwrap();
     let execution_id: Uuid = c
@@ -73,4 +80,29 @@ pub fn task(c: &mut Client, owner: Uuid, scanner: Uuid, kind: &str, status: &str
         task_id,
         execution_id,
     }
+}
+
+/// A task of `kind` in `status` whose targets are exactly `targets` (kind, value).
+pub fn task_with_targets(
+    c: &mut Client,
+    owner: Uuid,
+    scanner: Uuid,
+    kind: &str,
+    status: &str,
+    targets: &[(&str, &str)],
+) -> TaskRun {
+    let run = task(c, owner, scanner, kind, status);
+    c.execute(
+        "DELETE FROM task_targets WHERE task_id = $1",
+        &[&run.task_id],
+    )
+    .unwrap();
+    for (k, v) in targets {
+        c.execute(
+            "INSERT INTO task_targets (task_id, kind, value) VALUES ($1, $2, $3)",
+            &[&run.task_id, k, v],
+        )
+        .unwrap();
+    }
+    run
 }

@@ -1,11 +1,46 @@
 //! A scanner's side of the protocol for tests: batch bodies with correct checksums over the
 //! exact bytes of the observations array, and the HTTP calls.
 
+use std::sync::OnceLock;
+
+use chrono::{DateTime, Duration, NaiveTime, SecondsFormat, Utc};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::server::{got, http, Got};
+
+/// The tests' observation time: 10:00 UTC two days ago, so it always lies inside the
+/// server's default observation window (31 days back, 300 s ahead) and stays fixed for the
+/// whole test process.
+pub fn t0() -> &'static str {
+    static T0: OnceLock<String> = OnceLock::new();
+    T0.get_or_init(|| {
+        let day = (Utc::now() - Duration::days(2)).date_naive();
+        let at = day.and_time(NaiveTime::from_hms_opt(10, 0, 0).unwrap_or_default());
+        rfc3339(at.and_utc())
+    })
+}
+
+/// `t0()` moved by `hours` (negative = earlier).
+pub fn t0_plus(hours: i64) -> String {
+    rfc3339(parse(t0()) + Duration::hours(hours))
+}
+
+/// `at` as the server stores it: millisecond precision, `Z`.
+pub fn stored(at: &str) -> String {
+    parse(at).to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+fn parse(at: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(at)
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_else(|e| panic!("{at}: {e}"))
+}
 
 /// One endpoint observation.
 pub fn endpoint(ip: &str, port: u16, observed_at: &str) -> Value {
@@ -109,6 +144,33 @@ pub fn claim(base: &str, token: &str) -> Got {
         .post(format!("{base}/api/v1/scanner/executions/claim"))
         .header("Authorization", &format!("Bearer {token}"))
         .send_empty())
+}
+
+/// `POST /api/v1/scanner/executions/{execution}/heartbeat`.
+pub fn heartbeat(base: &str, token: &str, execution: Uuid) -> Got {
+    got(http()
+        .post(format!(
+            "{base}/api/v1/scanner/executions/{execution}/heartbeat"
+        ))
+        .header("Authorization", &format!("Bearer {token}"))
+        .send_empty())
+}
+
+/// `POST /api/v1/scanner/executions/{execution}/fail` with `reason`.
+pub fn fail(base: &str, token: &str, execution: Uuid, reason: &str) -> Got {
+    got(http()
+        .post(format!("{base}/api/v1/scanner/executions/{execution}/fail"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .header("Content-Type", "application/json")
+        .send(json!({ "reason": reason }).to_string()))
+}
+
+/// `GET /api/v1/scanner/executions?{query}`.
+pub fn executions(base: &str, token: &str, query: &str) -> Got {
+    got(http()
+        .get(format!("{base}/api/v1/scanner/executions?{query}"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .call())
 }
 
 /// Uploads `n` endpoints (from `first`) in batches of `batch` and a final; panics on any

@@ -1,13 +1,13 @@
 //! Freshness of search targets after a final: IP, CIDR (v4/v6) and domain keys, order of
-//! executions, DNS parents waiting for their children, and the GiST plan.
+//! executions, DNS parents waiting for their children, and the GiST plans.
 
 use chrono::{DateTime, Utc};
 use postgres::Client;
 use uuid::Uuid;
 
-use super::T0;
+use super::t0;
 use crate::support::factory::{self, TaskRun};
-use crate::support::scan::{self, dns, endpoints, Batch};
+use crate::support::scan::{self, dns, endpoint, Batch};
 use crate::support::stack::Stack;
 
 fn target(c: &mut Client, owner: Uuid, kind: &str, key: &str) {
@@ -30,20 +30,7 @@ fn scanned(c: &mut Client, owner: Uuid, kind: &str, key: &str) -> Option<(DateTi
 
 /// A running task of `kind` with the given task targets.
 fn task_with_targets(c: &mut Client, s: &Stack, kind: &str, targets: &[(&str, &str)]) -> TaskRun {
-    let run = factory::task(c, s.owner.id, s.scanner.id, kind, "running");
-    c.execute(
-        "DELETE FROM task_targets WHERE task_id = $1",
-        &[&run.task_id],
-    )
-    .unwrap();
-    for (k, v) in targets {
-        c.execute(
-            "INSERT INTO task_targets (task_id, kind, value) VALUES ($1, $2, $3)",
-            &[&run.task_id, k, v],
-        )
-        .unwrap();
-    }
-    run
+    factory::task_with_targets(c, s.owner.id, s.scanner.id, kind, "running", targets)
 }
 
 fn finish(s: &Stack, run: &TaskRun, observations: Vec<serde_json::Value>) {
@@ -65,6 +52,8 @@ fn ip_cidr_and_domain_targets_are_refreshed_per_family() {
     for (k, v) in [
         ("ip", "203.0.113.7"),
         ("ip", "203.0.113.8"),
+        ("ip", "198.51.100.7"),
+        ("ip", "2001:db8::7"),
         ("cidr", "203.0.113.0/25"),
         ("cidr", "203.0.113.128/25"),
         ("cidr", "198.51.100.0/24"),
@@ -85,12 +74,13 @@ fn ip_cidr_and_domain_targets_are_refreshed_per_family() {
         "port_scan",
         &[("cidr", "203.0.113.0/24"), ("ip", "203.0.113.7")],
     );
-    finish(&s, &v4, endpoints(0, 1, T0));
+    finish(&s, &v4, vec![endpoint("203.0.113.9", 443, t0())]);
     assert!(scanned(&mut c, o, "ip", "203.0.113.7").is_some());
     assert!(
-        scanned(&mut c, o, "ip", "203.0.113.8").is_none(),
-        "single IPs match by key only"
+        scanned(&mut c, o, "ip", "203.0.113.8").is_some(),
+        "a single IP inside a scanned network"
     );
+    assert!(scanned(&mut c, o, "ip", "198.51.100.7").is_none());
     assert!(scanned(&mut c, o, "cidr", "203.0.113.0/25").is_some());
     assert!(scanned(&mut c, o, "cidr", "203.0.113.128/25").is_some());
     assert!(scanned(&mut c, o, "cidr", "198.51.100.0/24").is_none());
@@ -104,12 +94,14 @@ fn ip_cidr_and_domain_targets_are_refreshed_per_family() {
     );
 
     let v6 = task_with_targets(&mut c, &s, "port_scan", &[("cidr", "2001:db8::/47")]);
+    assert!(scanned(&mut c, o, "ip", "2001:db8::7").is_none());
     finish(&s, &v6, vec![]);
+    assert!(scanned(&mut c, o, "ip", "2001:db8::7").is_some());
     assert!(scanned(&mut c, o, "cidr", "2001:db8::/48").is_some());
     assert!(scanned(&mut c, o, "cidr", "2001:db8:1::/48").is_some());
 
     let names = task_with_targets(&mut c, &s, "dns", &[("domain", "www.example.com")]);
-    finish(&s, &names, vec![dns("www.example.com", "192.0.2.5", T0)]);
+    finish(&s, &names, vec![dns("www.example.com", "192.0.2.5", t0())]);
     // The DNS task waits for the port scan generated from its answer.
     assert!(scanned(&mut c, o, "domain", "www.example.com").is_none());
     assert!(scanned(&mut c, o, "domain", "mail.example.com").is_none());
@@ -146,9 +138,9 @@ fn a_dns_parent_waits_for_all_children_then_refreshes_its_domains() {
     target(&mut c, s.owner.id, "ip", "192.0.2.10");
     let parent = task_with_targets(&mut c, &s, "dns", &[("domain", "example.org")]);
     let answers = vec![
-        dns("example.org", "192.0.2.10", T0),
-        dns("example.org", "192.0.2.11", T0),
-        dns("www.example.org", "192.0.2.10", T0),
+        dns("example.org", "192.0.2.10", t0()),
+        dns("example.org", "192.0.2.11", t0()),
+        dns("www.example.org", "192.0.2.10", t0()),
     ];
     let up = Uuid::new_v4();
     let fin = Batch::final_(up, 0, answers);
@@ -197,7 +189,7 @@ fn a_dns_parent_waits_for_all_children_then_refreshes_its_domains() {
         s.base(),
         &s.scanner.token,
         child_exec,
-        &Batch::final_(Uuid::new_v4(), 0, endpoints(0, 1, T0)),
+        &Batch::final_(Uuid::new_v4(), 0, vec![endpoint("192.0.2.10", 443, t0())]),
     );
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(status(&mut c, children[0].0), "succeeded");
@@ -208,12 +200,14 @@ fn a_dns_parent_waits_for_all_children_then_refreshes_its_domains() {
 
 #[test]
 #[ignore = "needs PostgreSQL"]
-fn the_cidr_freshness_statement_uses_the_gist_index_on_200k_targets() {
+fn the_freshness_statements_use_their_gist_indexes_on_200k_targets() {
     let s = Stack::new("port_scan");
     let mut c = s.sql();
     c.execute(
         "INSERT INTO search_targets (owner_id, kind, key)
-         SELECT $1, 'cidr', host('10.0.0.0'::inet + (i * 256)) || '/24' FROM generate_series(0, 199999) AS i",
+         SELECT $1::uuid, 'cidr', host('10.0.0.0'::inet + (i * 256)) || '/24' FROM generate_series(0, 99999) AS i
+         UNION ALL
+         SELECT $1::uuid, 'ip', host('10.0.0.7'::inet + (i * 256)) FROM generate_series(0, 99999) AS i",
         &[&s.owner.id],
     )
     .unwrap();
@@ -224,34 +218,51 @@ fn the_cidr_freshness_statement_uses_the_gist_index_on_200k_targets() {
     assert!(n >= 200_000, "{n} targets");
     c.batch_execute("ANALYZE search_targets").unwrap();
     let run = task_with_targets(&mut c, &s, "port_scan", &[("cidr", "10.1.0.0/16")]);
-    let sql = scanstore::upload::freshness::FRESHNESS_CIDR;
-    let plan: Vec<String> = c
-        .query(
-            &format!(
-                "EXPLAIN {}",
-                sql.replace("$1", "$1::uuid")
-                    .replace("$2", "$2::uuid")
-                    .replace("$3", "$3::timestamptz")
-                    .replace("$4", "$4::uuid")
-            ),
-            &[&s.owner.id, &run.task_id, &Utc::now(), &run.execution_id],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let text = plan.join("\n");
-    assert!(
-        text.contains("search_targets_cidr_gist"),
-        "the CIDR freshness does not use the GiST index:\n{text}"
-    );
+    for (sql, index) in [
+        (
+            scanstore::upload::freshness::FRESHNESS_CIDR,
+            "search_targets_cidr_gist",
+        ),
+        (
+            scanstore::upload::freshness::FRESHNESS_IP,
+            "search_targets_ip_gist",
+        ),
+    ] {
+        let plan: Vec<String> = c
+            .query(
+                &format!(
+                    "EXPLAIN {}",
+                    sql.replace("$1", "$1::uuid")
+                        .replace("$2", "$2::uuid")
+                        .replace("$3", "$3::timestamptz")
+                        .replace("$4", "$4::uuid")
+                ),
+                &[&s.owner.id, &run.task_id, &Utc::now(), &run.execution_id],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let text = plan.join("\n");
+        assert!(
+            text.contains(index),
+            "the freshness statement does not use {index}:\n{text}"
+        );
+    }
     finish(&s, &run, vec![]);
-    let refreshed: i64 = c
-        .query_one(
-            "SELECT count(*) FROM search_targets WHERE last_scanned_at IS NOT NULL",
+    let refreshed: Vec<(String, i64)> = c
+        .query(
+            "SELECT kind, count(*) FROM search_targets WHERE last_scanned_at IS NOT NULL
+              GROUP BY kind ORDER BY kind",
             &[],
         )
         .unwrap()
-        .get(0);
-    assert_eq!(refreshed, 256, "every /24 of 10.1.0.0/16 and nothing else");
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        refreshed,
+        [("cidr".to_string(), 256), ("ip".to_string(), 256)],
+        "every /24 and every single IP of 10.1.0.0/16, and nothing else"
+    );
 }

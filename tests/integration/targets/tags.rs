@@ -6,7 +6,7 @@ use std::process::Command;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::T0;
+use super::t0;
 use crate::projection::{assets, outbox_row, worker};
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
@@ -55,9 +55,9 @@ fn upload_attaches_the_owners_matching_tags() {
         &["tag", "add", "--owner", &owner, "www.example.com", "site"],
     );
     let obs = vec![
-        endpoint("10.0.0.1", 443, T0),
-        endpoint("10.0.1.1", 443, T0),
-        scan::dns("www.example.com", "10.0.0.1", T0),
+        endpoint("10.0.0.1", 443, t0()),
+        endpoint("10.0.1.1", 443, t0()),
+        scan::dns("www.example.com", "10.0.0.1", t0()),
     ];
     let r = scan::post(
         s.base(),
@@ -120,7 +120,7 @@ fn a_tag_change_is_republished_to_every_affected_document_and_nothing_else() {
         cfg.projection.workers = 0;
         cfg.elasticsearch.projection_page_size = 7;
     });
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 300, 100, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 300, 100, t0());
     let w = worker(&s);
     crate::projection::tick_until_done(&w, &s, s.execution(), 20);
     let before = assets(&s, "user");
@@ -180,7 +180,7 @@ fn tag_rows_and_execution_rows_take_turns() {
         cfg.elasticsearch.projection_page_size = 50;
         cfg.elasticsearch.projection_pages_per_tick = 1;
     });
-    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 500, 250, T0);
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 500, 250, t0());
     let w = worker(&s);
     crate::projection::tick_until_done(&w, &s, s.execution(), 30);
     // A big execution and a tag change queued behind it.
@@ -193,7 +193,7 @@ fn tag_rows_and_execution_rows_take_turns() {
         1000,
         500,
         250,
-        T0,
+        t0(),
     );
     let owner = s.owner.id.to_string();
     admin(

@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use super::T0;
+use super::t0;
 use crate::support::scan::{self, dns, endpoint, endpoints, Batch};
 use crate::support::stack::Stack;
 
@@ -12,13 +12,13 @@ use crate::support::stack::Stack;
 fn batches_and_final_commit_everything_in_both_stores() {
     let s = Stack::new("mixed");
     let up = Uuid::new_v4();
-    let b0 = Batch::main(up, 0, endpoints(0, 3, T0));
-    let mut obs1 = endpoints(3, 2, T0);
-    obs1.push(dns("www.example.com", "10.0.0.1", T0));
+    let b0 = Batch::main(up, 0, endpoints(0, 3, t0()));
+    let mut obs1 = endpoints(3, 2, t0());
+    obs1.push(dns("www.example.com", "10.0.0.1", t0()));
     // The same endpoint again in a later batch is still one execution-projection document.
-    obs1.push(endpoint("10.0.0.1", 443, "2026-11-29T11:00:00Z"));
+    obs1.push(endpoint("10.0.0.1", 443, &scan::t0_plus(1)));
     let b1 = Batch::main(up, 1, obs1);
-    let fin = Batch::final_(up, 2, endpoints(5, 1, T0));
+    let fin = Batch::final_(up, 2, endpoints(5, 1, t0()));
     for (b, n) in [(&b0, 3), (&b1, 4), (&fin, 1)] {
         let r = scan::post(s.base(), &s.scanner.token, s.execution(), b);
         assert_eq!(r.status, 200, "{}", r.body);
@@ -118,7 +118,7 @@ fn batches_and_final_commit_everything_in_both_stores() {
     assert_eq!(status, 200);
     let doc = &hit["hits"]["hits"][0]["_source"];
     assert_eq!(doc["name"], "www.example.com");
-    assert_eq!(doc["observed_at"], "2026-11-29T10:00:00.000Z");
+    assert_eq!(doc["observed_at"], scan::stored(t0()));
     assert_eq!(doc["upload_id"], up.to_string());
 }
 
@@ -130,7 +130,7 @@ fn confirmed_retry_saves_nothing_and_changes_nothing() {
         cfg.projection.workers = 0
     });
     let up = Uuid::new_v4();
-    let b0 = Batch::main(up, 0, endpoints(0, 5, T0));
+    let b0 = Batch::main(up, 0, endpoints(0, 5, t0()));
     let fin = Batch::final_(up, 1, vec![]);
     assert_eq!(
         scan::post(s.base(), &s.scanner.token, s.execution(), &b0).status,
@@ -208,8 +208,8 @@ fn dns_only_execution_has_no_publication_row() {
         up,
         0,
         vec![
-            dns("a.example.com", "192.0.2.1", T0),
-            dns("b.example.com", "192.0.2.2", T0),
+            dns("a.example.com", "192.0.2.1", t0()),
+            dns("b.example.com", "192.0.2.2", t0()),
         ],
     );
     assert_eq!(
@@ -247,7 +247,7 @@ fn claim_hands_out_queued_executions_once() {
     let r = scan::claim(s.base(), &s.scanner.token);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["execution_id"], queued.execution_id.to_string());
-    assert_eq!(r.body["targets"][0]["value"], "203.0.113.0/24");
+    assert_eq!(r.body["targets"][0]["value"], "10.0.0.0/8");
     assert_eq!(scan::claim(s.base(), &s.scanner.token).status, 204);
     let status: String = c
         .query_one(

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use postgres::Client;
 use uuid::Uuid;
 
-use super::T0;
+use super::t0;
 use crate::support::emulator::Target;
 use crate::support::scan::{self, dns, endpoints, Batch};
 use crate::support::stack::Stack;
@@ -59,24 +59,24 @@ fn answers_are_recorded_at_confirm_and_the_final_reads_them_not_the_facts() {
     let s = Stack::new("mixed");
     let mut c = s.sql();
     let up = Uuid::new_v4();
-    let mut obs0 = endpoints(0, 2, T0);
-    obs0.push(dns("a.example.com", "10.0.0.2", T0));
-    obs0.push(dns("b.example.com", "10.0.0.2", T0));
+    let mut obs0 = endpoints(0, 2, t0());
+    obs0.push(dns("a.example.com", "10.0.0.2", t0()));
+    obs0.push(dns("b.example.com", "10.0.0.2", t0()));
     obs0.push(
         serde_json::json!({"type": "dns", "name": "c.example.com", "record_type": "AAAA",
-                                 "value": "2001:DB8:0:0::1", "observed_at": T0}),
+                                 "value": "2001:DB8:0:0::1", "observed_at": t0()}),
     );
     obs0.push(
         serde_json::json!({"type": "dns", "name": "d.example.com", "record_type": "CNAME",
-                                 "value": "a.example.com", "observed_at": T0}),
+                                 "value": "a.example.com", "observed_at": t0()}),
     );
     post_ok(&s, &Batch::main(up, 0, obs0));
     let sidecar = Batch::dns(
         up,
         0,
         vec![
-            dns("e.example.com", "10.0.0.3", T0),
-            dns("a.example.com", "10.0.0.2", T0),
+            dns("e.example.com", "10.0.0.3", t0()),
+            dns("a.example.com", "10.0.0.2", t0()),
         ],
     );
     post_ok(&s, &sidecar);
@@ -100,8 +100,8 @@ fn answers_are_recorded_at_confirm_and_the_final_reads_them_not_the_facts() {
     );
 
     let before = searches(&s);
-    let mut fin = endpoints(2, 1, T0);
-    fin.push(dns("f.example.com", "10.0.0.1", T0));
+    let mut fin = endpoints(2, 1, t0());
+    fin.push(dns("f.example.com", "10.0.0.1", t0()));
     post_ok(&s, &Batch::final_(up, 1, fin));
     if let (Some(before), Some(after)) = (before, searches(&s)) {
         assert_eq!(after, before, "the final searched no facts for its answers");
@@ -127,7 +127,7 @@ fn an_execution_records_at_most_1024_answers() {
         (from..from + n)
             .map(|i| {
                 let ip = std::net::Ipv4Addr::from(0x0a01_0000 + i);
-                dns(&format!("h{i}.example.com"), &ip.to_string(), T0)
+                dns(&format!("h{i}.example.com"), &ip.to_string(), t0())
             })
             .collect()
     };
@@ -158,9 +158,9 @@ fn a_final_over_receipts_from_an_older_release_reads_the_answers_from_the_facts(
     let s = Stack::new("mixed");
     let mut c = s.sql();
     let up = Uuid::new_v4();
-    let mut obs0 = endpoints(0, 1, T0);
-    obs0.push(dns("a.example.com", "10.0.0.7", T0));
-    obs0.push(dns("b.example.com", "10.0.0.8", T0));
+    let mut obs0 = endpoints(0, 1, t0());
+    obs0.push(dns("a.example.com", "10.0.0.7", t0()));
+    obs0.push(dns("b.example.com", "10.0.0.8", t0()));
     post_ok(&s, &Batch::main(up, 0, obs0));
     // As an older release would have left it: confirmed, nothing recorded.
     c.execute(
@@ -174,8 +174,8 @@ fn a_final_over_receipts_from_an_older_release_reads_the_answers_from_the_facts(
     )
     .unwrap();
     let before = searches(&s);
-    let mut fin = endpoints(1, 1, T0);
-    fin.push(dns("c.example.com", "10.0.0.9", T0));
+    let mut fin = endpoints(1, 1, t0());
+    fin.push(dns("c.example.com", "10.0.0.9", t0()));
     post_ok(&s, &Batch::final_(up, 1, fin));
     if let (Some(before), Some(after)) = (before, searches(&s)) {
         assert!(after > before, "the final aggregated the facts");

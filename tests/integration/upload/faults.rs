@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::T0;
+use super::t0;
 use crate::support::emulator::Fault;
 use crate::support::logs;
 use crate::support::scan::{self, endpoints, Batch};
@@ -18,7 +18,7 @@ fn failing_bulk_item_keeps_the_receipt_pending_and_the_retry_writes_once() {
         return;
     };
     let up = Uuid::new_v4();
-    let b0 = Batch::main(up, 0, endpoints(0, 10, T0));
+    let b0 = Batch::main(up, 0, endpoints(0, 10, t0()));
     let item = format!("{}-{}-m0-4", s.execution().simple(), up.simple());
     s.emulator().add_fault(Fault::item_fails_once(item));
     let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b0);
@@ -53,8 +53,8 @@ fn a_pending_batch_retried_after_the_execution_ended_is_refused_and_writes_nothi
         return;
     };
     let up = Uuid::new_v4();
-    let b0 = Batch::main(up, 0, endpoints(0, 3, T0));
-    let b1 = Batch::main(up, 1, endpoints(3, 10, T0));
+    let b0 = Batch::main(up, 0, endpoints(0, 3, t0()));
+    let b1 = Batch::main(up, 1, endpoints(3, 10, t0()));
     assert_eq!(
         scan::post(s.base(), &s.scanner.token, s.execution(), &b0).status,
         200
@@ -120,7 +120,7 @@ fn transient_bulk_failures_are_retried_within_the_request() {
         429,
         "es_rejected_execution_exception",
     ));
-    let b0 = Batch::main(Uuid::new_v4(), 0, endpoints(0, 4, T0));
+    let b0 = Batch::main(Uuid::new_v4(), 0, endpoints(0, 4, t0()));
     let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b0);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(s.fact_count(), 4);
@@ -138,7 +138,7 @@ fn corrupted_bulk_response_is_not_trusted() {
         mode: crate::support::emulator::Corruption::WrongId,
         count: Some(6),
     });
-    let b0 = Batch::main(Uuid::new_v4(), 0, endpoints(0, 4, T0));
+    let b0 = Batch::main(Uuid::new_v4(), 0, endpoints(0, 4, t0()));
     let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b0);
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(s.receipts(), vec![("main".into(), 0, "pending".into())]);
@@ -163,7 +163,7 @@ fn confirm_failure_after_es_success_stays_pending_and_the_retry_completes() {
     )
     .unwrap();
     let up = Uuid::new_v4();
-    let fin = Batch::final_(up, 0, endpoints(0, 6, T0));
+    let fin = Batch::final_(up, 0, endpoints(0, 6, t0()));
     let r = scan::post(s.base(), &s.scanner.token, s.execution(), &fin);
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(s.receipts(), vec![("main".into(), 0, "pending".into())]);
@@ -212,7 +212,7 @@ fn one_connection_serves_concurrent_uploads_while_es_is_slow() {
             let (base, token, exec) =
                 (s.base().to_string(), s.scanner.token.clone(), s.execution());
             std::thread::spawn(move || {
-                let b = Batch::main(up, i, endpoints(i as usize * 10, 10, T0));
+                let b = Batch::main(up, i, endpoints(i as usize * 10, 10, t0()));
                 scan::post(&base, &token, exec, &b)
             })
         })
@@ -258,7 +258,7 @@ fn final_returns_without_waiting_for_publication() {
         return;
     };
     let up = Uuid::new_v4();
-    let fin = Batch::final_(up, 0, endpoints(0, 3, T0));
+    let fin = Batch::final_(up, 0, endpoints(0, 3, t0()));
     assert_eq!(
         scan::post(s.base(), &s.scanner.token, s.execution(), &fin).status,
         200

@@ -2,7 +2,7 @@
 
 use uuid::Uuid;
 
-use super::T0;
+use super::t0;
 use crate::support::factory;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::Got;
@@ -29,7 +29,7 @@ fn bad_requests_are_refused_without_a_partial_write() {
     let s = Stack::new("port_scan");
     let exec = s.execution().to_string();
     let tok = Some(s.scanner.token.as_str());
-    let good = Batch::main(Uuid::new_v4(), 0, endpoints(0, 2, T0));
+    let good = Batch::main(Uuid::new_v4(), 0, endpoints(0, 2, t0()));
     let body = good.body();
 
     assert_eq!(
@@ -75,7 +75,7 @@ fn bad_requests_are_refused_without_a_partial_write() {
         code(&scan::post_raw(s.base(), tok, &exec, tampered.as_bytes())),
         (400, "checksum_mismatch".into())
     );
-    let bad_port = Batch::main(Uuid::new_v4(), 0, vec![scan::endpoint("10.0.0.1", 0, T0)]);
+    let bad_port = Batch::main(Uuid::new_v4(), 0, vec![scan::endpoint("10.0.0.1", 0, t0())]);
     assert_eq!(
         code(&scan::post_raw(
             s.base(),
@@ -85,7 +85,7 @@ fn bad_requests_are_refused_without_a_partial_write() {
         )),
         (400, "bad_field".into())
     );
-    let too_many = Batch::main(Uuid::new_v4(), 0, endpoints(0, 5001, T0));
+    let too_many = Batch::main(Uuid::new_v4(), 0, endpoints(0, 5001, t0()));
     assert_eq!(
         code(&scan::post_raw(
             s.base(),
@@ -106,7 +106,7 @@ fn another_scanners_execution_is_forbidden() {
     let s = Stack::new("port_scan");
     let mut c = s.sql();
     let intruder = factory::scanner(&mut c, None);
-    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 1, T0));
+    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 1, t0()));
     let r = scan::post(s.base(), &intruder.token, s.execution(), &b);
     assert_eq!(r.status, 403);
     c.execute(
@@ -127,7 +127,7 @@ fn execution_not_running_is_409() {
     let s = Stack::new("port_scan");
     let mut c = s.sql();
     let queued = factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "queued");
-    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 1, T0));
+    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 1, t0()));
     let r = scan::post(s.base(), &s.scanner.token, queued.execution_id, &b);
     assert_eq!(code(&r), (409, "execution_not_running".into()));
     let receipts: i64 = c
@@ -150,7 +150,7 @@ fn same_identity_with_other_content_is_409() {
             s.base(),
             &s.scanner.token,
             s.execution(),
-            &Batch::main(up, 0, endpoints(0, 2, T0))
+            &Batch::main(up, 0, endpoints(0, 2, t0()))
         )
         .status,
         200
@@ -159,7 +159,7 @@ fn same_identity_with_other_content_is_409() {
         s.base(),
         &s.scanner.token,
         s.execution(),
-        &Batch::main(up, 0, endpoints(5, 2, T0)),
+        &Batch::main(up, 0, endpoints(5, 2, t0())),
     );
     assert_eq!(code(&r), (409, "identity_conflict".into()));
     assert_eq!(s.fact_count(), 2);

@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use super::T0;
+use super::t0;
 use crate::support::emulator::Fault;
 use crate::support::scan::{self, dns, endpoints, Batch};
 use crate::support::stack::Stack;
@@ -18,11 +18,11 @@ fn final_needs_every_earlier_batch_confirmed() {
     let s = Stack::new("port_scan");
     let up = Uuid::new_v4();
     assert_eq!(
-        post(&s, &Batch::main(up, 0, endpoints(0, 1, T0))).status,
+        post(&s, &Batch::main(up, 0, endpoints(0, 1, t0()))).status,
         200
     );
     assert_eq!(
-        post(&s, &Batch::main(up, 2, endpoints(2, 1, T0))).status,
+        post(&s, &Batch::main(up, 2, endpoints(2, 1, t0()))).status,
         200
     );
     // Batch 1 is missing: a final at 3 is incomplete, and so is one at 2 (taken) or 1.
@@ -34,14 +34,14 @@ fn final_needs_every_earlier_batch_confirmed() {
         r.body
     );
     assert_eq!(
-        post(&s, &Batch::main(up, 1, endpoints(1, 1, T0))).status,
+        post(&s, &Batch::main(up, 1, endpoints(1, 1, t0()))).status,
         200
     );
     assert_eq!(post(&s, &Batch::final_(up, 3, vec![])).status, 200);
     // After the final: no new batch, not even in another upload.
-    let r = post(&s, &Batch::main(up, 4, endpoints(9, 1, T0)));
+    let r = post(&s, &Batch::main(up, 4, endpoints(9, 1, t0())));
     assert_eq!(r.status, 409, "{}", r.body);
-    let r = post(&s, &Batch::main(Uuid::new_v4(), 0, endpoints(9, 1, T0)));
+    let r = post(&s, &Batch::main(Uuid::new_v4(), 0, endpoints(9, 1, t0())));
     assert_eq!(r.status, 409, "{}", r.body);
     assert_eq!(s.receipts().len(), 4);
 }
@@ -52,7 +52,7 @@ fn a_second_final_is_refused() {
     let s = Stack::new("port_scan");
     let up = Uuid::new_v4();
     assert_eq!(
-        post(&s, &Batch::final_(up, 0, endpoints(0, 1, T0))).status,
+        post(&s, &Batch::final_(up, 0, endpoints(0, 1, t0()))).status,
         200
     );
     let r = post(&s, &Batch::final_(up, 1, vec![]));
@@ -66,7 +66,7 @@ fn dns_sidecar_is_sparse_never_final_and_inside_the_main_range() {
     let up = Uuid::new_v4();
     for i in 0..3 {
         assert_eq!(
-            post(&s, &Batch::main(up, i, endpoints(i as usize, 1, T0))).status,
+            post(&s, &Batch::main(up, i, endpoints(i as usize, 1, t0()))).status,
             200
         );
     }
@@ -74,7 +74,7 @@ fn dns_sidecar_is_sparse_never_final_and_inside_the_main_range() {
     assert_eq!(
         post(
             &s,
-            &Batch::dns(up, 0, vec![dns("a.example.com", "10.0.0.1", T0)])
+            &Batch::dns(up, 0, vec![dns("a.example.com", "10.0.0.1", t0())])
         )
         .status,
         200
@@ -82,7 +82,7 @@ fn dns_sidecar_is_sparse_never_final_and_inside_the_main_range() {
     assert_eq!(
         post(
             &s,
-            &Batch::dns(up, 7, vec![dns("b.example.com", "10.0.0.2", T0)])
+            &Batch::dns(up, 7, vec![dns("b.example.com", "10.0.0.2", t0())])
         )
         .status,
         200
@@ -97,7 +97,7 @@ fn dns_sidecar_is_sparse_never_final_and_inside_the_main_range() {
     );
     for i in 3..8 {
         assert_eq!(
-            post(&s, &Batch::main(up, i, endpoints(i as usize, 1, T0))).status,
+            post(&s, &Batch::main(up, i, endpoints(i as usize, 1, t0()))).status,
             200
         );
     }
@@ -121,12 +121,12 @@ fn deleted_receipt_marks_the_stream_dirty_and_the_next_upload_repairs_only_it() 
     let (up, other) = (Uuid::new_v4(), Uuid::new_v4());
     for i in 0..3 {
         assert_eq!(
-            post(&s, &Batch::main(up, i, endpoints(i as usize, 2, T0))).status,
+            post(&s, &Batch::main(up, i, endpoints(i as usize, 2, t0()))).status,
             200
         );
     }
     assert_eq!(
-        post(&s, &Batch::main(other, 0, endpoints(50, 1, T0))).status,
+        post(&s, &Batch::main(other, 0, endpoints(50, 1, t0()))).status,
         200
     );
     let mut c = s.sql();
@@ -142,7 +142,7 @@ fn deleted_receipt_marks_the_stream_dirty_and_the_next_upload_repairs_only_it() 
     .unwrap();
     // The next upload of `up` repairs `up` only.
     assert_eq!(
-        post(&s, &Batch::main(up, 2, endpoints(2, 2, T0))).status,
+        post(&s, &Batch::main(up, 2, endpoints(2, 2, t0()))).status,
         200
     );
     let rows = c
@@ -180,7 +180,7 @@ fn a_final_waits_for_every_upload_of_the_execution_and_counts_them_all() {
     let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
     // Upload a: batch 0 confirmed, batch 1 pending (its ES write failed).
     assert_eq!(
-        post(&s, &Batch::main(a, 0, endpoints(0, 3, T0))).status,
+        post(&s, &Batch::main(a, 0, endpoints(0, 3, t0()))).status,
         200
     );
     s.emulator().add_fault(Fault::item_fails_once(format!(
@@ -189,13 +189,13 @@ fn a_final_waits_for_every_upload_of_the_execution_and_counts_them_all() {
         a.simple()
     )));
     assert_eq!(
-        post(&s, &Batch::main(a, 1, endpoints(3, 3, T0))).status,
+        post(&s, &Batch::main(a, 1, endpoints(3, 3, t0()))).status,
         502
     );
     // Upload c: batches 0 and 2, batch 1 never sent.
     for i in [0, 2] {
         assert_eq!(
-            post(&s, &Batch::main(c, i, endpoints(10 + i as usize, 1, T0))).status,
+            post(&s, &Batch::main(c, i, endpoints(10 + i as usize, 1, t0()))).status,
             200
         );
     }
@@ -230,11 +230,11 @@ fn a_final_waits_for_every_upload_of_the_execution_and_counts_them_all() {
     assert_eq!(s.execution_status(), "running");
     // Completed, the same final succeeds and counts every upload's observations.
     assert_eq!(
-        post(&s, &Batch::main(a, 1, endpoints(3, 3, T0))).status,
+        post(&s, &Batch::main(a, 1, endpoints(3, 3, t0()))).status,
         200
     );
     assert_eq!(
-        post(&s, &Batch::main(c, 1, endpoints(11, 1, T0))).status,
+        post(&s, &Batch::main(c, 1, endpoints(11, 1, t0()))).status,
         200
     );
     let r = post(&s, &Batch::final_(b, 0, vec![]));

@@ -4,7 +4,7 @@
 
 use uuid::Uuid;
 
-use super::T0;
+use super::t0;
 use crate::support::logs;
 use crate::support::scan::{self, Batch};
 use crate::support::stack::Stack;
@@ -15,7 +15,7 @@ fn stages_are_recorded_and_secrets_never_logged() {
     let s = Stack::new("port_scan");
     let up = Uuid::new_v4();
     let secret_banner = "SECRET-BANNER-7f3a";
-    let mut obs = scan::endpoint("10.9.0.1", 8443, T0);
+    let mut obs = scan::endpoint("10.9.0.1", 8443, t0());
     obs["banner"] = serde_json::json!(secret_banner);
     let b0 = Batch::main(up, 0, vec![obs]);
     let fin = Batch::final_(up, 1, vec![]);
@@ -28,7 +28,7 @@ fn stages_are_recorded_and_secrets_never_logged() {
         200
     );
     // An early failure: the final again with other content fails at the identity stage.
-    let bad = Batch::final_(up, 1, scan::endpoints(0, 1, T0));
+    let bad = Batch::final_(up, 1, scan::endpoints(0, 1, t0()));
     assert_eq!(
         scan::post(s.base(), &s.scanner.token, s.execution(), &bad).status,
         409

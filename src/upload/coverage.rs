@@ -1,0 +1,200 @@
+//! The addresses an execution may report: its task's IP and CIDR targets, and for a task
+//! with domain targets the A/AAAA answers to names within them (recorded by earlier
+//! batches, or carried by the batch itself). Read in transaction A; an endpoint outside
+//! makes the whole batch 422 `out_of_scope`.
+
+use std::net::IpAddr;
+
+use uuid::Uuid;
+
+use super::batch::{refuse_positions, Batch, Observation};
+use super::error::UploadError;
+use crate::db::{Queries, Tx};
+
+// The task's networks as first and last address (inet decodes to its address, so PG does
+// the prefix arithmetic); domains are never cast. Primary-key prefix of task_targets.
+const TARGET_RANGES: &str = "
+    SELECT network(value::inet)::inet, broadcast(value::inet)
+      FROM task_targets WHERE task_id = $1 AND kind IN ('ip', 'cidr')";
+
+const TARGET_DOMAINS: &str =
+    "SELECT value FROM task_targets WHERE task_id = $1 AND kind = 'domain'";
+
+// At most children::MAX_CHILD_TARGETS rows, by primary-key prefix.
+const RECORDED_ANSWERS: &str = "SELECT address FROM execution_dns_answers WHERE execution_id = $1";
+
+/// Merged address ranges, per family (IPv4 widened to u128), sorted for binary search.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Coverage {
+    v4: Vec<(u128, u128)>,
+    v6: Vec<(u128, u128)>,
+    /// The task's domain targets (lower case, no `*.`): answers to names within them count.
+    domains: Vec<String>,
+}
+
+impl Coverage {
+    /// The coverage of execution `execution_id` of task `task_id`.
+    pub fn load(
+        tx: &mut Tx<'_>,
+        task_id: Uuid,
+        execution_id: Uuid,
+    ) -> Result<Coverage, UploadError> {
+        let mut ranges: Vec<(IpAddr, IpAddr)> = tx
+            .query(TARGET_RANGES, &[&task_id])?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let domains: Vec<String> = tx
+            .query(TARGET_DOMAINS, &[&task_id])?
+            .iter()
+            .map(|r| {
+                let d: String = r.get(0);
+                d.strip_prefix("*.").map(str::to_string).unwrap_or(d)
+            })
+            .collect();
+        if !domains.is_empty() {
+            for r in tx.query(RECORDED_ANSWERS, &[&execution_id])? {
+                let a: IpAddr = r.get(0);
+                ranges.push((a, a));
+            }
+        }
+        Ok(Coverage::new(ranges, domains))
+    }
+
+    pub fn new(ranges: Vec<(IpAddr, IpAddr)>, domains: Vec<String>) -> Coverage {
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        for (first, last) in ranges {
+            match (first.to_canonical(), last.to_canonical()) {
+                (IpAddr::V4(a), IpAddr::V4(b)) => {
+                    v4.push((u32::from(a).into(), u32::from(b).into()))
+                }
+                (IpAddr::V6(a), IpAddr::V6(b)) => v6.push((u128::from(a), u128::from(b))),
+                _ => {}
+            }
+        }
+        Coverage {
+            v4: merged(v4),
+            v6: merged(v6),
+            domains,
+        }
+    }
+
+    /// True when `name` is a domain target or lies under one.
+    pub fn covers_name(&self, name: &str) -> bool {
+        self.domains.iter().any(|d| {
+            name == d
+                || name
+                    .strip_suffix(d.as_str())
+                    .is_some_and(|head| head.ends_with('.'))
+        })
+    }
+
+    pub fn covers(&self, ip: IpAddr) -> bool {
+        match ip.to_canonical() {
+            IpAddr::V4(a) => within(&self.v4, u32::from(a).into()),
+            IpAddr::V6(a) => within(&self.v6, u128::from(a)),
+        }
+    }
+
+    /// Refuses the batch when any endpoint lies outside, naming every such position. The
+    /// batch's own answers to names within the domain targets count, as they will be
+    /// recorded with it.
+    pub fn check(&self, batch: &Batch) -> Result<(), UploadError> {
+        let own = Coverage::new(
+            self.answers_of(batch).into_iter().map(|a| (a, a)).collect(),
+            Vec::new(),
+        );
+        let outside: Vec<usize> = batch
+            .observations
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| match o {
+                Observation::Endpoint(e) => {
+                    let ip: IpAddr = e.ip.parse().ok()?;
+                    (!self.covers(ip) && !own.covers(ip)).then_some(i)
+                }
+                Observation::Dns(_) => None,
+            })
+            .collect();
+        if outside.is_empty() {
+            Ok(())
+        } else {
+            Err(refuse_positions(
+                "out_of_scope",
+                "lie outside the task's targets",
+                &outside,
+            ))
+        }
+    }
+
+    /// The batch's distinct A/AAAA answers to names within the domain targets: what its
+    /// confirm records, so what scope and DNS child tasks take from it.
+    pub fn answers_of(&self, batch: &Batch) -> Vec<IpAddr> {
+        if self.domains.is_empty() {
+            return Vec::new();
+        }
+        batch.dns_answers_where(|name| self.covers_name(name))
+    }
+}
+
+/// Sorted, non-overlapping, non-adjacent ranges.
+fn merged(mut v: Vec<(u128, u128)>) -> Vec<(u128, u128)> {
+    v.sort_unstable();
+    let mut out: Vec<(u128, u128)> = Vec::with_capacity(v.len());
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(last) if a <= last.1.saturating_add(1) => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+fn within(ranges: &[(u128, u128)], x: u128) -> bool {
+    let i = ranges.partition_point(|r| r.0 <= x);
+    i > 0 && x <= ranges[i - 1].1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn ranges_merge_and_contain_per_family() {
+        let c = Coverage::new(
+            vec![
+                (ip("10.0.0.0"), ip("10.0.0.255")),
+                (ip("10.0.1.0"), ip("10.0.1.255")),
+                (ip("10.0.0.128"), ip("10.0.0.130")),
+                (ip("192.0.2.7"), ip("192.0.2.7")),
+                (ip("2001:db8::"), ip("2001:db8::ffff")),
+            ],
+            vec!["example.com".into()],
+        );
+        assert_eq!(c.v4.len(), 2, "{:?}", c.v4);
+        for (a, inside) in [
+            ("10.0.0.0", true),
+            ("10.0.1.255", true),
+            ("10.0.2.0", false),
+            ("9.255.255.255", false),
+            ("192.0.2.7", true),
+            ("192.0.2.8", false),
+            ("::ffff:10.0.0.9", true),
+            ("2001:db8::1", true),
+            ("2001:db8::1:0", false),
+            ("::a00:1", false),
+        ] {
+            assert_eq!(c.covers(ip(a)), inside, "{a}");
+        }
+        assert!(c.covers_name("example.com"));
+        assert!(c.covers_name("www.example.com"));
+        assert!(!c.covers_name("badexample.com"));
+        assert!(!c.covers_name("example.com.evil"));
+        assert!(!Coverage::default().covers(ip("10.0.0.1")));
+    }
+}

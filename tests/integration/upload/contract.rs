@@ -1,0 +1,139 @@
+//! The scanner API against its OpenAPI description: every answer of the scanner routes —
+//! claim, batches (accepted, refused for scope, time, state), heartbeat, fail, listing —
+//! matches its documented schema, carries an error code the description lists for its
+//! status, and the documented limits are the ones the server enforces.
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::t0;
+use crate::read::openapi::{assert_documented, spec};
+use crate::support::factory;
+use crate::support::scan::{self, endpoint, endpoints, Batch};
+use crate::support::server::Got;
+use crate::support::stack::Stack;
+use scanstore::upload::{batch, lifecycle};
+
+/// The answer matches the documented schema of its status, and its error code is one the
+/// description lists for that status.
+fn check(spec: &Value, path: &str, method: &str, r: &Got) {
+    assert_documented(spec, path, method, r.status, &r.body);
+    if let Some(code) = r.body["error"]["code"].as_str() {
+        let codes =
+            &spec["paths"][path][method]["responses"][r.status.to_string()]["x-error-codes"];
+        assert!(
+            codes
+                .as_array()
+                .is_some_and(|c| c.iter().any(|x| x == code)),
+            "{method} {path} {}: code {code} is not in {codes}",
+            r.status
+        );
+    }
+}
+
+#[test]
+fn the_documented_limits_are_the_enforced_ones() {
+    let spec = spec();
+    let s = &spec["components"]["schemas"];
+    let endpoint = &s["Observation"]["oneOf"][0]["properties"];
+    let dns = &s["Observation"]["oneOf"][1]["properties"];
+    for field in ["service", "product", "version"] {
+        assert_eq!(
+            endpoint[field]["maxLength"],
+            batch::MAX_SHORT_TEXT,
+            "{field}"
+        );
+    }
+    assert_eq!(endpoint["banner"]["maxLength"], batch::MAX_BANNER);
+    assert_eq!(endpoint["port"]["minimum"], 1);
+    assert_eq!(endpoint["port"]["maximum"], u16::MAX);
+    assert_eq!(dns["value"]["maxLength"], batch::MAX_DNS_VALUE);
+    assert_eq!(
+        dns["name"]["maxLength"],
+        batch::MAX_DOMAIN + 1,
+        "with the trailing dot"
+    );
+    assert_eq!(
+        s["Batch"]["properties"]["protocol_version"]["enum"][0],
+        batch::PROTOCOL_VERSION
+    );
+    assert_eq!(
+        s["FailRequest"]["properties"]["reason"]["maxLength"],
+        lifecycle::MAX_REASON_BYTES
+    );
+    let size = &spec["paths"]["/api/v1/scanner/executions"]["get"]["parameters"][1]["schema"];
+    assert_eq!(size["maximum"], lifecycle::MAX_LIST_SIZE);
+    assert!(
+        s["Error"]["properties"]["error"]["properties"]["details"]["description"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("the first {}", batch::LISTED_POSITIONS))
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn every_scanner_answer_matches_the_description() {
+    let spec = spec();
+    let s = Stack::new("port_scan");
+    let (base, token) = (s.base(), s.scanner.token.as_str());
+    let mut c = s.sql();
+    let batches = "/api/v1/scanner/executions/{execution_id}/batches";
+    let heartbeat = "/api/v1/scanner/executions/{execution_id}/heartbeat";
+    let fail = "/api/v1/scanner/executions/{execution_id}/fail";
+
+    let queued = factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "queued");
+    let claim = scan::claim(base, token);
+    check(&spec, "/api/v1/scanner/executions/claim", "post", &claim);
+    let e = queued.execution_id;
+    check(&spec, heartbeat, "post", &scan::heartbeat(base, token, e));
+
+    let up = Uuid::new_v4();
+    let ok = scan::post(base, token, e, &Batch::main(up, 0, endpoints(0, 2, t0())));
+    check(&spec, batches, "post", &ok);
+    let outside = Batch::main(up, 1, vec![endpoint("100.64.0.1", 443, t0())]);
+    check(
+        &spec,
+        batches,
+        "post",
+        &scan::post(base, token, e, &outside),
+    );
+    let future = Batch::main(
+        up,
+        1,
+        vec![endpoint("10.0.0.1", 443, "2999-01-01T00:00:00Z")],
+    );
+    check(&spec, batches, "post", &scan::post(base, token, e, &future));
+    let gap = Batch::final_(up, 5, vec![]);
+    check(&spec, batches, "post", &scan::post(base, token, e, &gap));
+    let bad = scan::post_raw(base, Some(token), &e.to_string(), b"{");
+    check(&spec, batches, "post", &bad);
+
+    let list = scan::executions(base, token, "size=1");
+    check(&spec, "/api/v1/scanner/executions", "get", &list);
+    check(
+        &spec,
+        "/api/v1/scanner/executions",
+        "get",
+        &scan::executions(base, token, "size=0"),
+    );
+
+    let failed = scan::fail(base, token, e, "scanner crashed");
+    check(&spec, fail, "post", &failed);
+    check(&spec, fail, "post", &scan::fail(base, token, e, ""));
+    check(&spec, heartbeat, "post", &scan::heartbeat(base, token, e));
+    check(
+        &spec,
+        heartbeat,
+        "post",
+        &scan::heartbeat(base, token, Uuid::new_v4()),
+    );
+    let late = Batch::main(up, 1, endpoints(2, 1, t0()));
+    check(&spec, batches, "post", &scan::post(base, token, e, &late));
+    check(
+        &spec,
+        "/api/v1/scanner/executions",
+        "get",
+        &scan::executions(base, token, "status=failed"),
+    );
+}
