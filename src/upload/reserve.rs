@@ -383,8 +383,16 @@ fn final_continuity(tx: &mut Tx<'_>, execution_id: Uuid, batch: &Batch) -> Resul
         && confirmed == index
         && (index == 0 || (min == Some(0) && max == Some(index - 1)));
     if !contiguous {
+        let needed = match index {
+            0 => "no batch before it".to_string(),
+            n => format!("batches 0 to {} confirmed", n - 1),
+        };
+        let has = match (min, max) {
+            (Some(lo), Some(hi)) => format!("{count} numbered {lo} to {hi}, {confirmed} confirmed"),
+            _ => "none".to_string(),
+        };
         return incomplete(format!(
-            "final batch {index} needs confirmed batches 0..{index} exactly; the stream has {confirmed} confirmed (min {min:?}, max {max:?})"
+            "final batch {index} needs {needed}; this upload has {has}"
         ));
     }
     if dns_pending > 0 {
@@ -392,9 +400,9 @@ fn final_continuity(tx: &mut Tx<'_>, execution_id: Uuid, batch: &Batch) -> Resul
             "{dns_pending} dns sidecar batches are still pending"
         ));
     }
-    if dns_max.is_some_and(|m| m > index) {
+    if let Some(m) = dns_max.filter(|m| *m > index) {
         return incomplete(format!(
-            "dns sidecar batch {dns_max:?} lies beyond the final batch {index}"
+            "dns sidecar batch {m} lies beyond the final batch {index}"
         ));
     }
     other_uploads_complete(tx, execution_id, batch.upload_id)

@@ -34,6 +34,10 @@ fn final_needs_every_earlier_batch_confirmed() {
         r.body
     );
     assert_eq!(
+        r.body["error"]["message"],
+        "final batch 3 needs batches 0 to 2 confirmed; this upload has 2 numbered 0 to 2, 2 confirmed"
+    );
+    assert_eq!(
         post(&s, &Batch::main(up, 1, endpoints(1, 1, t0()))).status,
         200
     );
