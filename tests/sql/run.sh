@@ -142,7 +142,8 @@ snapshot_kept_data() {
         psql -X -At -d "$db" -c "SELECT owner_id, kind, key, last_scanned_at, last_execution_id, created_at FROM search_targets ORDER BY 1, 2, 3"
         psql -X -At -d "$db" -c "SELECT owner_id, kind, key, tag, created_at FROM asset_tags ORDER BY 1, 2, 3, 4"
         psql -X -At -d "$db" -c "SELECT t.* FROM tasks t ORDER BY id"
-        psql -X -At -d "$db" -c "SELECT e.* FROM executions e ORDER BY id"
+        # The legacy columns; later releases add their own after them.
+        psql -X -At -d "$db" -c "SELECT id, task_id, scanner_id, status, observation_count, endpoint_count, dns_record_count, ip_count, created_at, started_at, finished_at, updated_at FROM executions ORDER BY id"
         psql -X -At -d "$db" -c "SELECT q.* FROM scan_analysis_queue q ORDER BY id"
     } >"$out"
 }
