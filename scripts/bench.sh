@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark of issue 9: builds release binaries, starts a throwaway PostgreSQL cluster
+# The benchmark: builds release binaries, starts a throwaway PostgreSQL cluster
 # unless SCANSTORE_DATABASE_URL or STORAGE_TEST_DATABASE_URL is set (scanstore-bench starts
 # a fresh ES emulator per scenario unless SCANSTORE_ES_URL is set), installs the Python
 # peer's client if missing, runs scanstore-bench and stops what it started. The report goes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The longer reliability scenarios (issue 10) and their table: scenario / faults injected /
+# The longer reliability scenarios and their table: scenario / faults injected /
 # requests / data checked / lost / duplicated. Runs the crash, fault, load, slow-client and
 # hostile-input tests with RELIABILITY_SCALE (default 5) times more data than CI does, then
 # the request-parsing fuzz driver for FUZZ_SECONDS (default 60).

@@ -3,9 +3,8 @@
 //!
 //! Purged pages come back through page faults in which the kernel zeroes them. Both
 //! binaries free and re-allocate page-sized JSON buffers on every request, so with
-//! mimalloc's default 1 s delay that zeroing showed up as 15–30 % of scanstore's publisher
-//! CPU and over half of the emulator's in the benchmark's profiles (`perf record -g`,
-//! README "Benchmarks"); with huge pages each fault zeroed 2 MiB.
+//! mimalloc's default 1 s delay that zeroing becomes a large part of the publisher's and
+//! the emulator's CPU (`perf record -g` shows it); with huge pages each fault zeroes 2 MiB.
 
 use std::os::raw::c_long;
 

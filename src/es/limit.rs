@@ -4,8 +4,8 @@
 //!
 //! Why in order: with a channel of tokens as the semaphore, a sender thread that was
 //! already running took a returned permit before the woken waiter could, so one
-//! publication worker's requests waited 130–150 ms while the others' went out, and its
-//! execution finished last and alone, with the other cores idle (10 k benchmark runs).
+//! publication worker's requests could wait while the others' went out, and its execution
+//! finished last and alone, with the other cores idle.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

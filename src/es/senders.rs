@@ -1,8 +1,8 @@
 //! Long-lived threads that send bulk requests for a caller that goes on meanwhile (a
 //! publication worker reads and builds its next page while the last one is written).
-//! Starting a thread per request cost more CPU than the client's own work on the request
-//! on the benchmark's 2-vCPU VM: clone and exit, a stack mapped and unmapped (with TLB
-//! shootdowns across CPUs) and a fresh allocator heap, ~8 ms per 10 k endpoints published.
+//! Starting a thread per request costs more CPU than the client's own work on the request:
+//! clone and exit, a stack mapped and unmapped (with TLB shootdowns across CPUs) and a
+//! fresh allocator heap.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::JoinHandle;

@@ -1,4 +1,4 @@
-//! `scanstore-bench`: the load tool of issue 9. Starts (or is given) PostgreSQL, an ES
+//! `scanstore-bench`: the load tool. Starts (or is given) PostgreSQL, an ES
 //! target and `scanstore serve`, drives simulated scanners, measures upload latency per
 //! class, publication throughput, heartbeat timeliness, pool wait and hold, bulk sizes,
 //! a raw-`_bulk` ceiling and the Python peer, and writes `report.md` with PNG plots.
@@ -82,8 +82,7 @@ pub struct Opts {
     /// scanstore `projection.nice`. Here the publisher shares two cores with the emulator
     /// and PostgreSQL, the single-machine deployment for which README's deployment notes
     /// set it: the publisher's threads then run on the CPU the emulator's bulk writes leave
-    /// idle instead of preempting them (session 18, 10 k medians of 11: 0.80–0.82 at 0,
-    /// 0.83–0.84 at 10, 0.88–0.89 at 19).
+    /// idle instead of preempting them.
     #[arg(long, default_value_t = 19)]
     pub projection_nice: u32,
     /// scanstore `elasticsearch.bulk_max_concurrency` of the size runs (also the ceiling's client threads).

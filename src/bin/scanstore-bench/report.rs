@@ -1,5 +1,5 @@
 //! The report: `report.md` with the machine, the command, every measured number, the
-//! targets of issue 9 (met or not) and how each number was made.
+//! benchmark's targets (met or not) and how each number was made.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -111,7 +111,7 @@ fn yes(ok: bool) -> &'static str {
     }
 }
 
-/// The targets of issue 9 as (target, measured, met).
+/// The benchmark's targets as (target, measured, met).
 pub fn targets(r: &Results) -> Vec<(String, String, Option<bool>)> {
     let mut t = Vec::new();
     for s in &r.sizes {

@@ -1,4 +1,4 @@
-//! The benchmark tool itself (issue 9): `scanstore-bench --quick` runs end to end against
+//! The benchmark tool itself: `scanstore-bench --quick` runs end to end against
 //! a throwaway setup — databases in the test cluster, a fresh emulator and `scanstore
 //! serve` processes from this build — and writes a report whose numbers are sane.
 

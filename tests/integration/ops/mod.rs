@@ -1,4 +1,4 @@
-//! Operating scanstore (issue 8): installation under systemd and readiness notification,
+//! Operating scanstore: installation under systemd and readiness notification,
 //! upgrade of a previous-release database by starting the new binary, and the verified
 //! rebuild of the asset projection with its atomic alias switch, switch-back and drop.
 //! Run with `cargo test --test integration ops:: -- --include-ignored`.

@@ -1,4 +1,4 @@
-//! Reading it back (issue 6), run with `cargo test --test integration read:: --
+//! Reading it back, run with `cargo test --test integration read:: --
 //! --include-ignored`: tasks, executions with projection status, results by IP, assets and
 //! search, owner isolation, validation, the OpenAPI description and the browser console.
 

@@ -1,4 +1,4 @@
-//! Reliability and security (issue 10): crashes of the real binary at chosen points of the
+//! Reliability and security: crashes of the real binary at chosen points of the
 //! write path and the publisher, ES faults and PostgreSQL outages under concurrent load,
 //! pool exhaustion, slow clients, a hostile-input corpus, and who may see and write what.
 //! Every test checks the data afterwards — receipts, streams, counts, ES documents —
