@@ -331,11 +331,11 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
 ];
 
 fn checked(key: &str, value: u64) -> Result<u64, ConfigError> {
-    let (_, lo, hi, unit) = RANGES
-        .iter()
-        .find(|(k, ..)| *k == key)
-        .copied()
-        .unwrap_or((key, value, value, ""));
+    // Every numeric key has a documented range; one without is refused (and the tests,
+    // which load the defaults, fail), never let through unchecked.
+    let Some((_, lo, hi, unit)) = RANGES.iter().find(|(k, ..)| *k == key).copied() else {
+        return Err(refuse(key, value, "a key listed in config::RANGES"));
+    };
     if (lo..=hi).contains(&value) {
         Ok(value)
     } else {

@@ -30,6 +30,13 @@ const SLOW_STATEMENTS: &str = "
      ORDER BY mean_exec_time DESC
      LIMIT 5";
 
+// Whether the view exists and the library is loaded, asked first: querying a missing view
+// or an unloaded library makes PostgreSQL log an ERROR with the statement every sample.
+const SLOW_STATEMENTS_READY: &str = "
+    SELECT to_regclass('pg_stat_statements') IS NOT NULL,
+           'pg_stat_statements' = ANY (string_to_array(
+               replace(current_setting('shared_preload_libraries'), ' ', ''), ','))";
+
 /// Why slow-SQL monitoring cannot work here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unavailable {
@@ -84,15 +91,21 @@ pub fn backlog_now(db: &Db) -> Result<(i64, f64), DbError> {
 }
 
 fn slow_sql(db: &Db) -> SlowSql {
-    let rows = db
-        .checkout(Stage::Sample)
-        .and_then(|mut conn| Ok(conn.query(SLOW_STATEMENTS, &[])?));
+    let rows = db.checkout(Stage::Sample).and_then(|mut conn| {
+        let ready = conn.query_one(SLOW_STATEMENTS_READY, &[])?;
+        match (ready.get::<_, bool>(0), ready.get::<_, bool>(1)) {
+            (false, _) => Ok(Err(Unavailable::ExtensionMissing)),
+            (true, false) => Ok(Err(Unavailable::NotLoaded)),
+            (true, true) => Ok(Ok(conn.query(SLOW_STATEMENTS, &[])?)),
+        }
+    });
     match rows {
-        Ok(rows) => SlowSql::Sampled(
+        Ok(Ok(rows)) => SlowSql::Sampled(
             rows.iter()
                 .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
                 .collect(),
         ),
+        Ok(Err(why)) => SlowSql::Unavailable(why),
         Err(e) => match classify(&e) {
             Some(why) => SlowSql::Unavailable(why),
             None => SlowSql::Failed(e),
