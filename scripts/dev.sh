@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Local run with the defaults: a throwaway PostgreSQL cluster (data under target/dev/)
-# unless SCANSTORE_DATABASE_URL is set, the ES protocol emulator unless SCANSTORE_ES_URL
-# is set, then `scanstore serve` with a dev config. Ctrl-C stops everything it started.
+# Local run with the defaults: a throwaway PostgreSQL cluster (data under target/dev/, or
+# $SCANSTORE_DEV_DIR) unless SCANSTORE_DATABASE_URL is set, the ES protocol emulator
+# unless SCANSTORE_ES_URL is set, then `scanstore serve` with a dev config. Ctrl-C stops
+# everything it started.
 #
 #   scripts/dev.sh            # build, start, show it working, keep serving
 #   DEV_EXIT=1 scripts/dev.sh # the same, but stop after the demo (used by CI smoke tests)
@@ -9,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/pg-cluster.sh
 
-dev=target/dev
+dev=${SCANSTORE_DEV_DIR:-target/dev}
 mkdir -p "$dev"
 chmod 755 target "$dev" 2>/dev/null || true
 pids=()

@@ -49,7 +49,9 @@ if [ $# -eq 0 ]; then
   db_user=$(python3 -c 'import sys, urllib.parse as u; print(u.urlparse(sys.argv[1]).username or "postgres")' "$STORAGE_TEST_DATABASE_URL")
   PGHOST=$db_host PGPORT=$db_port PGUSER=$db_user bash tests/sql/run.sh
   # The README's run command, end to end: start everything, upload the demo, see it published.
-  DEV_EXIT=1 bash scripts/dev.sh >target/dev-smoke.log 2>&1 || { cat target/dev-smoke.log; exit 1; }
+  # Its own data directory and ports, so it runs beside a developer's scripts/dev.sh.
+  SCANSTORE_DEV_DIR=target/dev-smoke DEV_EXIT=1 bash scripts/dev.sh >target/dev-smoke.log 2>&1 ||
+    { cat target/dev-smoke.log; exit 1; }
   echo "scripts/dev.sh: demo uploaded and published"
   # Schemathesis (PyPI) against a running server, driven by src/http/openapi.json: bounded
   # examples and time; fails on server errors (5xx) and on answers that break the schema.
