@@ -31,6 +31,12 @@ crash_ok=$(grep -cE '^test reliability::crash::.* ok$' "$out" || true)
 crash_all=$(grep -cE '^test reliability::crash::' "$out" || true)
 hostile_ok=$(grep -cE '^test reliability::hostile::.* ok$' "$out" || true)
 hostile_cases=$(grep -c . tests/fixtures/hostile/corpus.jsonl)
+lifecycle_ok=$(grep -cE '^test reliability::lifecycle::.* ok$' "$out" || true)
+lifecycle_all=$(grep -cE '^test reliability::lifecycle::' "$out" || true)
+# A crash test passes only when every row and document equals the fault-free run's (or,
+# for the lifecycle points, the expected end state): then nothing was lost or doubled.
+# A failed one is reported as such, not as a count.
+outcome() { if [ "$1" = "$2" ] && [ "$2" -gt 0 ]; then echo 0; else echo FAILED; fi; }
 
 # Fuzzing: cargo-fuzz (libFuzzer, nightly) when installed, else the stable driver.
 if cargo +nightly fuzz --version >/dev/null 2>&1; then
@@ -48,13 +54,16 @@ printf '\n%-52s | %-58s | %8s | %12s | %4s | %4s\n' scenario "faults injected" r
 printf -- '-%.0s' {1..150}; echo
 printf '%-52s | %-58s | %8s | %12s | %4s | %4s\n' \
   "kill -9 at 9 points (6 upload, 3 publisher)" "$crash_all kills + restarts ($crash_ok equal to fault-free)" \
-  "-" "all rows+docs" 0 0
+  "-" "all rows+docs" "$(outcome "$crash_ok" "$crash_all")" "$(outcome "$crash_ok" "$crash_all")"
+printf '%-52s | %-58s | %8s | %12s | %4s | %4s\n' \
+  "kill -9 at heartbeat→lease expiry, abandon→repair" "$lifecycle_all kills + restarts ($lifecycle_ok as expected)" \
+  "-" "rows+docs" "$(outcome "$lifecycle_ok" "$lifecycle_all")" "$(outcome "$lifecycle_ok" "$lifecycle_all")"
 grep -h '^CHAOS|' "$out" | while IFS='|' read -r _ scenario faults requests checked lost dup _; do
   printf '%-52s | %-58s | %8s | %12s | %4s | %4s\n' "$scenario" "${faults:0:58}" "$requests" "$checked obs" "$lost" "$dup"
 done
 printf '%-52s | %-58s | %8s | %12s | %4s | %4s\n' \
   "hostile-input corpus" "$hostile_cases malformed/malicious requests" "$hostile_cases" \
-  "$([ "$hostile_ok" = 1 ] && echo "0 writes" || echo FAILED)" 0 0
+  "$([ "$hostile_ok" = 1 ] && echo "0 writes" || echo FAILED)" - -
 printf '%-52s | %-58s | %8s | %12s | %4s | %4s\n' \
   "fuzz: upload::batch::parse ($fuzz_seconds s)" "$fuzz_how" "${fuzz_inputs:-?}" "no panic" - -
 grep -h 'VmRSS' "$out" || true
