@@ -52,11 +52,9 @@ pub enum StartError {
 impl App {
     pub fn new(config: Config) -> Result<App, StartError> {
         let db = Db::new(&config.database)?;
-        let es = EsClient::new(
-            &config.elasticsearch.url,
-            config.elasticsearch.request_timeout,
-        );
-        let es_probe = EsClient::new(&config.elasticsearch.url, PROBE_TIMEOUT);
+        let es_cfg = &config.elasticsearch;
+        let es = EsClient::with_auth(&es_cfg.url, es_cfg.request_timeout, &es_cfg.auth);
+        let es_probe = EsClient::with_auth(&es_cfg.url, PROBE_TIMEOUT, &es_cfg.auth);
         let limiter = Limiter::new(config.elasticsearch.bulk_max_concurrency);
         Ok(App {
             config,

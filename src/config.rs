@@ -8,10 +8,17 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::es::access::EsAuth;
+use crate::telemetry::secret::Secret;
+
 /// Environment variable that overrides `database.url` (keeps the password out of the file).
 pub const ENV_DATABASE_URL: &str = "SCANSTORE_DATABASE_URL";
 /// Environment variable that overrides `elasticsearch.url`.
 pub const ENV_ES_URL: &str = "SCANSTORE_ES_URL";
+/// Environment variable that overrides `elasticsearch.api_key` (keeps it out of the file).
+pub const ENV_ES_API_KEY: &str = "SCANSTORE_ES_API_KEY";
+/// Environment variable holding the password of `elasticsearch.username`; never in a file.
+pub const ENV_ES_PASSWORD: &str = "SCANSTORE_ES_PASSWORD";
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -132,6 +139,8 @@ pub struct RawElasticsearch {
     pub projection_pages_per_tick: u64,
     pub projection_lease_seconds: u64,
     pub projection_heartbeat_seconds: u64,
+    pub api_key: Option<String>,
+    pub username: Option<String>,
 }
 
 impl Default for RawElasticsearch {
@@ -147,6 +156,8 @@ impl Default for RawElasticsearch {
             projection_pages_per_tick: 4,
             projection_lease_seconds: 120,
             projection_heartbeat_seconds: 20,
+            api_key: None,
+            username: None,
         }
     }
 }
@@ -257,6 +268,8 @@ pub struct EsConfig {
     pub projection_pages_per_tick: usize,
     pub projection_lease: Duration,
     pub projection_heartbeat: Duration,
+    /// Credentials sent with every request (`Secret`s: never printed).
+    pub auth: EsAuth,
 }
 
 #[derive(Debug, Clone)]
@@ -348,18 +361,20 @@ fn checked(key: &str, value: u64) -> Result<u64, ConfigError> {
 /// Group-readable files (`0640`, root:scanstore) are fine; so is a world-readable file
 /// without a password (the password can come from `$SCANSTORE_DATABASE_URL`).
 pub fn check_secret_permissions(path: &Path, raw: &RawConfig) -> Result<(), ConfigError> {
-    let has_password = raw.database.url.as_deref().is_some_and(url_has_password);
-    if !has_password {
+    let secret = if raw.database.url.as_deref().is_some_and(url_has_password) {
+        format!("database.url contains a password (or move the URL to ${ENV_DATABASE_URL})")
+    } else if raw.elasticsearch.api_key.is_some() {
+        format!("it holds elasticsearch.api_key (or move the key to ${ENV_ES_API_KEY})")
+    } else {
         return Ok(());
-    }
+    };
     let mode = file_mode(path).unwrap_or(0);
     if mode & 0o004 != 0 {
         return Err(refuse(
             "config file",
             format!("{} (mode {:04o})", path.display(), mode & 0o7777),
             format!(
-                "not world-readable while database.url contains a password: \
-                 chmod o-r {} (or move the URL to ${ENV_DATABASE_URL})",
+                "not world-readable while {secret}: chmod o-r {}",
                 path.display()
             ),
         ));
@@ -450,6 +465,7 @@ impl Config {
             ));
         }
         validate_index_prefix(&e.index_prefix)?;
+        let auth = es_auth(e.api_key, e.username, env)?;
 
         let lease = checked(
             "elasticsearch.projection_lease_seconds",
@@ -534,6 +550,7 @@ impl Config {
                 )?),
                 projection_lease: Duration::from_secs(lease),
                 projection_heartbeat: Duration::from_secs(heartbeat),
+                auth,
             },
             projection: ProjectionConfig {
                 workers: to_usize(checked("projection.workers", raw.projection.workers)?),
@@ -559,6 +576,64 @@ impl Config {
                 }
             },
         })
+    }
+}
+
+/// The cluster's credentials: an API key (file or `$SCANSTORE_ES_API_KEY`), or a user
+/// whose password comes from `$SCANSTORE_ES_PASSWORD` only; not both.
+fn es_auth(
+    file_key: Option<String>,
+    username: Option<String>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<EsAuth, ConfigError> {
+    let api_key = env(ENV_ES_API_KEY).filter(|k| !k.is_empty()).or(file_key);
+    let password = env(ENV_ES_PASSWORD).filter(|p| !p.is_empty());
+    match (api_key, username) {
+        (Some(_), Some(_)) => Err(refuse(
+            "elasticsearch.username",
+            "(set, with an API key)",
+            "an API key or a username, not both",
+        )),
+        (Some(key), None) => {
+            let ok = !key.is_empty()
+                && key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"+/=_-:".contains(&b));
+            if !ok {
+                return Err(refuse(
+                    "elasticsearch.api_key",
+                    "(hidden)",
+                    "the encoded API key Elasticsearch prints (base64 text)",
+                ));
+            }
+            Ok(EsAuth::ApiKey(Secret::new(key)))
+        }
+        (None, Some(username)) => {
+            if username.is_empty() || username.contains(':') {
+                return Err(refuse(
+                    "elasticsearch.username",
+                    &username,
+                    "a user name without ':'",
+                ));
+            }
+            let password = password.ok_or_else(|| {
+                refuse(
+                    "elasticsearch.username",
+                    &username,
+                    format!("a password in ${ENV_ES_PASSWORD}"),
+                )
+            })?;
+            Ok(EsAuth::Basic {
+                username,
+                password: Secret::new(password),
+            })
+        }
+        (None, None) if password.is_some() => Err(refuse(
+            ENV_ES_PASSWORD,
+            "(set)",
+            "elasticsearch.username to go with it",
+        )),
+        (None, None) => Ok(EsAuth::None),
     }
 }
 
@@ -704,6 +779,86 @@ mod tests {
             toml::from_str::<RawConfig>("[elasticsearch]\nprojection_page_sise = 10\n").is_err()
         );
         assert!(toml::from_str::<RawConfig>("[nonsense]\n").is_err());
+    }
+
+    #[test]
+    fn elasticsearch_credentials_are_a_key_or_a_user_with_its_password_from_the_environment() {
+        let with = |file: &str, vars: &[(&str, &str)]| {
+            let mut raw: RawConfig = toml::from_str(file).unwrap();
+            raw.database.url = Some("postgresql://u@127.0.0.1/db".into());
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Config::from_raw(raw, &|name| {
+                vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+            })
+        };
+        let kind = |c: Result<Config, ConfigError>| c.map(|c| c.elasticsearch.auth.kind());
+        assert_eq!(kind(with("", &[])), Ok("none"));
+        assert_eq!(
+            kind(with("[elasticsearch]\napi_key = \"aWQ6a2V5\"\n", &[])),
+            Ok("api_key")
+        );
+        assert_eq!(
+            kind(with("", &[(ENV_ES_API_KEY, "aWQ6a2V5")])),
+            Ok("api_key")
+        );
+        let basic = with(
+            "[elasticsearch]\nusername = \"scanstore\"\n",
+            &[(ENV_ES_PASSWORD, "pw")],
+        )
+        .unwrap();
+        assert_eq!(
+            basic.elasticsearch.auth.header().unwrap().expose(),
+            "Basic c2NhbnN0b3JlOnB3"
+        );
+        assert!(
+            !format!("{basic:?}").contains("pw\""),
+            "the password printed"
+        );
+        for (file, vars, key) in [
+            (
+                "[elasticsearch]\nusername = \"scanstore\"\n",
+                vec![],
+                "elasticsearch.username",
+            ),
+            ("", vec![(ENV_ES_PASSWORD, "pw")], ENV_ES_PASSWORD),
+            (
+                "[elasticsearch]\nusername = \"s\"\napi_key = \"aWQ6a2V5\"\n",
+                vec![(ENV_ES_PASSWORD, "pw")],
+                "elasticsearch.username",
+            ),
+            (
+                "[elasticsearch]\napi_key = \"not a key\"\n",
+                vec![],
+                "elasticsearch.api_key",
+            ),
+        ] {
+            let err = with(file, &vars).unwrap_err();
+            assert_eq!(err.key, key, "{file} {vars:?}");
+            assert!(!err.to_string().contains("aWQ6a2V5") && !err.to_string().contains("pw "));
+        }
+    }
+
+    #[test]
+    fn a_world_readable_file_holding_an_api_key_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let p = std::env::temp_dir().join(format!("scanstore-key-{}.toml", std::process::id()));
+        let text = "[database]\nurl = \"postgresql://u@127.0.0.1/db\"\n\
+                    [elasticsearch]\napi_key = \"aWQ6a2V5\"\n";
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = Config::load(&p).unwrap_err().to_string();
+        assert!(
+            err.contains("elasticsearch.api_key") && err.contains("0644"),
+            "{err}"
+        );
+        assert!(!err.contains("aWQ6a2V5"), "{err}");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let loaded = Config::load(&p);
+        std::fs::remove_file(&p).unwrap();
+        assert!(loaded.is_ok());
     }
 
     #[test]

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::access::EsAuth;
 use super::error::EsError;
 use crate::telemetry::context;
 use crate::telemetry::events::EsRequestWithConnectionHeld;
+use crate::telemetry::secret::Secret;
 
 /// Largest response body read (bulk responses of 10k items stay far below).
 const MAX_RESPONSE_BYTES: u64 = 256 * 1024 * 1024;
@@ -18,6 +20,8 @@ const MAX_RESPONSE_BYTES: u64 = 256 * 1024 * 1024;
 pub struct EsClient {
     agent: ureq::Agent,
     base: String,
+    /// Sent as `Authorization` on every request.
+    authorization: Option<Secret<String>>,
 }
 
 /// A response with its status and JSON body (`Value::Null` for HEAD or an empty body).
@@ -135,7 +139,13 @@ fn read_response(
 }
 
 impl EsClient {
+    /// A client without credentials.
     pub fn new(base_url: &str, timeout: Duration) -> EsClient {
+        EsClient::with_auth(base_url, timeout, &EsAuth::None)
+    }
+
+    /// A client that sends `auth` with every request.
+    pub fn with_auth(base_url: &str, timeout: Duration, auth: &EsAuth) -> EsClient {
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
@@ -145,6 +155,15 @@ impl EsClient {
         EsClient {
             agent: config.into(),
             base: base_url.trim_end_matches('/').to_string(),
+            authorization: auth.header(),
+        }
+    }
+
+    /// `request` with the client's credentials.
+    fn authorized<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.authorization {
+            Some(value) => request.header("Authorization", value.expose()),
+            None => request,
         }
     }
 
@@ -172,18 +191,23 @@ impl EsClient {
     ) -> Result<RawResponse, EsError> {
         note_held_connection(method, path);
         let url = format!("{}{}", self.base, path);
+        let a = &self.agent;
         let result = match (method, body) {
-            ("GET", None) => self.agent.get(&url).call(),
-            ("HEAD", None) => self.agent.head(&url).call(),
-            ("DELETE", None) => self.agent.delete(&url).call(),
-            ("POST", None) => self.agent.post(&url).send_empty(),
-            ("PUT", None) => self.agent.put(&url).send_empty(),
-            ("POST", Some((ct, b))) => self.agent.post(&url).header("Content-Type", ct).send(b),
-            ("PUT", Some((ct, b))) => self.agent.put(&url).header("Content-Type", ct).send(b),
+            ("GET", None) => self.authorized(a.get(&url)).call(),
+            ("HEAD", None) => self.authorized(a.head(&url)).call(),
+            ("DELETE", None) => self.authorized(a.delete(&url)).call(),
+            ("POST", None) => self.authorized(a.post(&url)).send_empty(),
+            ("PUT", None) => self.authorized(a.put(&url)).send_empty(),
+            ("POST", Some((ct, b))) => self
+                .authorized(a.post(&url))
+                .header("Content-Type", ct)
+                .send(b),
+            ("PUT", Some((ct, b))) => self
+                .authorized(a.put(&url))
+                .header("Content-Type", ct)
+                .send(b),
             ("GET", Some((ct, b))) => self
-                .agent
-                .get(&url)
-                .force_send_body()
+                .authorized(a.get(&url).force_send_body())
                 .header("Content-Type", ct)
                 .send(b),
             _ => return Err(EsError::Refused(format!("unsupported method {method}"))),
@@ -202,8 +226,7 @@ impl EsClient {
     ) -> Result<RawResponse, EsError> {
         note_held_connection("POST", path);
         let result = self
-            .agent
-            .post(format!("{}{}", self.base, path))
+            .authorized(self.agent.post(format!("{}{}", self.base, path)))
             .header("Content-Type", content_type)
             .header("Content-Length", len)
             .send(ureq::SendBody::from_reader(&mut body));

@@ -60,6 +60,20 @@ impl EsError {
     }
 }
 
+impl EsError {
+    /// The cluster refused scanstore's credentials (401) or their rights (403): a
+    /// configuration problem, permanent until an operator fixes it.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(
+            self,
+            EsError::Status {
+                status: 401 | 403,
+                ..
+            }
+        )
+    }
+}
+
 /// 429 and 5xx are load or outage; any other 4xx is a request the cluster will refuse
 /// again. (A 408 from a proxy is a timeout, so transient too.)
 pub fn status_class(status: u16) -> ErrorClass {

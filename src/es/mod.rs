@@ -3,6 +3,7 @@
 //! concurrency limit, retry maths, the bulk writer and its sender threads, index/template
 //! set-up, and the Painless scripts with their native twins.
 
+pub mod access;
 pub mod alias;
 pub mod bulk;
 pub mod client;

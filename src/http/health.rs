@@ -26,6 +26,7 @@ pub fn readyz(app: &App) -> Reply {
     };
     let elasticsearch = match app.es_probe.ping() {
         Ok(_) => "ok",
+        Err(e) if e.is_unauthorized() => not_ready("elasticsearch", "unauthorized", &e),
         Err(e) => not_ready("elasticsearch", "unavailable", &e),
     };
     let ready = postgres == "ok" && elasticsearch == "ok";

@@ -44,6 +44,9 @@ pub struct App {
     /// Sorted hit lists of recent sorted searches (see `ranked`).
     pub ranked: Mutex<RankedCache>,
     pub limits: Limits,
+    /// The `Authorization` value every request must carry (`--api-key`, `--basic-auth`),
+    /// as a cluster with security on requires credentials; `None` accepts anyone.
+    pub required_authorization: Option<String>,
     /// CPU time (ns) spent serving requests and refreshing, for `bench`'s per-core figure.
     pub busy_cpu_ns: AtomicU64,
     /// Default of `indices.id_field_data.enabled` (ES 8: false) when the cluster setting is unset.
@@ -57,7 +60,11 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl App {
-    pub fn new(limits: Limits, id_field_data_default: bool) -> Arc<App> {
+    pub fn new(
+        limits: Limits,
+        id_field_data_default: bool,
+        required_authorization: Option<String>,
+    ) -> Arc<App> {
         Arc::new(App {
             store: Mutex::new(Store::default()),
             store_waiters: AtomicUsize::new(0),
@@ -67,6 +74,7 @@ impl App {
             log: Mutex::new(RequestLog::default()),
             ranked: Mutex::new(RankedCache::default()),
             limits,
+            required_authorization,
             busy_cpu_ns: AtomicU64::new(0),
             id_field_data_default,
         })
@@ -210,7 +218,7 @@ mod tests {
 
     #[test]
     fn a_sliced_refresh_publishes_every_earlier_write_while_others_refresh_too() {
-        let app = App::new(Limits::default(), false);
+        let app = App::new(Limits::default(), false, None);
         let body = json!({"settings": {"index": {"refresh_interval": "-1"}}});
         assert!(app.lock_store().create_index("r", Some(&body)).is_ok());
         let put = |i: usize| {

@@ -202,6 +202,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         2,
         Limits::default(),
         false,
+        None,
     )?;
     let base = format!("http://{}", running.addr);
     let agent = agent();

@@ -79,6 +79,13 @@ struct Cli {
     /// has already backed instead of faulting it in under the store lock (0: none).
     #[arg(long, default_value_t = 0)]
     pretouch_mib: usize,
+    /// Require this API key (the encoded form, as `Authorization: ApiKey …`) on every
+    /// request, as a cluster with security on does; others get 401 `security_exception`.
+    #[arg(long, conflicts_with = "basic_auth")]
+    api_key: Option<String>,
+    /// Require `USER:PASS` as HTTP basic authentication on every request.
+    #[arg(long)]
+    basic_auth: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -101,6 +108,7 @@ pub fn start(
     threads: usize,
     limits: Limits,
     id_field_data: bool,
+    required_authorization: Option<String>,
 ) -> Result<Running, String> {
     if !listen.ip().is_loopback() {
         return Err(format!("--listen must be a loopback address (got {listen}); the emulator has no authentication"));
@@ -112,7 +120,7 @@ pub fn start(
         .to_ip()
         .ok_or_else(|| "listener has no IP address".to_owned())?;
     let server = Arc::new(server);
-    let app = App::new(limits, id_field_data);
+    let app = App::new(limits, id_field_data, required_authorization);
     App::spawn_refresher(&app);
     server::spawn_workers(&app, &server, threads.max(1));
     Ok(Running { addr, server, app })
@@ -136,7 +144,22 @@ fn main() -> ExitCode {
         max_content_length: cli.max_content_length,
         ..Limits::default()
     };
-    let running = match start(cli.listen, cli.threads, limits, cli.id_field_data) {
+    let authorization = match (&cli.api_key, &cli.basic_auth) {
+        (Some(key), _) => Some(format!("ApiKey {key}")),
+        (None, Some(pair)) => {
+            use base64::Engine;
+            let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+            Some(format!("Basic {encoded}"))
+        }
+        (None, None) => None,
+    };
+    let running = match start(
+        cli.listen,
+        cli.threads,
+        limits,
+        cli.id_field_data,
+        authorization,
+    ) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{e}");

@@ -143,6 +143,24 @@ fn content_type_error(rq: &Request) -> Option<Reply> {
     Some(Reply::json(406, &json!({"error": msg, "status": 406})))
 }
 
+/// The 401 a cluster with security on answers a request without the required credentials.
+fn unauthenticated(app: &App, rq: &Request, path: &str) -> Option<EsError> {
+    let required = app.required_authorization.as_deref()?;
+    let given = rq
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Authorization"))
+        .map(|h| h.value.as_str());
+    let reason = match given {
+        Some(g) if g == required => return None,
+        Some(_) => {
+            format!("unable to authenticate with provided credentials for REST request [{path}]")
+        }
+        None => format!("missing authentication credentials for REST request [{path}]"),
+    };
+    Some(EsError::new(401, "security_exception", reason))
+}
+
 /// A request slower than this is reported on stderr (the benchmark keeps the emulator's
 /// stderr): a client-side timeout with no such line points at the transport, not a handler.
 const SLOW_REQUEST: Duration = Duration::from_secs(1);
@@ -259,6 +277,13 @@ fn finish(
         return respond(rq, reply);
     }
     let body_bytes = body.len() as u64;
+    if let Some(e) = (!control)
+        .then(|| unauthenticated(app, &rq, &path))
+        .flatten()
+    {
+        log(401, body_bytes);
+        return respond(rq, Reply::error(&e));
+    }
     if !body.is_empty() {
         if let Some(reply) = content_type_error(&rq) {
             log(reply.status, body_bytes);

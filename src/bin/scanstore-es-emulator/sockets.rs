@@ -121,8 +121,14 @@ mod tests {
     /// algorithm switched off (as ES's `http.tcp.no_delay` does by default).
     #[test]
     fn accepted_connections_have_nagle_off() {
-        let running =
-            crate::start("127.0.0.1:0".parse().unwrap(), 1, Limits::default(), false).unwrap();
+        let running = crate::start(
+            "127.0.0.1:0".parse().unwrap(),
+            1,
+            Limits::default(),
+            false,
+            None,
+        )
+        .unwrap();
         let mut client = TcpStream::connect(running.addr).unwrap();
         client
             .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")

@@ -2,6 +2,7 @@
 //! command line.
 
 mod cli;
+mod es_auth;
 mod http;
 mod migrate;
 pub mod pool;

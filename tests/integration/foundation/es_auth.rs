@@ -1,0 +1,125 @@
+//! Elasticsearch with security on: the emulator, started with `--api-key` or
+//! `--basic-auth`, answers every request without those credentials 401
+//! `security_exception`, as a real cluster does; scanstore configured with them uploads
+//! and publishes through it, and with wrong ones says `unauthorized` in `/readyz`, writes
+//! nothing and never logs the secret.
+
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::projection::{t0, wait_for};
+use crate::support::emulator::{Emulator, Target};
+use crate::support::logs;
+use crate::support::scan::{self, endpoints, Batch};
+use crate::support::server::{got, http};
+use crate::support::stack::Stack;
+use scanstore::es::access::EsAuth;
+use scanstore::telemetry::secret::Secret;
+
+const KEY: &str = "VnVhQ2ZHY0JDZGJrUW0tZTVhT3g6dWkybHAyYXhUTm1zeWFrdzl0dk5udw==";
+
+fn stack(emulator: Emulator, auth: EsAuth) -> Stack {
+    Stack::build(Target::Emulator(emulator), "port_scan", |cfg| {
+        cfg.elasticsearch.auth = auth;
+    })
+}
+
+/// Uploads and publishes one execution, and checks that no request was refused.
+fn upload_and_publish(s: &Stack) {
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 20, 10, t0());
+    let mut c = s.sql();
+    wait_for("publication", Duration::from_secs(30), || {
+        c.query_one(
+            "SELECT processed_at IS NOT NULL FROM scan_projection_outbox WHERE execution_id = $1",
+            &[&s.execution()],
+        )
+        .map(|r| r.get::<_, bool>(0))
+        .unwrap_or(false)
+    });
+    let counted: i64 = c
+        .query_one(
+            "SELECT observation_count FROM executions WHERE id = $1",
+            &[&s.execution()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(counted, 20, "counted through the secured cluster");
+    let log = s.emulator().requests(None, None);
+    assert!(log.count > 0);
+    let refused: Vec<_> = log.requests.iter().filter(|r| r.status == 401).collect();
+    assert!(refused.is_empty(), "requests refused: {refused:?}");
+    let readyz = got(http().get(format!("{}/readyz", s.base())).call());
+    assert_eq!(readyz.status, 200, "{}", readyz.body);
+}
+
+#[test]
+fn the_secured_emulator_refuses_requests_without_its_credentials() {
+    let e = Emulator::start_with(&["--api-key", KEY]);
+    let (status, body) = e.es().get("/");
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["error"]["type"], "security_exception");
+    assert!(body["error"]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("missing authentication credentials"));
+    let wrong = http()
+        .get(format!("{}/", e.url()))
+        .header("Authorization", "ApiKey bm9wZQ==")
+        .call()
+        .unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    let right = http()
+        .get(format!("{}/", e.url()))
+        .header("Authorization", &format!("ApiKey {KEY}"))
+        .call()
+        .unwrap();
+    assert_eq!(right.status().as_u16(), 200);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn scanstore_works_through_an_api_key_and_through_basic_authentication() {
+    let s = stack(
+        Emulator::start_with(&["--api-key", KEY]),
+        EsAuth::ApiKey(Secret::new(KEY.into())),
+    );
+    upload_and_publish(&s);
+    let s = stack(
+        Emulator::start_with(&["--basic-auth", "scanstore:s3cret-Pa55"]),
+        EsAuth::Basic {
+            username: "scanstore".into(),
+            password: Secret::new("s3cret-Pa55".into()),
+        },
+    );
+    upload_and_publish(&s);
+    let text = logs::all();
+    assert!(
+        !text.contains(KEY) && !text.contains("s3cret-Pa55"),
+        "a secret was logged"
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn wrong_credentials_are_unauthorized_and_write_nothing() {
+    let wrong = "d3Jvbmc6a2V5";
+    let s = stack(
+        Emulator::start_with(&["--api-key", KEY]),
+        EsAuth::ApiKey(Secret::new(wrong.into())),
+    );
+    let readyz = got(http().get(format!("{}/readyz", s.base())).call());
+    assert_eq!(readyz.status, 503);
+    assert_eq!(readyz.body["elasticsearch"], "unauthorized");
+    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 2, t0()));
+    let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b);
+    assert!(r.status >= 500, "{}", r.body);
+    assert_eq!(s.receipts(), vec![("main".into(), 0, "pending".into())]);
+    let writes = s.emulator().requests(Some("POST"), Some("/_bulk"));
+    assert!(
+        writes.requests.iter().all(|r| r.status == 401),
+        "{:?}",
+        writes.requests
+    );
+    assert!(!logs::all().contains(wrong), "the key was logged");
+}
