@@ -53,8 +53,9 @@ impl App {
     pub fn new(config: Config) -> Result<App, StartError> {
         let db = Db::new(&config.database)?;
         let es_cfg = &config.elasticsearch;
-        let es = EsClient::with_auth(&es_cfg.url, es_cfg.request_timeout, &es_cfg.auth);
-        let es_probe = EsClient::with_auth(&es_cfg.url, PROBE_TIMEOUT, &es_cfg.auth);
+        let (auth, roots) = (&es_cfg.auth, es_cfg.ca_roots.as_ref());
+        let es = EsClient::with_access(&es_cfg.url, es_cfg.request_timeout, auth, roots);
+        let es_probe = EsClient::with_access(&es_cfg.url, PROBE_TIMEOUT, auth, roots);
         let limiter = Limiter::new(config.elasticsearch.bulk_max_concurrency);
         Ok(App {
             config,

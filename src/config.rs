@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::es::access::EsAuth;
+use crate::es::access::{self, EsAuth};
 use crate::telemetry::secret::Secret;
+use ureq::tls::RootCerts;
 
 /// Environment variable that overrides `database.url` (keeps the password out of the file).
 pub const ENV_DATABASE_URL: &str = "SCANSTORE_DATABASE_URL";
@@ -141,6 +142,7 @@ pub struct RawElasticsearch {
     pub projection_heartbeat_seconds: u64,
     pub api_key: Option<String>,
     pub username: Option<String>,
+    pub ca_file: Option<String>,
 }
 
 impl Default for RawElasticsearch {
@@ -158,6 +160,7 @@ impl Default for RawElasticsearch {
             projection_heartbeat_seconds: 20,
             api_key: None,
             username: None,
+            ca_file: None,
         }
     }
 }
@@ -270,6 +273,8 @@ pub struct EsConfig {
     pub projection_heartbeat: Duration,
     /// Credentials sent with every request (`Secret`s: never printed).
     pub auth: EsAuth,
+    /// The CAs an `https://` cluster is verified against (the public web roots when unset).
+    pub ca_roots: Option<RootCerts>,
 }
 
 #[derive(Debug, Clone)]
@@ -466,6 +471,16 @@ impl Config {
         }
         validate_index_prefix(&e.index_prefix)?;
         let auth = es_auth(e.api_key, e.username, env)?;
+        let ca_roots = match &e.ca_file {
+            Some(path) => Some(access::ca_roots(Path::new(path)).map_err(|why| {
+                refuse(
+                    "elasticsearch.ca_file",
+                    path,
+                    format!("a readable PEM bundle ({why})"),
+                )
+            })?),
+            None => None,
+        };
 
         let lease = checked(
             "elasticsearch.projection_lease_seconds",
@@ -551,6 +566,7 @@ impl Config {
                 projection_lease: Duration::from_secs(lease),
                 projection_heartbeat: Duration::from_secs(heartbeat),
                 auth,
+                ca_roots,
             },
             projection: ProjectionConfig {
                 workers: to_usize(checked("projection.workers", raw.projection.workers)?),
@@ -838,6 +854,21 @@ mod tests {
             let err = with(file, &vars).unwrap_err();
             assert_eq!(err.key, key, "{file} {vars:?}");
             assert!(!err.to_string().contains("aWQ6a2V5") && !err.to_string().contains("pw "));
+        }
+    }
+
+    #[test]
+    fn a_ca_file_must_hold_pem_certificates() {
+        let p = std::env::temp_dir().join(format!("scanstore-ca-{}.pem", std::process::id()));
+        for (text, missing) in [(Some("not a certificate\n"), false), (None, true)] {
+            if let Some(t) = text {
+                std::fs::write(&p, t).unwrap();
+            } else {
+                let _ = std::fs::remove_file(&p);
+            }
+            let file = format!("[elasticsearch]\nca_file = {:?}\n", p.display().to_string());
+            let err = parse(&file).unwrap_err();
+            assert_eq!(err.key, "elasticsearch.ca_file", "missing: {missing}");
         }
     }
 

@@ -1,8 +1,14 @@
-//! How scanstore proves who it is to Elasticsearch: an API key, or a user and password,
-//! sent as the `Authorization` header of every request. Secrets stay in `Secret`s, so no
-//! log line or error text can carry them.
+//! How scanstore and Elasticsearch trust each other: the credentials scanstore sends (an
+//! API key, or a user and password, as the `Authorization` header of every request) and
+//! the certificate authorities it accepts for an `https://` cluster (the public web roots,
+//! or the PEM bundle of `elasticsearch.ca_file`, such as the CA an Elasticsearch 8 node
+//! generates). Verification is always on. Secrets stay in `Secret`s, so no log line or
+//! error text can carry them.
+
+use std::path::Path;
 
 use base64::Engine;
+use ureq::tls::{Certificate, PemItem, RootCerts};
 
 use crate::telemetry::secret::Secret;
 
@@ -43,6 +49,23 @@ impl EsAuth {
             EsAuth::Basic { .. } => "basic",
         }
     }
+}
+
+/// The CA certificates of a PEM bundle, as the roots to verify the cluster against.
+pub fn ca_roots(path: &Path) -> Result<RootCerts, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut certs: Vec<Certificate<'static>> = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => return Err(format!("{}: not a PEM file ({e})", path.display())),
+        }
+    }
+    if certs.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", path.display()));
+    }
+    Ok(RootCerts::new_with_certs(&certs))
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use ureq::tls::{RootCerts, TlsConfig};
+
 use super::access::EsAuth;
 use super::error::EsError;
 use crate::telemetry::context;
@@ -139,14 +141,24 @@ fn read_response(
 }
 
 impl EsClient {
-    /// A client without credentials.
+    /// A client without credentials that trusts the public web roots.
     pub fn new(base_url: &str, timeout: Duration) -> EsClient {
-        EsClient::with_auth(base_url, timeout, &EsAuth::None)
+        EsClient::with_access(base_url, timeout, &EsAuth::None, None)
     }
 
-    /// A client that sends `auth` with every request.
-    pub fn with_auth(base_url: &str, timeout: Duration, auth: &EsAuth) -> EsClient {
+    /// A client that sends `auth` with every request and, for `https://`, verifies the
+    /// cluster against `roots` (the public web roots when `None`).
+    pub fn with_access(
+        base_url: &str,
+        timeout: Duration,
+        auth: &EsAuth,
+        roots: Option<&RootCerts>,
+    ) -> EsClient {
+        let tls = TlsConfig::builder()
+            .root_certs(roots.cloned().unwrap_or(RootCerts::WebPki))
+            .build();
         let config = ureq::Agent::config_builder()
+            .tls_config(tls)
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
             .timeout_connect(Some(timeout.min(Duration::from_secs(5))))
