@@ -32,7 +32,7 @@ CREATE TABLE schema_marker (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 
--- The schema generation, for humans and readiness checks (legacy = 1, current = 2).
+-- The schema generation, for humans and readiness checks (legacy = 1, current = 3).
 CREATE TABLE schema_version (
     -- Why: exactly one row; the boolean key that must be true makes a second row impossible.
     singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
@@ -524,15 +524,15 @@ $$;
 -- END shared
 
 -- Added by migrate_execution_lifecycle.sql on upgrade; declared after the shared block.
--- true once the upload is abandoned (by its scanner, or with a lapsed lease): its
+-- Set when the upload is abandoned (by its scanner, or when its claim ended): its
 -- confirmed batches stay and count, it takes no more batches, and a final does not wait
 -- for it.
-ALTER TABLE scan_upload_stream ADD COLUMN abandoned boolean NOT NULL DEFAULT false;
+ALTER TABLE scan_upload_stream ADD COLUMN abandoned_at timestamptz;
 -- Why: the lease sweep looks for abandoned uploads whose pending batches are still to be
 -- undone (a crash may interrupt the clean-up); partial, so it holds only those few rows.
 -- Also created by migrate_execution_lifecycle.sql.
 CREATE INDEX scan_upload_stream_abandoned_idx ON scan_upload_stream (execution_id)
-    WHERE abandoned AND (pending_count > 0 OR dns_pending_count > 0);
+    WHERE abandoned_at IS NOT NULL AND (pending_count > 0 OR dns_pending_count > 0);
 
 -- Why guard: see scan_upload_receipt_guard(). BEFORE, so a forbidden change never lands.
 CREATE TRIGGER scan_upload_receipts_guard BEFORE UPDATE ON scan_upload_receipts

@@ -1,6 +1,6 @@
 -- Upgrade step 5 of 5 (schema version 2 -> 3): the scanner's execution lifecycle
 -- (executions: lease, attempts, failure reason, claim by any scanner of the owner;
--- scan_upload_stream.abandoned) and freshness of single-IP search targets inside a
+-- scan_upload_stream.abandoned_at) and freshness of single-IP search targets inside a
 -- scanned network (search_targets_ip_gist).
 --
 -- Order of the upgrade (the Rust runner, under pg_advisory_lock, on a database that
@@ -15,12 +15,13 @@
 -- Idempotent: every step is behind a catalog check (CREATE INDEX takes its table lock
 -- before IF NOT EXISTS looks, and a restart must not take it again).
 --
--- Cost, first run only: the new columns have constant defaults (a catalog change, no
--- rewrite) and dropping NOT NULL is a catalog change too, each waiting an instant for its
--- table's ACCESS EXCLUSIVE lock; the CHECK constraint scans executions once; the GiST
--- build scans search_targets under a SHARE lock (writes to search targets wait; reads and
--- uploads do not). No backfill: executions running at the upgrade have no lease and never
--- lapse; their scanner's first heartbeat or batch gives them one.
+-- Cost, first run only: the new columns have constant defaults and dropping NOT NULL is a
+-- catalog change (no rewrite), but they take ACCESS EXCLUSIVE locks on executions and
+-- scan_upload_stream, and one transaction holds them until it commits: through the CHECK
+-- constraint's scan of executions and the index builds (two on executions, a GiST over
+-- search_targets). Claims, uploads and reads of executions wait that long; it is why the
+-- upgrade stops every instance first. No backfill: executions running at the upgrade have
+-- no lease and never lapse; their scanner's first heartbeat or batch gives them one.
 -- init.sql declares the columns last, so an upgraded database dumps like a fresh one.
 
 SET LOCAL client_min_messages = warning;
@@ -56,13 +57,13 @@ BEGIN
         CREATE INDEX executions_scanner_idx ON executions (scanner_id, created_at);
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'scan_upload_stream'::regclass
-                   AND attname = 'abandoned' AND NOT attisdropped) THEN
-        ALTER TABLE scan_upload_stream ADD COLUMN abandoned boolean NOT NULL DEFAULT false;
+                   AND attname = 'abandoned_at' AND NOT attisdropped) THEN
+        ALTER TABLE scan_upload_stream ADD COLUMN abandoned_at timestamptz;
     END IF;
     -- Why: the lease sweep looks for abandoned uploads with pending batches to undo.
     IF to_regclass('scan_upload_stream_abandoned_idx') IS NULL THEN
         CREATE INDEX scan_upload_stream_abandoned_idx ON scan_upload_stream (execution_id)
-            WHERE abandoned AND (pending_count > 0 OR dns_pending_count > 0);
+            WHERE abandoned_at IS NOT NULL AND (pending_count > 0 OR dns_pending_count > 0);
     END IF;
 
     -- Why: freshness updates single-IP targets inside a scanned network or address

@@ -308,6 +308,11 @@ pub struct ScannerConfig {
     /// How often lapsed leases are looked for (not a file setting: a tenth of the lease,
     /// 1 to 30 s; tests shorten it).
     pub sweep_interval: Duration,
+    /// How long after an upload is abandoned its pending receipts are kept: longer than a
+    /// batch's Elasticsearch writes can last (three attempts of a request and the backoff
+    /// between them), so that none lands after its receipt is gone (not a file setting:
+    /// follows `elasticsearch.request_timeout_ms`; tests shorten it).
+    pub write_grace: Duration,
 }
 
 /// One documented range: `(key, low, high, unit)`. The table is the single source for
@@ -589,6 +594,10 @@ impl Config {
                     lease: Duration::from_secs(lease),
                     max_attempts: checked("scanner.max_attempts", raw.scanner.max_attempts)? as u32,
                     sweep_interval: Duration::from_secs((lease / 10).clamp(1, 30)),
+                    write_grace: Duration::from_millis(e.request_timeout_ms)
+                        * crate::upload::BULK_ATTEMPTS
+                        + crate::upload::BULK_BACKOFF.cap * crate::upload::BULK_ATTEMPTS
+                        + Duration::from_secs(1),
                 }
             },
         })

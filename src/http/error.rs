@@ -116,6 +116,11 @@ pub fn upload_status(e: &UploadError) -> u16 {
     upload(e).status
 }
 
+/// The error code an upload failure answers with (for logs that must not quote details).
+pub fn upload_code(e: &UploadError) -> &'static str {
+    upload(e).code
+}
+
 impl ApiError {
     fn mapping(&self) -> Mapping {
         match self {

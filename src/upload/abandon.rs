@@ -41,7 +41,7 @@ const CONFIRMED: &str = "
       FROM scan_upload_receipts WHERE execution_id = $1 AND upload_id = $2";
 
 const MARK: &str = "
-    UPDATE scan_upload_stream SET abandoned = true, updated_at = now()
+    UPDATE scan_upload_stream SET abandoned_at = coalesce(abandoned_at, now()), updated_at = now()
      WHERE execution_id = $1 AND upload_id = $2";
 
 const PENDING: &str = "
@@ -54,8 +54,17 @@ const PENDING: &str = "
 // is refused at its confirm, as its stream is abandoned).
 const LOCK_EXECUTION: &str = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE";
 
+// Only once no write of the upload can still be in flight: a batch that passed its
+// transaction A before the upload was abandoned may still be writing for `write_grace`.
 const DELETE_PENDING: &str = "
     DELETE FROM scan_upload_receipts
+     WHERE execution_id = $1 AND upload_id = $2 AND status = 'pending'
+       AND EXISTS (SELECT 1 FROM scan_upload_stream s
+                    WHERE s.execution_id = $1 AND s.upload_id = $2
+                      AND s.abandoned_at <= now() - make_interval(secs => $3))";
+
+const STILL_PENDING: &str = "
+    SELECT count(*) FROM scan_upload_receipts
      WHERE execution_id = $1 AND upload_id = $2 AND status = 'pending'";
 
 /// A pending batch whose facts are to be removed.
@@ -101,12 +110,13 @@ pub fn run(
         }
         Ok::<_, UploadError>(execution)
     })?;
-    let removed = clean(app, &execution, upload_id, trace_id)?;
+    let cleaned = clean(app, &execution, upload_id, trace_id)?;
     Ok(json!({
         "execution_id": execution_id,
         "upload_id": upload_id,
         "abandoned": true,
-        "removed_batches": removed,
+        "removed_batches": cleaned.removed,
+        "waiting_batches": cleaned.waiting,
     }))
 }
 
@@ -114,13 +124,13 @@ pub fn run(
 /// they may have written are rebuilt from the execution's other facts (or deleted), their
 /// facts are deleted, then their receipts, and the stream is repaired. Every step may be
 /// repeated; a final of the execution waits until this has run. Returns the receipts
-/// removed.
+/// removed and left.
 pub fn clean(
     app: &App,
     execution: &Execution,
     upload_id: Uuid,
     trace_id: &str,
-) -> Result<u64, UploadError> {
+) -> Result<Cleaned, UploadError> {
     let execution_id = execution.id;
     let pending = app.db.in_tx(Stage::Lifecycle, |tx| {
         let rows = tx.query(PENDING, &[&execution_id, &upload_id])?;
@@ -186,18 +196,34 @@ pub fn clean(
     }
 
     // Transaction B: the receipts go, and the stream is recounted from what is left.
-    let removed = app.db.in_tx(Stage::Lifecycle, |tx| {
+    let grace = app.config.scanner.write_grace.as_secs_f64();
+    let cleaned = app.db.in_tx(Stage::Lifecycle, |tx| {
         tx.execute(LOCK_EXECUTION, &[&execution_id])?;
-        let removed = tx.execute(DELETE_PENDING, &[&execution_id, &upload_id])?;
+        let removed = tx.execute(DELETE_PENDING, &[&execution_id, &upload_id, &grace])?;
         tx.query(reserve::REPAIR_STREAM, &[&execution_id, &upload_id])?;
-        Ok::<_, UploadError>(removed)
+        let waiting: i64 = tx
+            .query_one(STILL_PENDING, &[&execution_id, &upload_id])?
+            .get(0);
+        Ok::<_, UploadError>(Cleaned {
+            removed,
+            waiting: waiting as u64,
+        })
     })?;
     Line::new("ScanUploadAbandoned")
         .field("execution_id", execution_id)
         .field("upload_id", upload_id)
-        .field("pending_batches", removed)
+        .field("pending_batches_removed", cleaned.removed)
+        .field("pending_batches_waiting", cleaned.waiting)
         .info();
-    Ok(removed)
+    Ok(cleaned)
+}
+
+/// What a clean-up did: pending receipts removed, and those kept until no write of the
+/// upload can be in flight (the lease sweep removes them then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleaned {
+    pub removed: u64,
+    pub waiting: u64,
 }
 
 /// A complete search answer's hits (`_source` of each); a partial one is an error.
@@ -223,18 +249,19 @@ fn search(app: &App, indices: &str, body: &Value) -> Result<Vec<Value>, UploadEr
     Ok(hits.into_iter().map(|h| h["_source"].clone()).collect())
 }
 
-/// The endpoints of the pending batches' facts that reached the cluster (refreshed first,
-/// so a write that was acknowledged is seen), and how many endpoint facts were found.
+/// The endpoints of the pending batches' facts that reached the cluster (the facts are
+/// refreshed first, so a write that was acknowledged is seen), and how many endpoint facts
+/// were found.
 fn written_endpoints(
     app: &App,
     by_index: &[(String, Vec<String>)],
 ) -> Result<(Vec<Key>, usize), UploadError> {
-    let indices: Vec<&str> = by_index.iter().map(|(i, _)| i.as_str()).collect();
-    let joined = indices.join(",");
+    // Every facts index: the repair then searches them all for the other observations.
+    let facts = format!("{}-facts-*", app.config.elasticsearch.index_prefix);
     app.es
         .request(
             "POST",
-            &format!("/{}/_refresh?ignore_unavailable=true", encode_path(&joined)),
+            &format!("/{}/_refresh?ignore_unavailable=true", encode_path(&facts)),
             None,
         )?
         .ok()?;

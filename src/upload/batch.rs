@@ -86,9 +86,31 @@ pub struct Batch {
     /// `sha256:<hex>`, lower case, verified against the observations' bytes.
     pub checksum: String,
     pub observations: Vec<Observation>,
+    /// The window `observed_at` was checked against, and the positions outside it.
+    pub window: Window,
+    pub out_of_window: Vec<usize>,
 }
 
 impl Batch {
+    /// 422 `out_of_window` when an observation lies outside the window. Checked for a
+    /// batch seen for the first time: a retry was checked when it was first received, and
+    /// is answered as before (`saved: 0`, or completed) however its times have aged.
+    pub fn check_window(&self) -> Result<(), UploadError> {
+        if self.out_of_window.is_empty() {
+            return Ok(());
+        }
+        let at = |t: &DateTime<Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        Err(refuse_positions(
+            "out_of_window",
+            &format!(
+                "observed outside {} .. {}",
+                at(&self.window.earliest),
+                at(&self.window.latest)
+            ),
+            &self.out_of_window,
+        ))
+    }
+
     pub fn endpoint_count(&self) -> usize {
         self.observations
             .iter()
@@ -266,21 +288,6 @@ pub fn parse(body: &[u8], max_observations: usize, window: Window) -> Result<Bat
         }
         observations.push(o);
     }
-    if !out_of_window.is_empty() {
-        return Err(refuse_positions(
-            "out_of_window",
-            &format!(
-                "observed outside {} .. {}",
-                window
-                    .earliest
-                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                window
-                    .latest
-                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-            ),
-            &out_of_window,
-        ));
-    }
     Ok(Batch {
         protocol_version: PROTOCOL_VERSION,
         upload_id,
@@ -289,6 +296,8 @@ pub fn parse(body: &[u8], max_observations: usize, window: Window) -> Result<Bat
         is_final: env.is_final,
         checksum,
         observations,
+        window,
+        out_of_window,
     })
 }
 

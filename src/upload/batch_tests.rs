@@ -28,7 +28,7 @@ fn endpoint(fields: serde_json::Value) -> String {
 }
 
 fn err_code(body: &[u8]) -> &'static str {
-    match parse(body, 100, now()) {
+    match parse(body, 100, now()).and_then(|b| b.check_window().map(|_| b)) {
         Err(UploadError::Invalid { code, .. }) => code,
         Err(UploadError::Unprocessable { code, .. }) => code,
         Err(e) => panic!("unexpected error {e}"),
@@ -276,7 +276,7 @@ fn observed_at_must_lie_in_the_window_and_every_position_is_named() {
         })
         .collect();
     let obs = serde_json::to_string(&obs).unwrap();
-    match parse(&body_with(&obs, ""), 1000, now()) {
+    match parse(&body_with(&obs, ""), 1000, now()).and_then(|b| b.check_window()) {
         Err(UploadError::Unprocessable { code, details, .. }) => {
             assert_eq!(code, "out_of_window");
             assert_eq!(details["count"], 50);

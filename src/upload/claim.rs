@@ -13,23 +13,40 @@ use crate::auth::Scanner;
 use crate::config::Config;
 use crate::db::{Queries, Tx};
 
-// executions_claim_idx answers both arms (scanner_id = $1, scanner_id IS NULL); only a
-// scanner restricted to an owner ($2) takes that owner's unassigned executions.
-const CLAIM: &str = "
-    WITH next AS (
-        SELECT e.id FROM executions e
-         WHERE e.status = 'queued'
-           AND (e.scanner_id = $1
-                OR (e.scanner_id IS NULL
-                    AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = e.task_id AND t.owner_id = $2)))
-         ORDER BY e.created_at, e.id
-         LIMIT 1
-           FOR UPDATE OF e SKIP LOCKED)
-    UPDATE executions e
-       SET status = 'running', scanner_id = $1, started_at = now(), attempts = e.attempts + 1,
-           lease_expires_at = now() + make_interval(secs => $3)
-      FROM next WHERE e.id = next.id
-    RETURNING e.id, e.task_id, e.attempts, e.lease_expires_at";
+// The claim: the oldest execution `next` selects, running under a lease from now.
+macro_rules! claim {
+    ($next:literal) => {
+        concat!(
+            "WITH next AS (",
+            $next,
+            ") UPDATE executions e
+                SET status = 'running', scanner_id = $1, started_at = now(),
+                    attempts = e.attempts + 1,
+                    lease_expires_at = now() + make_interval(secs => $2)
+               FROM next WHERE e.id = next.id
+             RETURNING e.id, e.task_id, e.attempts, e.lease_expires_at"
+        )
+    };
+}
+
+// An unrestricted scanner takes only what is assigned to it: executions_claim_idx by
+// scanner_id. `SKIP LOCKED`: concurrent claims take different executions.
+const CLAIM_ASSIGNED: &str = claim!(
+    "SELECT id FROM executions
+      WHERE scanner_id = $1 AND status = 'queued'
+      ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+);
+
+// A scanner restricted to owner $3 also takes that owner's unassigned executions; both
+// arms use executions_claim_idx (scanner_id = $1, scanner_id IS NULL).
+const CLAIM_FOR_OWNER: &str = claim!(
+    "SELECT e.id FROM executions e
+      WHERE e.status = 'queued'
+        AND (e.scanner_id = $1
+             OR (e.scanner_id IS NULL
+                 AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = e.task_id AND t.owner_id = $3)))
+      ORDER BY e.created_at, e.id LIMIT 1 FOR UPDATE OF e SKIP LOCKED"
+);
 
 const TASK: &str = "
     UPDATE tasks SET status = CASE WHEN status = 'pending' THEN 'running' ELSE status END
@@ -53,7 +70,11 @@ pub fn run(
     config: &Config,
 ) -> Result<Option<Claimed>, UploadError> {
     let lease = config.scanner.lease.as_secs_f64();
-    let Some(row) = tx.query_opt(CLAIM, &[&scanner.id, &scanner.owner_id, &lease])? else {
+    let claimed = match scanner.owner_id {
+        None => tx.query_opt(CLAIM_ASSIGNED, &[&scanner.id, &lease])?,
+        Some(owner) => tx.query_opt(CLAIM_FOR_OWNER, &[&scanner.id, &lease, &owner])?,
+    };
+    let Some(row) = claimed else {
         return Ok(None);
     };
     let (execution_id, task_id, attempt, lease_expires_at): (Uuid, Uuid, i32, DateTime<Utc>) =

@@ -14,7 +14,7 @@ use super::{children, freshness};
 use crate::db::{Queries, Tx};
 use crate::telemetry::span::UploadSpan;
 
-const LOCK_EXECUTION: &str = "SELECT 1 FROM executions WHERE id = $1 FOR UPDATE";
+const LOCK_EXECUTION: &str = "SELECT status FROM executions WHERE id = $1 FOR UPDATE";
 
 // A repeated confirm matches no row and changes nothing (the trigger adds nothing either).
 // dns_answers_recorded tells a later final that this batch's answers are in
@@ -28,7 +28,7 @@ const CONFIRM_RECEIPT: &str = "
 // receipt itself is gone with the upload's pending batches). Under the execution lock,
 // which abandoning takes too.
 const RECEIPT_UPLOAD_ABANDONED: &str = "
-    SELECT s.abandoned
+    SELECT s.abandoned_at IS NOT NULL
       FROM scan_upload_receipts r
       JOIN scan_upload_stream s ON s.execution_id = r.execution_id AND s.upload_id = r.upload_id
      WHERE r.id = $1";
@@ -81,9 +81,19 @@ pub fn run(
     answers: &[IpAddr],
     final_facts: Option<&FinalFacts>,
 ) -> Result<Option<i32>, UploadError> {
-    span.stage("execution_lock", || {
-        tx.execute(LOCK_EXECUTION, &[&execution.id])
-    })?;
+    let status: String = span
+        .stage("execution_lock", || {
+            tx.query_one(LOCK_EXECUTION, &[&execution.id])
+        })?
+        .get(0);
+    // It may have failed, or gone back to the queue, while this batch was written: then
+    // the batch is not kept (its pending receipt is undone with the claim's uploads).
+    if status != "running" {
+        return Err(conflict(
+            "execution_not_running",
+            format!("execution became {status} while this batch was written"),
+        ));
+    }
     let abandoned = tx
         .query_opt(RECEIPT_UPLOAD_ABANDONED, &[&receipt_id])?
         .map_or(true, |r| r.get::<_, bool>(0));

@@ -8,6 +8,7 @@
 //! sweep; `SKIP LOCKED` keeps instances (and in-flight batches, which hold the execution
 //! lock) apart.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -28,14 +29,17 @@ const SWEEP_LIMIT: i64 = 100;
 /// Most abandoned uploads one sweep cleans up.
 const CLEAN_LIMIT: i64 = 20;
 
-// Abandoned uploads with pending batches left, through the partial index
+// Abandoned uploads with pending batches left, once no write of theirs can be in flight
+// (`write_grace`), oldest first, through the partial index
 // scan_upload_stream_abandoned_idx (a handful of rows at any time).
 const UNCLEANED: &str = "
     SELECT s.execution_id, s.upload_id, e.task_id, t.owner_id, t.kind
       FROM scan_upload_stream s
       JOIN executions e ON e.id = s.execution_id
       JOIN tasks t ON t.id = e.task_id
-     WHERE s.abandoned AND (s.pending_count > 0 OR s.dns_pending_count > 0)
+     WHERE s.abandoned_at IS NOT NULL AND (s.pending_count > 0 OR s.dns_pending_count > 0)
+       AND s.abandoned_at <= now() - make_interval(secs => $2)
+     ORDER BY s.abandoned_at
      LIMIT $1";
 
 // executions_lease_idx: running rows whose lease has lapsed, oldest first.
@@ -57,10 +61,11 @@ const LAPSE: &str = "
       FROM lapsed WHERE e.id = lapsed.id
     RETURNING e.id, e.task_id, e.status, e.attempts";
 
-// The lapsed claim's uploads take no more batches, and a final does not wait for them.
-const ABANDON_UPLOADS: &str = "
-    UPDATE scan_upload_stream SET abandoned = true, updated_at = now()
-     WHERE execution_id = ANY($1) AND NOT abandoned";
+// The uploads of a claim that ended (lapsed or failed) take no more batches; their pending
+// batches are undone by the sweep.
+pub const ABANDON_UPLOADS: &str = "
+    UPDATE scan_upload_stream SET abandoned_at = now(), updated_at = now()
+     WHERE execution_id = ANY($1) AND abandoned_at IS NULL";
 
 /// One sweep: returns how many executions were requeued and failed.
 pub fn sweep(db: &Db, max_attempts: u32) -> Result<(usize, usize), DbError> {
@@ -98,7 +103,8 @@ pub fn sweep(db: &Db, max_attempts: u32) -> Result<(usize, usize), DbError> {
 /// Undoes the pending batches of abandoned uploads; returns how many uploads were cleaned.
 pub fn clean_abandoned(app: &App) -> Result<usize, DbError> {
     let uploads = app.db.in_tx(Stage::LeaseSweep, |tx| {
-        let rows = tx.query(UNCLEANED, &[&CLEAN_LIMIT])?;
+        let grace = app.config.scanner.write_grace.as_secs_f64();
+        let rows = tx.query(UNCLEANED, &[&CLEAN_LIMIT, &grace])?;
         Ok::<_, DbError>(
             rows.iter()
                 .map(|r| {
@@ -117,10 +123,11 @@ pub fn clean_abandoned(app: &App) -> Result<usize, DbError> {
     for (execution, upload_id) in uploads {
         match abandon::clean(app, &execution, upload_id, "lease-sweep") {
             Ok(_) => cleaned += 1,
+            // The kind only: a search backend's item reasons may quote document values.
             Err(e) => Line::new("ScanUploadCleanupFailed")
                 .field("execution_id", execution.id)
                 .field("upload_id", upload_id)
-                .field("error", e)
+                .field("error", crate::http::error::upload_code(&e))
                 .warn(),
         }
     }
@@ -146,12 +153,16 @@ impl Sweeper {
                 let mut waited = Duration::ZERO;
                 while !flag.load(Ordering::SeqCst) {
                     if waited >= every {
-                        let swept =
-                            sweep(&app.db, max_attempts).and_then(|_| clean_abandoned(&app));
-                        if let Err(e) = swept {
-                            Line::new("ScanExecutionLeaseSweepFailed")
+                        // A panic ends this sweep, not the sweeping.
+                        let swept = catch_unwind(AssertUnwindSafe(|| {
+                            sweep(&app.db, max_attempts).and_then(|_| clean_abandoned(&app))
+                        }));
+                        match swept {
+                            Ok(Ok(_)) => {}
+                            Ok(Err(e)) => Line::new("ScanExecutionLeaseSweepFailed")
                                 .field("error", e)
-                                .warn();
+                                .warn(),
+                            Err(_) => Line::new("ScanExecutionLeaseSweepPanicked").warn(),
                         }
                         waited = Duration::ZERO;
                     }

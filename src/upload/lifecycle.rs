@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::error::{conflict, UploadError};
-use super::{children, reserve};
+use super::{children, lease, reserve};
 use crate::auth::Scanner;
 use crate::config::Config;
 use crate::db::{Queries, Tx};
@@ -170,6 +170,7 @@ pub fn fail(
     running(&status)?;
     let attempt: i32 = tx.query_one(FAIL, &[&execution_id, &reason])?.get(0);
     children::forget_recorded(tx, execution_id)?;
+    tx.execute(lease::ABANDON_UPLOADS, &[&vec![execution_id]])?;
     tx.execute(TASK_FAILED, &[&execution.task_id])?;
     Ok(Failed {
         body: json!({"execution_id": execution_id, "status": "failed", "reason": reason}),

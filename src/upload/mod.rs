@@ -42,8 +42,8 @@ pub use error::UploadError;
 use reserve::Reservation;
 
 /// In-request retries of a transient bulk failure before the scanner is told to retry.
-const BULK_ATTEMPTS: u32 = 3;
-const BULK_BACKOFF: Backoff = Backoff {
+pub const BULK_ATTEMPTS: u32 = 3;
+pub const BULK_BACKOFF: Backoff = Backoff {
     base: Duration::from_millis(100),
     cap: Duration::from_secs(2),
 };

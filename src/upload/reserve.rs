@@ -68,10 +68,11 @@ const RECEIPT_BY_IDENTITY: &str = "
 
 // This execution's upload streams: a handful of rows by primary-key prefix.
 const STREAMS: &str = "
-    SELECT upload_id, dirty, final_count, abandoned FROM scan_upload_stream WHERE execution_id = $1";
+    SELECT upload_id, dirty, final_count, abandoned_at IS NOT NULL
+      FROM scan_upload_stream WHERE execution_id = $1";
 
 const ABANDONED: &str = "
-    SELECT abandoned FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2";
+    SELECT abandoned_at IS NOT NULL FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2";
 
 // Under the execution lock: every accepted batch keeps the scanner's claim alive.
 const RENEW_LEASE: &str = "
@@ -112,7 +113,7 @@ const CONFIRMED_SCOPE: &str = "
 // handful of rows by primary-key prefix.
 const ALL_STREAMS: &str = "
     SELECT upload_id, dirty, batch_count, confirmed_count, pending_count, min_batch, max_batch,
-           dns_pending_count, dns_max_batch, abandoned
+           dns_pending_count, dns_max_batch, abandoned_at IS NOT NULL
       FROM scan_upload_stream WHERE execution_id = $1";
 
 // The receipts of the incomplete uploads, to name their pending and missing batches
@@ -153,6 +154,9 @@ pub fn run(
             "execution_not_running",
             format!("execution is {status}; batches are accepted only while it is running"),
         ));
+    }
+    if existing.is_none() {
+        batch.check_window()?;
     }
     // Within the task's targets, or nothing is written (a pending retry was checked when
     // first reserved; the check is repeated, as the targets never shrink).
@@ -292,8 +296,20 @@ pub(super) fn lock_execution(
     let row = tx
         .query_opt(LOCK_EXECUTION, &[&execution_id])?
         .ok_or(UploadError::NotFound)?;
-    let (status, scanner_id, task_id, owner_id, task_kind): (String, Uuid, Uuid, Uuid, String) =
-        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    let (status, scanner_id, task_id, owner_id, task_kind): (
+        String,
+        Option<Uuid>,
+        Uuid,
+        Uuid,
+        String,
+    ) = (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    // No scanner: queued again for any scanner of the owner after a lapsed lease.
+    let Some(scanner_id) = scanner_id else {
+        return Err(conflict(
+            "execution_not_running",
+            format!("execution is {status}; claim it to work on it"),
+        ));
+    };
     if scanner_id != scanner.id || scanner.owner_id.is_some_and(|o| o != owner_id) {
         return Err(UploadError::Forbidden(
             "this execution is assigned to another scanner".into(),

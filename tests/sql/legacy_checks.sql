@@ -14,7 +14,7 @@ SELECT pg_temp.check_eq(
     '{"batch_count": 3, "confirmed_count": 3, "pending_count": 0, "min_batch": 0, "max_batch": 2,
       "final_count": 1, "final_batch": 2, "confirmed_observations": 0,
       "dns_batch_count": 3, "dns_confirmed_count": 3, "dns_pending_count": 0, "dns_max_batch": 5,
-      "dns_confirmed_observations": 30, "dirty": false, "abandoned": false}'::jsonb,
+      "dns_confirmed_observations": 30, "dirty": false, "abandoned_at": null}'::jsonb,
     'backfill: dns execution e3 (sparse sidecar 0,1,5; empty final 2)');
 SELECT pg_temp.check_eq(
     (SELECT to_jsonb(s) - 'execution_id' - 'upload_id' - 'updated_at' FROM scan_upload_stream s
@@ -22,7 +22,7 @@ SELECT pg_temp.check_eq(
     '{"batch_count": 12, "confirmed_count": 10, "pending_count": 2, "min_batch": 0, "max_batch": 11,
       "final_count": 0, "final_batch": null, "confirmed_observations": 1045,
       "dns_batch_count": 2, "dns_confirmed_count": 1, "dns_pending_count": 1, "dns_max_batch": 4,
-      "dns_confirmed_observations": 11, "dirty": false, "abandoned": false}'::jsonb,
+      "dns_confirmed_observations": 11, "dirty": false, "abandoned_at": null}'::jsonb,
     'backfill: running execution e5 (10 confirmed, 2 pending, dns 1+1)');
 SELECT pg_temp.check_eq(
     (SELECT count(*) FROM scan_upload_stream WHERE execution_id = '00000000-0000-4000-8000-0000000000e2'),

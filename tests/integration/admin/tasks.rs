@@ -35,6 +35,8 @@ fn task_with_scanner_gets_one_queued_assigned_execution_and_canonical_targets() 
             "::ffff:198.51.100.9",
             "--target",
             "::FFFF:198.51.100.0/120",
+            "--target",
+            "007.example.com",
             "--scanner",
             &s,
             "--tag",
@@ -53,6 +55,7 @@ fn task_with_scanner_gets_one_queued_assigned_execution_and_canonical_targets() 
         [
             "cidr:10.0.0.0/8",
             "cidr:198.51.100.0/24",
+            "domain:007.example.com",
             "domain:www.example.com",
             "ip:192.0.2.7",
             "ip:198.51.100.9",
@@ -87,6 +90,7 @@ fn task_with_scanner_gets_one_queued_assigned_execution_and_canonical_targets() 
     let want = [
         ("cidr", "10.0.0.0/8"),
         ("cidr", "198.51.100.0/24"),
+        ("domain", "007.example.com"),
         ("domain", "www.example.com"),
         ("ip", "192.0.2.7"),
         ("ip", "198.51.100.9"),

@@ -26,6 +26,7 @@ pub struct ChildConfig {
     pub worker_threads: u32,
     pub extra_es: String,
     pub extra_server: String,
+    pub request_timeout_ms: u64,
     /// Further sections, appended as they are (`[scanner]\nlease_seconds = 5\n`).
     pub extra_sections: String,
     /// The child's limit of open file descriptors (`RLIMIT_NOFILE`), if set.
@@ -44,6 +45,7 @@ impl ChildConfig {
             worker_threads: 8,
             extra_es: String::new(),
             extra_server: String::new(),
+            request_timeout_ms: 10_000,
             extra_sections: String::new(),
             nofile: None,
         }
@@ -53,7 +55,7 @@ impl ChildConfig {
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworker_threads = {}\nshutdown_grace_seconds = 2\n{}\n\
              [database]\nurl = \"{}\"\npool_size = {}\npool_timeout_ms = {}\n\
-             [elasticsearch]\nurl = \"{}\"\nindex_prefix = \"{}\"\nrequest_timeout_ms = 10000\n\
+             [elasticsearch]\nurl = \"{}\"\nindex_prefix = \"{}\"\nrequest_timeout_ms = {}\n\
              projection_lease_seconds = 10\nprojection_heartbeat_seconds = 3\n{}\n\
              [projection]\nworkers = {}\n{}",
             self.worker_threads,
@@ -63,6 +65,7 @@ impl ChildConfig {
             self.pool_timeout_ms,
             self.es_url,
             self.prefix,
+            self.request_timeout_ms,
             self.extra_es,
             self.workers,
             self.extra_sections

@@ -116,7 +116,9 @@ fn kill_between_abandon_and_repair() {
     let run = factory::task(&mut c, owner.id, scanner.id, "port_scan", "running");
     let e = run.execution_id;
     let prefix = format!("ab{}", &Uuid::new_v4().simple().to_string()[..8]);
-    let cfg = ChildConfig::new(&db.url, emu.url(), &prefix);
+    let mut cfg = ChildConfig::new(&db.url, emu.url(), &prefix);
+    cfg.request_timeout_ms = 1000;
+    cfg.extra_sections = "[scanner]\nlease_seconds = 60\n".into();
     let mut first = Serve::start(&cfg);
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
     let mut older = endpoints(0, 3, &scan::t0_plus(-5));
@@ -150,7 +152,7 @@ fn kill_between_abandon_and_repair() {
     let stream = |c: &mut postgres::Client| -> (bool, i32) {
         let r = c
             .query_one(
-                "SELECT abandoned, pending_count FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2",
+                "SELECT abandoned_at IS NOT NULL, pending_count FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2",
                 &[&e, &a],
             )
             .unwrap();
@@ -174,15 +176,24 @@ fn kill_between_abandon_and_repair() {
     let second = Serve::start(&cfg);
     let fin = Batch::final_(b, 1, vec![]);
     let r = scan::post(&second.base, &scanner.token, e, &fin);
-    if r.status == 409 {
-        assert_eq!(
-            r.body["error"]["details"]["incomplete_uploads"][0]["abandoned"],
-            true
-        );
-    }
-    // Repeating the request completes it (or finds the new instance's sweep did).
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(
+        r.body["error"]["details"]["incomplete_uploads"][0]["abandoned"],
+        true
+    );
+    // Repeating the request undoes the batch's writes; its receipt goes once no write of
+    // it can be in flight any more (the request, or the new instance's sweep, after the
+    // write grace: three 1 s request timeouts and their backoff here).
     let again = abandon(&second.base, &scanner.token, e, a).unwrap();
-    assert!(again.status == 200 || again.status == 409, "{}", again.body);
+    assert_eq!(again.status, 200, "{}", again.body);
+    let until = std::time::Instant::now() + Duration::from_secs(40);
+    while stream(&mut c).1 > 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the pending batch was never removed"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert_eq!(stream(&mut c), (true, 0));
     let leftovers: i64 = c
         .query_one(

@@ -24,6 +24,7 @@ fn stack(lease: Duration, attempts: u32) -> Stack {
         cfg.scanner.lease = lease;
         cfg.scanner.max_attempts = attempts;
         cfg.scanner.sweep_interval = Duration::from_millis(50);
+        cfg.scanner.write_grace = Duration::ZERO;
     })
 }
 
@@ -329,6 +330,7 @@ fn the_sweep_undoes_the_pending_batches_of_a_lapsed_claim() {
     let Some(s) = Stack::with_faults("lapsed_pending", "port_scan", |cfg| {
         cfg.scanner.lease = Duration::from_secs(1);
         cfg.scanner.sweep_interval = Duration::from_millis(50);
+        cfg.scanner.write_grace = Duration::ZERO;
     }) else {
         return;
     };

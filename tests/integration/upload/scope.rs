@@ -242,3 +242,27 @@ fn an_ipv4_mapped_address_is_the_same_endpoint_as_its_ipv4_host() {
     assert_eq!(ips[0]["endpoint_count"], 2);
     assert_eq!(ips[0]["endpoints"].as_array().unwrap().len(), 2);
 }
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_retry_is_answered_as_before_after_its_times_left_the_window() {
+    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+        cfg.upload.max_observation_age = chrono::Duration::seconds(3);
+    });
+    let at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let up = Uuid::new_v4();
+    let b0 = Batch::main(up, 0, vec![endpoint("10.0.0.1", 443, &at)]);
+    let post = |b: &Batch| scan::post(s.base(), &s.scanner.token, s.execution(), b);
+    assert_eq!(post(&b0).body["saved"], 1);
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    // The confirmed batch again: saved 0, as ever; a new one with that time: refused.
+    let again = post(&b0);
+    assert_eq!(
+        (again.status, again.body["saved"].clone()),
+        (200, json!(0)),
+        "{}",
+        again.body
+    );
+    let b1 = Batch::main(up, 1, vec![endpoint("10.0.0.2", 443, &at)]);
+    assert_eq!(refusal(&post(&b1), 422, "out_of_window"), [0]);
+}
