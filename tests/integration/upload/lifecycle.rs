@@ -388,3 +388,48 @@ fn the_sweep_undoes_the_pending_batches_of_a_lapsed_claim() {
     };
     assert_eq!(counts, (3, 3));
 }
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_failed_execution_keeps_nothing_of_a_batch_written_across_the_fail() {
+    let Some(s) = Stack::with_faults("fail_during_batch", "port_scan", |cfg| {
+        cfg.scanner.sweep_interval = Duration::from_millis(50);
+        cfg.scanner.write_grace = Duration::ZERO;
+    }) else {
+        return;
+    };
+    let mut c = s.sql();
+    let e = s.execution();
+    let up = Uuid::new_v4();
+    // The batch's bulk waits while its scanner fails the execution.
+    s.emulator()
+        .add_fault(crate::support::emulator::Fault::Pause {
+            path: "/_bulk".into(),
+            method: None,
+            count: Some(1),
+        });
+    let (base, token) = (s.base().to_string(), s.scanner.token.clone());
+    let inflight = std::thread::spawn(move || {
+        scan::post(&base, &token, e, &Batch::main(up, 0, endpoints(0, 3, t0())))
+    });
+    s.emulator().wait_paused(1, Duration::from_secs(20));
+    assert_eq!(
+        scan::fail(s.base(), &s.scanner.token, e, "operator stopped it").status,
+        200
+    );
+    s.emulator().release_all();
+    let r = inflight.join().unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "execution_not_running");
+    // The sweep undoes the batch: no receipt, no fact.
+    let until = Instant::now() + Duration::from_secs(20);
+    while !s.receipts().is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the batch of the failed execution stayed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(s.fact_count(), 0);
+    assert_eq!(row(&mut c, e).0, "failed");
+}
