@@ -107,13 +107,7 @@ fn upload_and_publish(s: &Stack) {
         .map(|r| r.get::<_, bool>(0))
         .unwrap_or(false)
     });
-    let counted: i64 = c
-        .query_one(
-            "SELECT observation_count FROM executions WHERE id = $1",
-            &[&s.execution()],
-        )
-        .unwrap()
-        .get(0);
+    let counted = s.observation_count();
     assert_eq!(counted, 20, "counted through the secured cluster");
     let log = s.emulator().requests(None, None);
     assert!(log.count > 0);

@@ -117,4 +117,15 @@ impl Stack {
             .unwrap()
             .get(0)
     }
+
+    /// The stack's execution's `observation_count` (set by its final).
+    pub fn observation_count(&self) -> i64 {
+        self.sql()
+            .query_one(
+                "SELECT observation_count FROM executions WHERE id = $1",
+                &[&self.execution()],
+            )
+            .unwrap()
+            .get(0)
+    }
 }

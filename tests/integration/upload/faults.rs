@@ -181,13 +181,7 @@ fn confirm_failure_after_es_success_stays_pending_and_the_retry_completes() {
     );
     assert_eq!(s.execution_status(), "succeeded");
     assert_eq!(s.fact_count(), 6, "the retry doubled facts");
-    let counted: i64 = c
-        .query_one(
-            "SELECT observation_count FROM executions WHERE id = $1",
-            &[&s.execution()],
-        )
-        .unwrap()
-        .get(0);
+    let counted = s.observation_count();
     assert_eq!(counted, 6);
 }
 

@@ -79,14 +79,7 @@ fn sixty_months_and_a_long_prefix_split_refresh_and_count() {
         "the execution projection is refreshed exactly once"
     );
 
-    let counted: i64 = s
-        .sql()
-        .query_one(
-            "SELECT observation_count FROM executions WHERE id = $1",
-            &[&s.execution()],
-        )
-        .unwrap()
-        .get(0);
+    let counted = s.observation_count();
     assert_eq!(counted, 61);
 }
 
@@ -141,14 +134,7 @@ fn failed_refresh_keeps_the_final_pending_and_the_retry_redoes_every_chunk() {
         2,
         "the retry counts the facts chunk and the projection again"
     );
-    let counted: i64 = s
-        .sql()
-        .query_one(
-            "SELECT observation_count FROM executions WHERE id = $1",
-            &[&s.execution()],
-        )
-        .unwrap()
-        .get(0);
+    let counted = s.observation_count();
     assert_eq!(counted, 3);
 }
 
