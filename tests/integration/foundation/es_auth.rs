@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::projection::{t0, wait_for};
 use crate::support::emulator::{Emulator, Target};
 use crate::support::logs;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::{got, http};
 use crate::support::stack::Stack;
+use crate::support::{scan::t0, wait_for};
 use scanstore::es::access::EsAuth;
 use scanstore::telemetry::secret::Secret;
 

@@ -11,11 +11,12 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{bin, config_file, TempFile};
-use crate::projection::{outbox_row, wait_for};
+use crate::projection::outbox_row;
 use crate::support::emulator::{Es, Target};
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
+use crate::support::wait_for;
 use scanstore::rebuild::{self, Options};
 
 fn opts() -> Options {

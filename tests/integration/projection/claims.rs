@@ -8,12 +8,13 @@ use scanstore::projection::outbox;
 use scanstore::projection::worker::TickOutcome;
 use scanstore::projection::ProjectionError;
 
-use super::{assets, outbox_row, t0, wait_for, worker};
+use super::{assets, outbox_row, t0, worker};
 use crate::support::emulator::Fault;
 use crate::support::factory;
 use crate::support::logs;
 use crate::support::scan;
 use crate::support::stack::Stack;
+use crate::support::wait_for;
 
 fn manual(test: &str, adjust: impl FnOnce(&mut scanstore::config::Config)) -> Option<Stack> {
     Stack::with_faults(test, "port_scan", |cfg| {

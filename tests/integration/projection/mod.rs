@@ -8,7 +8,7 @@ mod merge;
 mod publish;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use uuid::Uuid;
@@ -16,15 +16,6 @@ use uuid::Uuid;
 use crate::support::stack::Stack;
 
 pub use crate::support::scan::t0;
-
-/// Polls `cond` until it holds or `limit` passes (then panics with `what`).
-pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// A worker on the stack's app, for tests that tick by hand.
 pub fn worker(s: &Stack) -> scanstore::projection::worker::Worker {

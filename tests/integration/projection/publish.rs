@@ -6,12 +6,13 @@ use uuid::Uuid;
 
 use super::{
     assert_published, assets, outbox_row, t0, three_pages_one_per_tick, tick_holding,
-    tick_until_done, wait_for, worker,
+    tick_until_done, worker,
 };
 use crate::support::emulator::Fault;
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
+use crate::support::wait_for;
 use scanstore::projection::worker::TickOutcome;
 
 #[test]

@@ -9,3 +9,14 @@ pub mod logs;
 pub mod scan;
 pub mod server;
 pub mod stack;
+
+use std::time::{Duration, Instant};
+
+/// Polls `cond` until it holds or `limit` passes (then panics with `what`).
+pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
