@@ -112,6 +112,16 @@ impl Running {
         self.http.addr()
     }
 
+    /// The base URL clients reach it at (`https://` when it serves TLS).
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.http.scheme(), self.http.addr())
+    }
+
+    /// Re-reads the TLS certificate (SIGHUP).
+    pub fn reload_tls(&self) {
+        self.http.reload_tls();
+    }
+
     /// Stops taking requests, lets in-flight ones finish within the configured grace.
     /// Returns true when everything stopped in time.
     pub fn shutdown(self) -> bool {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::http::tls::TlsFiles;
 use crate::es::access::{self, EsAuth};
 use crate::telemetry::secret::Secret;
 use ureq::tls::RootCerts;
@@ -87,6 +88,9 @@ pub struct RawServer {
     pub preauth_body_bytes: u64,
     pub linger_ms: u64,
     pub shutdown_grace_seconds: u64,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+    pub tls_handshake_timeout_ms: u64,
 }
 
 impl Default for RawServer {
@@ -105,6 +109,9 @@ impl Default for RawServer {
             preauth_body_bytes: 64 * KIB,
             linger_ms: 2000,
             shutdown_grace_seconds: 30,
+            tls_cert: None,
+            tls_key: None,
+            tls_handshake_timeout_ms: 10_000,
         }
     }
 }
@@ -250,6 +257,10 @@ pub struct ServerConfig {
     /// client still sending a refused body gets the answer rather than a reset.
     pub linger: Duration,
     pub shutdown_grace: Duration,
+    /// Serve HTTPS with this certificate and key (re-read on SIGHUP).
+    pub tls: Option<TlsFiles>,
+    /// The longest a client's TLS handshake may take.
+    pub tls_handshake_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -330,6 +341,7 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("server.preauth_body_bytes", 0, MIB, " bytes"),
     ("server.linger_ms", 0, 60_000, " ms"),
     ("server.shutdown_grace_seconds", 1, 600, " s"),
+    ("server.tls_handshake_timeout_ms", 100, 60_000, " ms"),
     ("database.pool_size", 1, 512, ""),
     ("database.pool_timeout_ms", 10, 600_000, " ms"),
     ("elasticsearch.bulk_batch_size", 1, 10_000, ""),
@@ -446,6 +458,7 @@ impl Config {
                 "HOST:PORT with an IP address",
             ));
         }
+        let tls = server_tls(s.tls_cert, s.tls_key)?;
         let db_url = env(ENV_DATABASE_URL)
             .filter(|u| !u.is_empty())
             .or(d.url)
@@ -531,6 +544,11 @@ impl Config {
                     "server.shutdown_grace_seconds",
                     s.shutdown_grace_seconds,
                 )?),
+                tls,
+                tls_handshake_timeout: Duration::from_millis(checked(
+                    "server.tls_handshake_timeout_ms",
+                    s.tls_handshake_timeout_ms,
+                )?),
             },
             database: DatabaseConfig {
                 url: db_url,
@@ -602,6 +620,40 @@ impl Config {
             },
         })
     }
+}
+
+/// `server.tls_cert` and `server.tls_key`: both or neither; they must load as a certificate
+/// chain and its key, and the key must not be readable by every local user.
+fn server_tls(cert: Option<String>, key: Option<String>) -> Result<Option<TlsFiles>, ConfigError> {
+    let files = match (cert, key) {
+        (None, None) => return Ok(None),
+        (Some(cert), Some(key)) => TlsFiles {
+            cert: cert.into(),
+            key: key.into(),
+        },
+        (Some(_), None) => {
+            return Err(refuse("server.tls_key", "(unset)", "set with server.tls_cert"))
+        }
+        (None, Some(_)) => {
+            return Err(refuse("server.tls_cert", "(unset)", "set with server.tls_key"))
+        }
+    };
+    let mode = file_mode(&files.key).unwrap_or(0);
+    if mode & 0o004 != 0 {
+        return Err(refuse(
+            "server.tls_key",
+            format!("{} (mode {:04o})", files.key.display(), mode & 0o7777),
+            format!("not world-readable: chmod o-r {}", files.key.display()),
+        ));
+    }
+    files.load().map_err(|why| {
+        refuse(
+            "server.tls_cert",
+            files.cert.display(),
+            format!("a PEM certificate chain and its key in server.tls_key ({why})"),
+        )
+    })?;
+    Ok(Some(files))
 }
 
 /// The cluster's credentials: an API key (file or `$SCANSTORE_ES_API_KEY`), or a user

@@ -201,15 +201,22 @@ fn serve(path: &std::path::Path) -> Result<(), String> {
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, stop.clone()).map_err(|e| e.to_string())?;
     }
+    // SIGHUP: re-read the TLS certificate, as daemons do for a renewed one.
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+        .map_err(|e| e.to_string())?;
     let running = scanstore::app::start(config).map_err(|e| e.to_string())?;
-    println!("scanstore listening on http://{}", running.addr());
+    println!("scanstore listening on {}", running.url());
     // Migrated and listening: tell systemd (Type=notify) that start-up is complete.
     notify(&format!(
-        "READY=1\nSTATUS=listening on http://{}\nMAINPID={}",
-        running.addr(),
+        "READY=1\nSTATUS=listening on {}\nMAINPID={}",
+        running.url(),
         std::process::id()
     ));
     while !stop.load(Ordering::SeqCst) {
+        if reload.swap(false, Ordering::SeqCst) {
+            running.reload_tls();
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     Line::new("ShutdownRequested").info();

@@ -1,6 +1,6 @@
 //! HTTP: a fixed pool of blocking worker threads over tiny_http ([`server`]), a socket-free
 //! request/reply model ([`request`]), routing ([`router`]), the one error-to-status map
-//! ([`error`]) and the probes ([`health`]), the embedded web console and OpenAPI description ([`console`]).
+//! ([`error`]) and the probes ([`health`]), the server's own TLS ([`tls`]), the embedded web console and OpenAPI description ([`console`]).
 
 pub mod console;
 pub mod error;
@@ -8,6 +8,7 @@ pub mod health;
 pub mod request;
 pub mod router;
 pub mod server;
+pub mod tls;
 
 pub use error::ApiError;
 pub use request::{Reply, Req};

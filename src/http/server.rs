@@ -25,6 +25,7 @@ use socket2::{Domain, Socket, Type};
 use super::error::ApiError;
 use super::request::{read_body, Reply, Req};
 use super::router::{self, BodyPolicy};
+use super::tls::ServerTls;
 use crate::app::App;
 use crate::telemetry;
 use crate::telemetry::events::ms;
@@ -88,6 +89,7 @@ struct BodyJob {
 
 pub struct HttpServer {
     addr: SocketAddr,
+    tls: Option<ServerTls>,
     stop: Arc<AtomicBool>,
     done: Receiver<()>,
     workers: Vec<JoinHandle<()>>,
@@ -113,9 +115,22 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
         max_headers: cfg.max_headers,
         max_connections: cfg.max_connections,
         linger: Some(cfg.linger).filter(|d| !d.is_zero()),
+        handshake_timeout: Some(cfg.tls_handshake_timeout),
     };
-    let server = tiny_http::Server::from_listener_with_limits(listener, None, limits)
-        .map_err(|e| io::Error::other(e.to_string()))?;
+    let tls = match &cfg.tls {
+        Some(files) => Some(ServerTls::new(files.clone()).map_err(io::Error::other)?),
+        None => None,
+    };
+    let server = match &tls {
+        Some(tls) => tiny_http::Server::from_listener_with_tls(listener, tls.config(), limits),
+        None => tiny_http::Server::from_listener_with_limits(listener, None, limits),
+    }
+    .map_err(|e| io::Error::other(e.to_string()))?;
+    if tls.is_none() && !addr.ip().is_loopback() {
+        // Scanner tokens would cross the network in the clear, unless a proxy in front
+        // terminates TLS.
+        Line::new("ListeningWithoutTls").field("addr", addr).warn();
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let (done_tx, done) = crossbeam_channel::unbounded();
     // Rendezvous: the acceptor hands a request over only when a worker is free to take it,
@@ -145,12 +160,14 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
     }
     Line::new("HttpServerStarted")
         .field("addr", addr)
+        .field("tls", tls.is_some())
         .field("worker_threads", cfg.worker_threads)
         .field("max_connections", cfg.max_connections)
         .field("max_body_reads", cfg.max_body_reads)
         .info();
     Ok(HttpServer {
         addr,
+        tls,
         stop,
         done,
         workers,
@@ -160,6 +177,27 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
 impl HttpServer {
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `https` or `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    /// Re-reads the TLS certificate and key (on SIGHUP); the one in use stays if the
+    /// files do not load. Logs the outcome. Without TLS, does nothing.
+    pub fn reload_tls(&self) {
+        let Some(tls) = &self.tls else { return };
+        match tls.reload() {
+            Ok(()) => Line::new("TlsCertificateReloaded").info(),
+            Err(e) => Line::new("TlsCertificateReloadFailed")
+                .field("error", e)
+                .warn(),
+        }
     }
 
     /// Stops taking requests and waits up to `grace` for in-flight ones. Returns true when

@@ -203,6 +203,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Limits::default(),
         false,
         None,
+        None,
     )?;
     let base = format!("http://{}", running.addr);
     let agent = agent();

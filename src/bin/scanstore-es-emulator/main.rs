@@ -50,6 +50,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 
 use crate::app::{App, Limits};
+use scanstore::http::tls::{ServerTls, TlsFiles};
 
 /// The bulk path allocates and frees a JSON tree per document; mimalloc handles that churn
 /// far better than glibc malloc (see README.md for the measured numbers).
@@ -86,6 +87,13 @@ struct Cli {
     /// Require `USER:PASS` as HTTP basic authentication on every request.
     #[arg(long)]
     basic_auth: Option<String>,
+    /// Serve HTTPS with this PEM certificate chain (with `--tls-key`), as Elasticsearch 8
+    /// does by default.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -109,12 +117,21 @@ pub fn start(
     limits: Limits,
     id_field_data: bool,
     required_authorization: Option<String>,
+    tls: Option<&TlsFiles>,
 ) -> Result<Running, String> {
     if !listen.ip().is_loopback() {
-        return Err(format!("--listen must be a loopback address (got {listen}); the emulator has no authentication"));
+        return Err(format!("--listen must be a loopback address (got {listen}); the emulator is a test tool"));
     }
-    let server =
-        tiny_http::Server::http(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let server = match tls {
+        Some(files) => {
+            let tls = ServerTls::new(files.clone())?;
+            tiny_http::Server::from_listener_with_tls(listener, tls.config(), Default::default())
+        }
+        None => tiny_http::Server::from_listener(listener, None),
+    }
+    .map_err(|e| format!("cannot serve on {listen}: {e}"))?;
     let addr = server
         .server_addr()
         .to_ip()
@@ -153,12 +170,17 @@ fn main() -> ExitCode {
         }
         (None, None) => None,
     };
+    let tls = match (cli.tls_cert, cli.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles { cert, key }),
+        _ => None,
+    };
     let running = match start(
         cli.listen,
         cli.threads,
         limits,
         cli.id_field_data,
         authorization,
+        tls.as_ref(),
     ) {
         Ok(r) => r,
         Err(e) => {
@@ -167,7 +189,8 @@ fn main() -> ExitCode {
         }
     };
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "listening on http://{}", running.addr)
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    if writeln!(out, "listening on {scheme}://{}", running.addr)
         .and_then(|_| out.flush())
         .is_err()
     {

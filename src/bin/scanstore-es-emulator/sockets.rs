@@ -127,6 +127,7 @@ mod tests {
             Limits::default(),
             false,
             None,
+            None,
         )
         .unwrap();
         let mut client = TcpStream::connect(running.addr).unwrap();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::emulator::{emulator_for_faults, Corruption, Emulator, Fault};
+use crate::support::emulator::{emulator_for_faults, plain_emulator, Corruption, Emulator, Fault};
 
 fn doc_lines(idx: &str, ids: &[&str]) -> Vec<Value> {
     ids.iter()
@@ -200,7 +200,7 @@ fn raw_http(emu: &Emulator, request: &[u8]) -> Vec<u8> {
 
 #[test]
 fn connection_closes_mid_response() {
-    let Some(emu) = emulator_for_faults("connection_closes_mid_response") else {
+    let Some(emu) = plain_emulator("connection_closes_mid_response") else {
         return;
     };
     emu.add_fault(Fault::Close {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::emulator::{emulator_for_faults, target, Emulator};
+use crate::support::emulator::{emulator_for_faults, plain_emulator, target, Emulator};
 use crate::support::server::keep_alive_bursts;
 
 fn send(emu: &Emulator, request: &[u8]) -> String {
@@ -21,7 +21,7 @@ fn send(emu: &Emulator, request: &[u8]) -> String {
 
 #[test]
 fn request_line_over_4096_bytes_is_too_long_http_line() {
-    let Some(emu) = emulator_for_faults("request_line_over_4096_bytes_is_too_long_http_line")
+    let Some(emu) = plain_emulator("request_line_over_4096_bytes_is_too_long_http_line")
     else {
         return;
     };
@@ -61,7 +61,7 @@ fn body_over_max_content_length_is_413_with_empty_body() {
     let Some(_) = emulator_for_faults("body_over_max_content_length_is_413_with_empty_body") else {
         return;
     };
-    let emu = Emulator::start_with(&["--max-content-length", "1024"]);
+    let emu = Emulator::start_plain(&["--max-content-length", "1024"]);
     let es = emu.es();
     let big = format!(
         "{{\"index\":{{\"_index\":\"x\"}}}}\n{{\"pad\":\"{}\"}}\n",
@@ -150,7 +150,7 @@ fn a_panicking_handler_answers_500_and_the_server_lives_on() {
 // accepted back to back, with every earlier one kept open, must all be answered.
 #[test]
 fn connections_accepted_back_to_back_are_all_served_while_others_stay_open() {
-    let Some(emu) = emulator_for_faults(
+    let Some(emu) = plain_emulator(
         "connections_accepted_back_to_back_are_all_served_while_others_stay_open",
     ) else {
         return;

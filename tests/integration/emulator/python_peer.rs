@@ -39,7 +39,15 @@ fn python_client_talks_to_the_emulator() {
     let t = target();
     let url = t.es().url().to_owned();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/es_peer_check.py");
-    let out = Command::new("python3")
+    let access = crate::support::secure::suite_access();
+    let mut cmd = Command::new("python3");
+    if let Some(key) = &access.api_key {
+        cmd.env("ES_API_KEY", key);
+    }
+    if let Some(ca) = &access.ca_file {
+        cmd.env("ES_CA_FILE", ca);
+    }
+    let out = cmd
         .arg(&script)
         .arg(&url)
         .output()

@@ -2,20 +2,19 @@
 //! `--basic-auth`, answers every request without those credentials 401
 //! `security_exception`, as a real cluster does; scanstore configured with them uploads
 //! and publishes through it, and with wrong ones says `unauthorized` in `/readyz`, writes
-//! nothing and never logs the secret. Over HTTPS (a TLS proxy in front of the emulator,
-//! with a CA made for the test) scanstore verifies the cluster against
-//! `elasticsearch.ca_file`, and refuses it under any other CA.
+//! nothing and never logs the secret. Over HTTPS (the emulator with `--tls-cert`, under a
+//! CA made for the test) scanstore verifies the cluster against `elasticsearch.ca_file`,
+//! and refuses it under any other CA.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::support::emulator::{Emulator, Target};
+use crate::support::emulator::{Emulator, Es, Target};
 use crate::support::logs;
 use crate::support::scan::{self, endpoints, Batch};
+use crate::support::secure::{certificates, emulator_tls, temp_dir, Access, EmulatorTls};
 use crate::support::server::{got, http};
 use crate::support::stack::Stack;
 use crate::support::{scan::t0, wait_for};
@@ -28,71 +27,6 @@ fn stack(emulator: Emulator, auth: EsAuth) -> Stack {
     Stack::build(Target::Emulator(emulator), "port_scan", |cfg| {
         cfg.elasticsearch.auth = auth;
     })
-}
-
-/// A CA and a certificate for 127.0.0.1 signed by it, as PEM files in `dir`: returns
-/// (ca.pem, server.pem, server.key).
-fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    std::fs::create_dir_all(dir).unwrap();
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let files = (
-        dir.join("ca.pem"),
-        dir.join("server.pem"),
-        dir.join("server.key"),
-    );
-    std::fs::write(&files.0, ca.pem()).unwrap();
-    std::fs::write(&files.1, cert.pem()).unwrap();
-    std::fs::write(&files.2, key.serialize_pem()).unwrap();
-    files
-}
-
-/// `tests/python/tls_proxy.py` serving HTTPS in front of `upstream` (host:port).
-struct TlsProxy {
-    child: Child,
-    url: String,
-}
-
-impl TlsProxy {
-    fn start(cert: &Path, key: &Path, upstream: &str) -> TlsProxy {
-        let mut child = Command::new("python3")
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/python/tls_proxy.py"
-            ))
-            .args([cert, key])
-            .arg(upstream)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("listening on ")
-            .expect("proxy port");
-        TlsProxy {
-            child,
-            url: format!("https://127.0.0.1:{port}"),
-        }
-    }
-}
-
-impl Drop for TlsProxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Uploads and publishes one execution, and checks that no request was refused.
@@ -127,18 +61,24 @@ fn the_secured_emulator_refuses_requests_without_its_credentials() {
         .as_str()
         .unwrap()
         .starts_with("missing authentication credentials"));
-    let wrong = http()
-        .get(format!("{}/", e.url()))
-        .header("Authorization", "ApiKey bm9wZQ==")
-        .call()
-        .unwrap();
-    assert_eq!(wrong.status().as_u16(), 401);
-    let right = http()
-        .get(format!("{}/", e.url()))
-        .header("Authorization", &format!("ApiKey {KEY}"))
-        .call()
-        .unwrap();
-    assert_eq!(right.status().as_u16(), 200);
+    // With the CA of a secure-mode run, if any.
+    let ca_file = emulator_tls().map(|t| t.ca.clone());
+    let with_key = |key: &str| {
+        let access = Access {
+            api_key: Some(key.into()),
+            ca_file: ca_file.clone(),
+        };
+        Es::with_access(e.url(), &access).get("/")
+    };
+    let (status, body) = with_key("bm9wZQ==");
+    assert_eq!(status, 401, "{body}");
+    assert!(body["error"]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("unable to authenticate"));
+    let (status, body) = with_key(KEY);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["tagline"], "You Know, for Search");
 }
 
 #[test]
@@ -191,15 +131,20 @@ fn wrong_credentials_are_unauthorized_and_write_nothing() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn over_https_the_cluster_is_verified_against_the_configured_ca_only() {
-    let dir = std::env::temp_dir().join(format!("scanstore-tls-{}", Uuid::new_v4().simple()));
+    let dir = temp_dir("tls");
     let (ca, cert, key) = certificates(&dir);
     let (other_ca, _, _) = certificates(&dir.join("other"));
-    let emulator = Emulator::start_with(&["--api-key", KEY]);
-    let upstream = emulator.url().trim_start_matches("http://").to_string();
-    let proxy = TlsProxy::start(&cert, &key, &upstream);
+    let tls = EmulatorTls {
+        cert,
+        key,
+        ca: ca.clone(),
+    };
+    let emulator = Emulator::start_tls(&["--api-key", KEY], &tls);
+    let url = emulator.url().to_string();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let https = |ca_file: Option<&Path>| {
         let roots = ca_file.map(|f| scanstore::es::access::ca_roots(f).unwrap());
-        let url = proxy.url.clone();
+        let url = url.clone();
         move |cfg: &mut scanstore::config::Config| {
             cfg.elasticsearch.url = url;
             cfg.elasticsearch.auth = EsAuth::ApiKey(Secret::new(KEY.into()));
@@ -213,7 +158,7 @@ fn over_https_the_cluster_is_verified_against_the_configured_ca_only() {
     for ca_file in [Some(other_ca.as_path()), None] {
         let before = s.emulator().requests(None, None).count;
         let cfg = {
-            let mut cfg = crate::support::server::config(&s.db.url, &proxy.url);
+            let mut cfg = crate::support::server::config(&s.db.url, &url);
             https(ca_file)(&mut cfg);
             cfg
         };

@@ -12,9 +12,11 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The `scanstore` binary under test.
+/// The `scanstore` binary under test, with the suite's ES API key in its environment.
 pub fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_scanstore"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scanstore"));
+    crate::support::secure::suite_access().apply(&mut cmd);
+    cmd
 }
 
 /// A file in the temp directory, removed on drop.

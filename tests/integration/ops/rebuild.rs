@@ -15,6 +15,7 @@ use crate::projection::outbox_row;
 use crate::support::emulator::{Es, Target};
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
+use crate::support::secure::suite_access;
 use crate::support::stack::Stack;
 use crate::support::wait_for;
 use scanstore::rebuild::{self, Options};
@@ -273,10 +274,11 @@ fn rebuild_during_uploads_and_live_publication_verifies_and_switches_atomically(
 /// A config file for the CLI on this stack's database, cluster and prefix.
 fn cli_config(s: &Stack) -> TempFile {
     config_file(&format!(
-        "[database]\nurl = \"{}\"\n[elasticsearch]\nurl = \"{}\"\nindex_prefix = \"{}\"\n",
+        "[database]\nurl = \"{}\"\n[elasticsearch]\nurl = \"{}\"\nindex_prefix = \"{}\"\n{}",
         s.db.url,
         s.es().url(),
-        s.prefix()
+        s.prefix(),
+        suite_access().toml()
     ))
 }
 

@@ -72,10 +72,11 @@ fn starting_the_new_binary_upgrades_a_legacy_database_without_losing_rows() {
     // No publishers: the legacy outbox rows must be found exactly as they were (a
     // publisher would rightly process them).
     let f = config_file(&format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{}\"\n[elasticsearch]\nurl = \"{}\"\nindex_prefix = \"upg{}\"\n[projection]\nworkers = 0\n",
+        "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{}\"\n[elasticsearch]\nurl = \"{}\"\nindex_prefix = \"upg{}\"\n{}[projection]\nworkers = 0\n",
         legacy.url,
         es.url(),
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
+        &uuid::Uuid::new_v4().simple().to_string()[..8],
+        crate::support::secure::suite_access().toml()
     ));
     let served = Served::start(&f, &[]);
     let mut c = legacy.connect();

@@ -222,18 +222,22 @@ impl Child {
             std::env::temp_dir().join(format!("scanstore-proc-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("scanstore.toml");
+        let access = crate::support::secure::suite_access();
         std::fs::write(
             &config,
             format!(
                 "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{db_url}\"\npool_size = 4\n\
                  [elasticsearch]\nurl = \"{es_url}\"\nindex_prefix = \"{prefix}\"\nprojection_page_size = 5\n\
-                 projection_pages_per_tick = 1\nprojection_lease_seconds = 30\nprojection_heartbeat_seconds = 5\n\
-                 [projection]\nworkers = 2\n"
+                 projection_pages_per_tick = 1\nprojection_lease_seconds = 30\nprojection_heartbeat_seconds = 5\n{}\
+                 [projection]\nworkers = 2\n",
+                access.toml()
             ),
         )
         .unwrap();
         let log = dir.join("stderr.log");
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_scanstore"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_scanstore"));
+        access.apply(&mut child);
+        let mut child = child
             .args(["serve", "--config"])
             .arg(&config)
             .stdout(std::process::Stdio::piped())

@@ -56,7 +56,7 @@ impl ChildConfig {
             "[server]\nlisten = \"127.0.0.1:0\"\nworker_threads = {}\nshutdown_grace_seconds = 2\n{}\n\
              [database]\nurl = \"{}\"\npool_size = {}\npool_timeout_ms = {}\n\
              [elasticsearch]\nurl = \"{}\"\nindex_prefix = \"{}\"\nrequest_timeout_ms = {}\n\
-             projection_lease_seconds = 10\nprojection_heartbeat_seconds = 3\n{}\n\
+             projection_lease_seconds = 10\nprojection_heartbeat_seconds = 3\n{}{}\n\
              [projection]\nworkers = {}\n{}",
             self.worker_threads,
             self.extra_server,
@@ -66,6 +66,7 @@ impl ChildConfig {
             self.es_url,
             self.prefix,
             self.request_timeout_ms,
+            crate::support::secure::suite_access().toml(),
             self.extra_es,
             self.workers,
             self.extra_sections
@@ -96,6 +97,7 @@ impl Serve {
         std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
         let log = log_dir().join(format!("serve-{id}.log"));
         let mut command = Command::new(env!("CARGO_BIN_EXE_scanstore"));
+        crate::support::secure::suite_access().apply(&mut command);
         if let Some(n) = cfg.nofile {
             // SAFETY: setrlimit is async-signal-safe, as pre_exec requires.
             unsafe {
@@ -172,6 +174,22 @@ impl Serve {
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
+    }
+
+    /// Sends the signal `name` (`HUP`, `TERM`, ...).
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{name}");
+    }
+
+    /// Still running (neither exited nor a zombie).
+    pub fn alive(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .map(|s| s.lines().any(|l| l.starts_with("State:") && !l.contains('Z')))
+            .unwrap_or(false)
     }
 
     /// Everything the child has logged so far.

@@ -11,6 +11,7 @@ mod hostile;
 mod lifecycle;
 mod load;
 mod security;
+mod tls;
 
 use std::time::{Duration, Instant};
 

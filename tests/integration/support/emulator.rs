@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::secure::{self, Access};
+
 /// A bulk-response corruption the emulator can inject.
 #[derive(Debug, Clone, Copy, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -119,6 +121,8 @@ pub struct RequestLog {
 pub struct Es {
     base: String,
     agent: ureq::Agent,
+    /// `Authorization` sent with every request (the emulator's control API ignores it).
+    authorization: Option<String>,
 }
 
 pub struct RawResponse {
@@ -141,15 +145,23 @@ impl RawResponse {
 }
 
 impl Es {
+    /// A client of the suite's cluster, with the suite's credentials and CA.
     pub fn new(base: &str) -> Es {
-        let agent = ureq::Agent::config_builder()
+        Es::with_access(base, &secure::suite_access())
+    }
+
+    pub fn with_access(base: &str, access: &Access) -> Es {
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .new_agent();
+            .timeout_global(Some(Duration::from_secs(60)));
+        if let Some(ca) = &access.ca_file {
+            let roots = scanstore::es::access::ca_roots(ca).expect("the suite's CA");
+            config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+        }
         Es {
             base: base.trim_end_matches('/').to_owned(),
-            agent,
+            agent: config.build().new_agent(),
+            authorization: access.api_key.as_ref().map(|k| format!("ApiKey {k}")),
         }
     }
 
@@ -170,6 +182,9 @@ impl Es {
             .uri(format!("{}{path}", self.base));
         if let Some(ct) = content_type {
             b = b.header("Content-Type", ct);
+        }
+        if let Some(auth) = &self.authorization {
+            b = b.header("Authorization", auth);
         }
         let result = match body {
             Some(bytes) => self
@@ -262,11 +277,40 @@ impl Emulator {
         Emulator::start_with(&[])
     }
 
-    /// Starts with extra command-line arguments (e.g. `--max-content-length 1024`).
+    /// Starts with extra command-line arguments (e.g. `--max-content-length 1024`). In
+    /// secure mode it serves HTTPS, and requires the suite's API key unless `args` name
+    /// other credentials (then its client sends none).
     pub fn start_with(args: &[&str]) -> Emulator {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_scanstore-es-emulator"))
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
+        let tls = secure::emulator_tls();
+        Emulator::spawn(args, tls, tls.is_some())
+    }
+
+    /// Serves HTTPS with `tls` (its client trusts `tls.ca`), in any mode.
+    pub fn start_tls(args: &[&str], tls: &secure::EmulatorTls) -> Emulator {
+        Emulator::spawn(args, Some(tls), secure::emulator_tls().is_some())
+    }
+
+    /// Plain HTTP without credentials in any mode, for tests of the emulator's own wire
+    /// behaviour over raw sockets.
+    pub fn start_plain(args: &[&str]) -> Emulator {
+        Emulator::spawn(args, None, false)
+    }
+
+    fn spawn(args: &[&str], tls: Option<&secure::EmulatorTls>, key: bool) -> Emulator {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_scanstore-es-emulator"));
+        cmd.args(["--listen", "127.0.0.1:0"]).args(args);
+        let mut access = Access::default();
+        if let Some(tls) = tls {
+            cmd.arg("--tls-cert").arg(&tls.cert).arg("--tls-key").arg(&tls.key);
+            access.ca_file = Some(tls.ca.clone());
+        }
+        if key {
+            if !args.iter().any(|a| *a == "--api-key" || *a == "--basic-auth") {
+                cmd.args(["--api-key", secure::EMULATOR_API_KEY]);
+                access.api_key = Some(secure::EMULATOR_API_KEY.into());
+            }
+        }
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -283,7 +327,7 @@ impl Emulator {
             .to_owned();
         Emulator {
             child,
-            es: Es::new(&url),
+            es: Es::with_access(&url, &access),
         }
     }
 
@@ -403,12 +447,22 @@ pub fn target() -> Target {
 /// A fresh emulator for a fault-injection test, or `None` (with the reason printed) when the
 /// suite runs against a real cluster, where faults cannot be injected.
 pub fn emulator_for_faults(test: &str) -> Option<Emulator> {
+    emulator_only(test).then(Emulator::start)
+}
+
+/// As [`emulator_for_faults`], for tests of the emulator's plain-HTTP wire behaviour.
+pub fn plain_emulator(test: &str) -> Option<Emulator> {
+    emulator_only(test).then(|| Emulator::start_plain(&[]))
+}
+
+/// False (with the reason printed) when the suite runs against a real cluster.
+fn emulator_only(test: &str) -> bool {
     match std::env::var("STORAGE_TEST_ES_URL") {
         Ok(url) if !url.is_empty() => {
-            println!("SKIP {test}: needs emulator fault injection; STORAGE_TEST_ES_URL points at a real cluster");
-            None
+            println!("SKIP {test}: needs the emulator; STORAGE_TEST_ES_URL points at a real cluster");
+            false
         }
-        _ => Some(Emulator::start()),
+        _ => true,
     }
 }
 

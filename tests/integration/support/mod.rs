@@ -7,6 +7,7 @@ pub mod emulator;
 pub mod factory;
 pub mod logs;
 pub mod scan;
+pub mod secure;
 pub mod server;
 pub mod stack;
 

@@ -22,6 +22,13 @@ pub fn config(db_url: &str, es_url: &str) -> Config {
     raw.elasticsearch.index_prefix =
         format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     raw.elasticsearch.request_timeout_ms = 10_000;
+    if let Some((cert, key)) = super::secure::server_tls() {
+        raw.server.tls_cert = Some(cert.display().to_string());
+        raw.server.tls_key = Some(key.display().to_string());
+    }
+    let access = super::secure::suite_access();
+    raw.elasticsearch.api_key = access.api_key;
+    raw.elasticsearch.ca_file = access.ca_file.map(|f| f.display().to_string());
     Config::from_raw(raw, &|_| None).expect("test config")
 }
 
@@ -52,7 +59,7 @@ impl TestServer {
     }
 
     fn wrap(running: Running) -> TestServer {
-        let base = format!("http://{}", running.addr());
+        let base = running.url();
         TestServer {
             running: Some(running),
             base,
@@ -85,10 +92,15 @@ impl Drop for TestServer {
     }
 }
 
-/// A plain HTTP client that never treats a status as an error.
+/// An HTTP client that never treats a status as an error and trusts the suite's CA.
 pub fn http() -> ureq::Agent {
+    static ROOTS: std::sync::OnceLock<ureq::tls::RootCerts> = std::sync::OnceLock::new();
+    let roots = ROOTS
+        .get_or_init(|| scanstore::es::access::ca_roots(&super::secure::suite_ca().pem).unwrap())
+        .clone();
     ureq::Agent::config_builder()
         .http_status_as_error(false)
+        .tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build())
         .timeout_global(Some(Duration::from_secs(30)))
         .build()
         .into()

@@ -91,7 +91,7 @@
 #![deny(rust_2018_idioms)]
 #![allow(clippy::match_like_matches_macro)]
 
-#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+#[cfg(feature = "ssl-rustls")]
 use zeroize::Zeroizing;
 
 use std::error::Error;
@@ -200,6 +200,9 @@ pub struct Limits {
     /// after its last answer, so that a client still sending a body the server refused
     /// without reading it gets that answer rather than a reset. `None`: none.
     pub linger: Option<Duration>,
+    /// The longest a TLS handshake may take from the connection's start; the connection
+    /// is closed after it. `None`: no deadline beyond `header_timeout` per read.
+    pub handshake_timeout: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -210,6 +213,7 @@ impl Default for Limits {
             max_headers: usize::MAX,
             max_connections: usize::MAX,
             linger: None,
+            handshake_timeout: None,
         }
     }
 }
@@ -272,6 +276,47 @@ pub struct SslConfig {
     pub private_key: Vec<u8>,
 }
 
+/// A plain connection's client (scanstore patch: split out of the accept loop).
+fn connect_plain(sock: Connection, limits: &Limits) -> IoResult<ClientConnection> {
+    let (read_closable, write_closable) = util::RefinedTcpStream::new(sock, limits.linger)?;
+    Ok(ClientConnection::new(
+        write_closable,
+        read_closable,
+        limits.clone(),
+    ))
+}
+
+/// An accepted connection on its way to its thread (scanstore patch): a plain one is
+/// ready; a TLS one is handshaken there, within `Limits::handshake_timeout`, and closed if
+/// the handshake fails.
+enum Connect {
+    Ready(ClientConnection),
+    #[cfg(feature = "ssl-rustls")]
+    Tls(Arc<crate::ssl::SslContextImpl>, Connection, Limits),
+}
+
+impl Connect {
+    fn finish(self) -> Option<ClientConnection> {
+        match self {
+            Connect::Ready(client) => Some(client),
+            #[cfg(feature = "ssl-rustls")]
+            Connect::Tls(tls, sock, limits) => {
+                let stream = match tls.accept(sock, limits.handshake_timeout, limits.header_timeout)
+                {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        log::debug!("TLS handshake failed: {}", e);
+                        return None;
+                    }
+                };
+                let (read_closable, write_closable) =
+                    util::RefinedTcpStream::new(stream, limits.linger).ok()?;
+                Some(ClientConnection::new(write_closable, read_closable, limits))
+            }
+        }
+    }
+}
+
 impl Server {
     /// Shortcut for a simple server on a specific address.
     #[inline]
@@ -286,7 +331,7 @@ impl Server {
     }
 
     /// Shortcut for an HTTPS server on a specific address.
-    #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+    #[cfg(feature = "ssl-rustls")]
     #[inline]
     pub fn https<A>(
         addr: A,
@@ -337,7 +382,47 @@ impl Server {
         ssl_config: Option<SslConfig>,
         limits: Limits,
     ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
-        let listener = listener.into();
+        #[cfg(not(feature = "ssl-rustls"))]
+        type SslContext = ();
+        #[cfg(feature = "ssl-rustls")]
+        type SslContext = crate::ssl::SslContextImpl;
+        let ssl: Option<SslContext> = {
+            match ssl_config {
+                #[cfg(feature = "ssl-rustls")]
+                Some(config) => Some(SslContext::from_pem(
+                    config.certificate,
+                    Zeroizing::new(config.private_key),
+                )?),
+                #[cfg(not(feature = "ssl-rustls"))]
+                Some(_) => return Err(
+                    "Building a server with SSL requires enabling the `ssl` feature in tiny-http"
+                        .into(),
+                ),
+                None => None,
+            }
+        };
+        Self::start(listener.into(), ssl, limits)
+    }
+
+    /// An HTTPS server with a rustls configuration the caller built (its own certificate
+    /// resolver, for instance one that reloads the certificate), and limits (scanstore
+    /// patch).
+    #[cfg(feature = "ssl-rustls")]
+    pub fn from_listener_with_tls<L: Into<Listener>>(
+        listener: L,
+        tls: Arc<rustls::ServerConfig>,
+        limits: Limits,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
+        let ssl = crate::ssl::SslContextImpl::from_config(tls);
+        Self::start(listener.into(), Some(ssl), limits)
+    }
+
+    fn start(
+        listener: Listener,
+        #[cfg(feature = "ssl-rustls")] ssl: Option<crate::ssl::SslContextImpl>,
+        #[cfg(not(feature = "ssl-rustls"))] ssl: Option<()>,
+        limits: Limits,
+    ) -> Result<Server, Box<dyn Error + Send + Sync + 'static>> {
         // building the "close" variable
         let close_trigger = Arc::new(AtomicBool::new(false));
 
@@ -347,31 +432,8 @@ impl Server {
             log::debug!("Server listening on {}", local_addr);
             (listener, local_addr)
         };
-
-        // building the SSL capabilities
-        #[cfg(all(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        compile_error!(
-            "Features 'ssl-openssl' and 'ssl-rustls' must not be enabled at the same time"
-        );
-        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-        type SslContext = ();
-        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-        type SslContext = crate::ssl::SslContextImpl;
-        let ssl: Option<SslContext> = {
-            match ssl_config {
-                #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                Some(config) => Some(SslContext::from_pem(
-                    config.certificate,
-                    Zeroizing::new(config.private_key),
-                )?),
-                #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                Some(_) => return Err(
-                    "Building a server with SSL requires enabling the `ssl` feature in tiny-http"
-                        .into(),
-                ),
-                None => None,
-            }
-        };
+        #[cfg(feature = "ssl-rustls")]
+        let ssl = ssl.map(Arc::new);
 
         // creating a task where server.accept() is continuously called
         // and ClientConnection objects are pushed in the messages queue
@@ -394,7 +456,10 @@ impl Server {
                 // process alive but deaf.
                 let accepted = server.accept().and_then(|(sock, _)| {
                     if open.load(Relaxed) >= limits.max_connections {
-                        refuse_busy(sock);
+                        // A TLS client could not read a plain answer: it is only closed.
+                        if ssl.is_none() {
+                            refuse_busy(sock);
+                        }
                         return Ok(None);
                     }
                     if let Some(t) = limits.header_timeout {
@@ -413,40 +478,25 @@ impl Server {
                         continue;
                     }
                 };
-                let new_client = {
-                    use util::RefinedTcpStream;
-                    let (read_closable, write_closable) = match ssl {
-                        None => match RefinedTcpStream::new(sock, limits.linger) {
-                            Ok(pair) => pair,
-                            Err(e) => {
-                                inside_messages.push(e.into());
-                                pause(&mut backoff);
-                                continue;
-                            }
-                        },
-                        #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
-                        Some(ref ssl) => {
-                            // trying to apply SSL over the connection
-                            // if an error occurs, we just close the socket and resume listening
-                            let sock = match ssl.accept(sock) {
-                                Ok(s) => s,
-                                Err(_) => continue,
-                            };
-
-                            match RefinedTcpStream::new(sock, limits.linger) {
-                                Ok(pair) => pair,
-                                Err(e) => {
-                                    inside_messages.push(e.into());
-                                    pause(&mut backoff);
-                                    continue;
-                                }
-                            }
+                // scanstore patch: a TLS connection is made in its own thread (see
+                // `connect`), so that no handshake holds up the accept loop.
+                #[cfg(feature = "ssl-rustls")]
+                let tls = ssl.clone();
+                #[cfg(not(feature = "ssl-rustls"))]
+                let tls: Option<()> = None;
+                let new_client = match tls {
+                    None => match connect_plain(sock, &limits) {
+                        Ok(client) => Connect::Ready(client),
+                        Err(e) => {
+                            inside_messages.push(e.into());
+                            pause(&mut backoff);
+                            continue;
                         }
-                        #[cfg(not(any(feature = "ssl-openssl", feature = "ssl-rustls")))]
-                        Some(ref _ssl) => unreachable!(),
-                    };
-
-                    ClientConnection::new(write_closable, read_closable, limits.clone())
+                    },
+                    #[cfg(feature = "ssl-rustls")]
+                    Some(tls) => Connect::Tls(tls, sock, limits.clone()),
+                    #[cfg(not(feature = "ssl-rustls"))]
+                    Some(()) => unreachable!(),
                 };
 
                 let messages = inside_messages.clone();
@@ -455,13 +505,16 @@ impl Server {
                 let mut slot = Some(slot);
                 let spawned = tasks_pool.spawn(Box::new(move || {
                     let _slot = slot.take();
-                    if let Some(client) = client.take() {
+                    if let Some(client) = client.take().and_then(Connect::finish) {
                         // Synchronization is needed for HTTPS requests to avoid a deadlock
                         if client.secure() {
                             let (sender, receiver) = mpsc::channel();
                             for rq in client {
                                 messages.push(rq.with_notify_sender(sender.clone()).into());
-                                receiver.recv().unwrap();
+                                // scanstore patch: no panic if the request went unanswered.
+                                if receiver.recv().is_err() {
+                                    break;
+                                }
                             }
                         } else {
                             for rq in client {

@@ -1,9 +1,12 @@
 use crate::connection::Connection;
 use crate::util::refined_tcp_stream::Stream as RefinedStream;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::error::Error;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
 /// A wrapper around an owned Rustls connection and corresponding stream.
@@ -14,20 +17,42 @@ pub(crate) struct RustlsStream(
 );
 
 impl RustlsStream {
-    pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
+    // scanstore patch: a poisoned lock (a panic while reading or writing) is an I/O
+    // error, not a second panic.
+    fn lock(
+        &self,
+    ) -> std::io::Result<MutexGuard<'_, rustls::StreamOwned<rustls::ServerConnection, Connection>>>
+    {
         self.0
             .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .sock
-            .peer_addr()
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::Other, "TLS stream poisoned"))
     }
 
+    pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
+        self.lock()?.sock.peer_addr()
+    }
+
+    /// scanstore patch: closing the write half first tells the client so in TLS
+    /// (`close_notify`), so that it can tell the end of the answer from a truncation.
     pub(crate) fn shutdown(&mut self, how: Shutdown) -> std::io::Result<()> {
-        self.0
-            .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .sock
-            .shutdown(how)
+        let mut stream = self.lock()?;
+        if how != Shutdown::Read {
+            stream.conn.send_close_notify();
+            let rustls::StreamOwned { conn, sock } = &mut *stream;
+            while conn.wants_write() {
+                if conn.write_tls(sock)? == 0 {
+                    break;
+                }
+            }
+        }
+        stream.sock.shutdown(how)
+    }
+
+    /// scanstore patch: runs `f` on the socket under the TLS stream.
+    pub(crate) fn with_socket(&self, f: impl FnOnce(&mut Connection)) {
+        if let Ok(mut stream) = self.lock() {
+            f(&mut stream.sock);
+        }
     }
 }
 
@@ -39,77 +64,115 @@ impl Clone for RustlsStream {
 
 impl Read for RustlsStream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .read(buf)
+        self.lock()?.read(buf)
     }
 }
 
 impl Write for RustlsStream {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .write(buf)
+        self.lock()?.write(buf)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.0
-            .lock()
-            .expect("Failed to lock SSL stream mutex")
-            .flush()
+        self.lock()?.flush()
     }
 }
 
 pub(crate) struct RustlsContext(Arc<rustls::ServerConfig>);
 
 impl RustlsContext {
+    /// scanstore patch: ported to rustls 0.23 (its process-wide default crypto provider).
     pub(crate) fn from_pem(
         certificates: Vec<u8>,
         private_key: Zeroizing<Vec<u8>>,
     ) -> Result<Self, Box<dyn Error + Send + Sync>> {
-        let certificate_chain: Vec<rustls::Certificate> =
-            rustls_pemfile::certs(&mut certificates.as_slice())?
-                .into_iter()
-                .map(|bytes| rustls::Certificate(bytes))
-                .collect();
-
+        let certificate_chain = CertificateDer::pem_slice_iter(&certificates)
+            .collect::<Result<Vec<_>, _>>()?;
         if certificate_chain.is_empty() {
             return Err("Couldn't extract certificate chain from config.".into());
         }
-
-        let private_key = rustls::PrivateKey({
-            let pkcs8_keys = rustls_pemfile::pkcs8_private_keys(
-                &mut private_key.clone().as_slice(),
-            )
-            .expect("file contains invalid pkcs8 private key (encrypted keys are not supported)");
-
-            if let Some(pkcs8_key) = pkcs8_keys.first() {
-                pkcs8_key.clone()
-            } else {
-                let rsa_keys = rustls_pemfile::rsa_private_keys(&mut private_key.as_slice())
-                    .expect("file contains invalid rsa private key");
-                rsa_keys[0].clone()
-            }
-        });
-
+        let private_key = PrivateKeyDer::from_pem_slice(&private_key)?;
         let tls_conf = rustls::ServerConfig::builder()
-            .with_safe_defaults()
             .with_no_client_auth()
             .with_single_cert(certificate_chain, private_key)?;
-
         Ok(Self(Arc::new(tls_conf)))
     }
 
+    /// scanstore patch: a configuration the caller built (its own certificate resolver,
+    /// e.g. one that reloads the certificate).
+    pub(crate) fn from_config(config: Arc<rustls::ServerConfig>) -> Self {
+        Self(config)
+    }
+
+    /// scanstore patch: the handshake is completed here, on the connection's own thread,
+    /// within `deadline` from the start (each read waits at most what is left), so a client
+    /// that trickles its handshake cannot hold the connection longer. The socket's
+    /// timeouts are then set to `socket_timeout`.
     pub(crate) fn accept(
         &self,
         stream: Connection,
+        deadline: Option<Duration>,
+        socket_timeout: Option<Duration>,
     ) -> Result<RustlsStream, Box<dyn Error + Send + Sync + 'static>> {
-        let connection = rustls::ServerConnection::new(self.0.clone())?;
+        let mut connection = rustls::ServerConnection::new(self.0.clone())?;
+        let mut io = Deadlined {
+            sock: stream,
+            end: deadline.map(|d| Instant::now() + d),
+        };
+        while connection.is_handshaking() {
+            connection.complete_io(&mut io)?;
+        }
+        io.sock.set_read_timeout(socket_timeout)?;
+        io.sock.set_write_timeout(socket_timeout)?;
         Ok(RustlsStream(Arc::new(Mutex::new(
-            rustls::StreamOwned::new(connection, stream),
+            rustls::StreamOwned::new(connection, io.sock),
         ))))
+    }
+}
+
+/// A socket whose reads and writes fail once `end` has passed (scanstore patch).
+struct Deadlined {
+    sock: Connection,
+    end: Option<Instant>,
+}
+
+impl Deadlined {
+    /// Sets the socket's timeouts to what is left; an error once nothing is.
+    fn arm(&self) -> std::io::Result<()> {
+        let Some(end) = self.end else { return Ok(()) };
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.sock.set_read_timeout(Some(left))?;
+        self.sock.set_write_timeout(Some(left))
+    }
+
+    /// A socket timeout shows as `WouldBlock` on Unix, which `complete_io` would retry.
+    fn timed_out(e: std::io::Error) -> std::io::Error {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            std::io::ErrorKind::TimedOut.into()
+        } else {
+            e
+        }
+    }
+}
+
+impl Read for Deadlined {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.sock.read(buf).map_err(Deadlined::timed_out)
+    }
+}
+
+impl Write for Deadlined {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.arm()?;
+        self.sock.write(buf).map_err(Deadlined::timed_out)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.sock.flush()
     }
 }
 

@@ -4,12 +4,12 @@ use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::connection::Connection;
-#[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+#[cfg(feature = "ssl-rustls")]
 use crate::ssl::SslStream;
 
 pub(crate) enum Stream {
     Http(Connection),
-    #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+    #[cfg(feature = "ssl-rustls")]
     Https(SslStream),
 }
 
@@ -19,7 +19,7 @@ impl Stream {
     fn try_clone(&self) -> IoResult<Self> {
         match self {
             Stream::Http(tcp_stream) => tcp_stream.try_clone().map(Stream::Http),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => Ok(Stream::Https(ssl_stream.clone())),
         }
     }
@@ -35,7 +35,7 @@ impl Stream {
     fn secure(&self) -> bool {
         match self {
             Stream::Http(_) => false,
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(_) => true,
         }
     }
@@ -43,7 +43,7 @@ impl Stream {
     fn peer_addr(&mut self) -> IoResult<Option<SocketAddr>> {
         match self {
             Stream::Http(tcp_stream) => tcp_stream.peer_addr(),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => ssl_stream.peer_addr(),
         }
     }
@@ -51,7 +51,7 @@ impl Stream {
     fn shutdown(&mut self, how: Shutdown) -> IoResult<()> {
         match self {
             Stream::Http(tcp_stream) => tcp_stream.shutdown(how),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => ssl_stream.shutdown(how),
         }
     }
@@ -61,7 +61,7 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
         match self {
             Stream::Http(tcp_stream) => tcp_stream.read(buf),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => ssl_stream.read(buf),
         }
     }
@@ -71,7 +71,7 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> IoResult<usize> {
         match self {
             Stream::Http(tcp_stream) => tcp_stream.write(buf),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => ssl_stream.write(buf),
         }
     }
@@ -79,7 +79,7 @@ impl Write for Stream {
     fn flush(&mut self) -> IoResult<()> {
         match self {
             Stream::Http(tcp_stream) => tcp_stream.flush(),
-            #[cfg(any(feature = "ssl-openssl", feature = "ssl-rustls"))]
+            #[cfg(feature = "ssl-rustls")]
             Stream::Https(ssl_stream) => ssl_stream.flush(),
         }
     }
@@ -141,19 +141,12 @@ impl Drop for RefinedTcpStream {
             // sending (a body the server refused without reading it) would lose the answer
             // with it. So input is read off and dropped until the client closes, for at
             // most the linger time.
-            #[allow(irrefutable_let_patterns)] // refutable with an SSL feature
-            if let (Stream::Http(conn), Some(linger)) = (&mut self.stream, self.linger) {
-                let deadline = Instant::now() + linger;
-                let mut sink = [0u8; 8192];
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
-                        break;
-                    }
-                    match conn.read(&mut sink) {
-                        Ok(n) if n > 0 => {}
-                        _ => break,
-                    }
+            if let Some(linger) = self.linger {
+                match &mut self.stream {
+                    Stream::Http(conn) => read_off(conn, linger),
+                    // What is read off is TLS records nobody will decrypt.
+                    #[cfg(feature = "ssl-rustls")]
+                    Stream::Https(tls) => tls.with_socket(|conn| read_off(conn, linger)),
                 }
             }
             self.stream.shutdown(Shutdown::Read).ok();
@@ -161,6 +154,23 @@ impl Drop for RefinedTcpStream {
 
         if self.close_write {
             self.stream.shutdown(Shutdown::Write).ok();
+        }
+    }
+}
+
+/// Reads input off `conn` and drops it until the client closes or `linger` passes
+/// (scanstore patch).
+pub(crate) fn read_off(conn: &mut Connection, linger: Duration) {
+    let deadline = Instant::now() + linger;
+    let mut sink = [0u8; 8192];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match conn.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => break,
         }
     }
 }
