@@ -6,6 +6,9 @@
 #
 #   scripts/dev.sh            # build, start, show it working, keep serving
 #   DEV_EXIT=1 scripts/dev.sh # the same, but stop after the demo (used by CI smoke tests)
+#   SCANSTORE_DEV_SECURE=1 scripts/dev.sh
+#                             # the secure path: a CA made with openssl, the emulator over
+#                             # HTTPS requiring an API key, scanstore serving HTTPS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/pg-cluster.sh
@@ -37,14 +40,44 @@ if [ -z "${SCANSTORE_DATABASE_URL:-}" ]; then
   echo "== PostgreSQL (throwaway, data in $dev/pg) on 127.0.0.1:$port"
 fi
 
+secure=${SCANSTORE_DEV_SECURE:-}
+emulator_args=()
+server_tls=""
+es_tls=""
+curl_tls=()
+scheme=http
+if [ -n "$secure" ]; then
+  # One CA for this run; certificates for 127.0.0.1 signed by it (keys private).
+  tls="$dev/tls"
+  mkdir -p "$tls"
+  (umask 077
+   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+     -subj "/CN=scanstore dev CA" -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
+   openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
+     -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+   openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
+     -CAcreateserial -days 30 -out "$tls/server.pem" 2>/dev/null \
+     -extfile <(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n'))
+  chmod 644 "$tls/ca.pem" "$tls/server.pem"
+  export SCANSTORE_ES_API_KEY=$(head -c 24 /dev/urandom | base64)
+  emulator_args=(--tls-cert "$tls/server.pem" --tls-key "$tls/server.key" --api-key "$SCANSTORE_ES_API_KEY")
+  server_tls="tls_cert = \"$tls/server.pem\"
+tls_key = \"$tls/server.key\""
+  es_tls="ca_file = \"$tls/ca.pem\""
+  curl_tls=(--cacert "$tls/ca.pem")
+  scheme=https
+  echo "== secure mode: CA $tls/ca.pem, API key in \$SCANSTORE_ES_API_KEY"
+fi
+
 if [ -z "${SCANSTORE_ES_URL:-}" ]; then
-  "$bin/scanstore-es-emulator" --listen 127.0.0.1:0 >"$dev/emulator.out" 2>"$dev/emulator.log" &
+  "$bin/scanstore-es-emulator" --listen 127.0.0.1:0 "${emulator_args[@]}" \
+    >"$dev/emulator.out" 2>"$dev/emulator.log" &
   pids+=($!)
   for _ in $(seq 50); do
-    grep -q 'http://' "$dev/emulator.out" 2>/dev/null && break
+    grep -q 'https\?://' "$dev/emulator.out" 2>/dev/null && break
     sleep 0.1
   done
-  SCANSTORE_ES_URL=$(grep -o 'http://[0-9.:]*' "$dev/emulator.out" | head -n 1)
+  SCANSTORE_ES_URL=$(grep -o 'https\?://[0-9.:]*' "$dev/emulator.out" | head -n 1)
   [ -n "$SCANSTORE_ES_URL" ] || { cat "$dev/emulator.log" >&2; exit 1; }
   export SCANSTORE_ES_URL
   echo "== ES protocol emulator on $SCANSTORE_ES_URL"
@@ -56,10 +89,12 @@ cat >"$dev/scanstore.toml" <<TOML
 [server]
 listen = "127.0.0.1:$api_port"
 worker_threads = 8
+$server_tls
 [database]
 pool_size = 4
 [elasticsearch]
 index_prefix = "scanstore-dev"
+$es_tls
 projection_lease_seconds = 30
 projection_heartbeat_seconds = 5
 [projection]
@@ -69,7 +104,8 @@ TOML
 "$bin/scanstore" migrate --config "$dev/scanstore.toml"
 "$bin/scanstore" serve --config "$dev/scanstore.toml" >"$dev/scanstore.out" 2>"$dev/scanstore.log" &
 pids+=($!)
-base="http://127.0.0.1:$api_port"
+base="$scheme://127.0.0.1:$api_port"
+curl() { command curl "${curl_tls[@]}" "$@"; }
 for _ in $(seq 100); do
   curl -fsS "$base/readyz" >/dev/null 2>&1 && break
   sleep 0.2

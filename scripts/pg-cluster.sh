@@ -36,7 +36,9 @@ free_port() {
 
 # pg_start DATADIR PORT: creates the cluster if needed and starts it on 127.0.0.1:PORT.
 # Durability is switched off: these clusters hold nothing worth keeping. PG_PRELOAD sets
-# shared_preload_libraries (default pg_stat_statements; empty for none).
+# shared_preload_libraries (default pg_stat_statements; empty for none). PG_TLS_DIR (a
+# directory with server.pem and server.key) makes a TLS-only cluster: ssl = on with that
+# certificate, and pg_hba.conf refusing every connection without TLS.
 pg_start() {
   local data=$1 port=$2 bin
   bin=$(pg_bin_dir) || return 1
@@ -56,6 +58,14 @@ full_page_writes = off
 max_connections = 400
 shared_preload_libraries = '${PG_PRELOAD-pg_stat_statements}'
 CONF
+    if [ -n "${PG_TLS_DIR:-}" ]; then
+      cp "$PG_TLS_DIR/server.pem" "$data/server.crt"
+      cp "$PG_TLS_DIR/server.key" "$data/server.key"
+      chmod 600 "$data/server.key"
+      [ "$(id -u)" -eq 0 ] && chown postgres "$data/server.crt" "$data/server.key"
+      printf "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n" >>"$data/postgresql.conf"
+      printf 'hostssl all all 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 reject\n' >"$data/pg_hba.conf"
+    fi
   fi
   pg_as_owner "$bin/pg_ctl" -D "$data" -o "-p $port" -l "$data/server.log" -w -t 60 start >/dev/null || {
     cat "$data/server.log" >&2

@@ -53,9 +53,13 @@ impl App {
     pub fn new(config: Config) -> Result<App, StartError> {
         let db = Db::new(&config.database)?;
         let es_cfg = &config.elasticsearch;
-        let (auth, roots) = (&es_cfg.auth, es_cfg.ca_roots.as_ref());
-        let es = EsClient::with_access(&es_cfg.url, es_cfg.request_timeout, auth, roots);
-        let es_probe = EsClient::with_access(&es_cfg.url, PROBE_TIMEOUT, auth, roots);
+        let (auth, roots, pin) = (
+            &es_cfg.auth,
+            es_cfg.ca_roots.as_ref(),
+            es_cfg.ca_fingerprint,
+        );
+        let es = EsClient::with_access(&es_cfg.url, es_cfg.request_timeout, auth, roots, pin);
+        let es_probe = EsClient::with_access(&es_cfg.url, PROBE_TIMEOUT, auth, roots, pin);
         let limiter = Limiter::new(config.elasticsearch.bulk_max_concurrency);
         Ok(App {
             config,

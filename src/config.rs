@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::db::tls::DbUrl;
+use crate::es::access::{self, EsAuth, Fingerprint};
 use crate::http::tls::TlsFiles;
-use crate::es::access::{self, EsAuth};
 use crate::telemetry::secret::Secret;
 use ureq::tls::RootCerts;
 
@@ -120,6 +121,7 @@ impl Default for RawServer {
 #[serde(deny_unknown_fields, default)]
 pub struct RawDatabase {
     pub url: Option<String>,
+    pub ca_file: Option<String>,
     pub pool_size: u64,
     pub pool_timeout_ms: u64,
 }
@@ -128,6 +130,7 @@ impl Default for RawDatabase {
     fn default() -> Self {
         RawDatabase {
             url: None,
+            ca_file: None,
             pool_size: 8,
             pool_timeout_ms: 5000,
         }
@@ -150,6 +153,7 @@ pub struct RawElasticsearch {
     pub api_key: Option<String>,
     pub username: Option<String>,
     pub ca_file: Option<String>,
+    pub ca_fingerprint: Option<String>,
 }
 
 impl Default for RawElasticsearch {
@@ -168,6 +172,7 @@ impl Default for RawElasticsearch {
             api_key: None,
             username: None,
             ca_file: None,
+            ca_fingerprint: None,
         }
     }
 }
@@ -266,6 +271,8 @@ pub struct ServerConfig {
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {
     pub url: String,
+    /// The CA to verify the server against when the URL names no `sslrootcert`.
+    pub ca_file: Option<std::path::PathBuf>,
     pub pool_size: u32,
     pub pool_timeout: Duration,
 }
@@ -286,6 +293,8 @@ pub struct EsConfig {
     pub auth: EsAuth,
     /// The CAs an `https://` cluster is verified against (the public web roots when unset).
     pub ca_roots: Option<RootCerts>,
+    /// `elasticsearch.ca_fingerprint`: trust the CA with this SHA-256 in the cluster's chain.
+    pub ca_fingerprint: Option<Fingerprint>,
 }
 
 #[derive(Debug, Clone)]
@@ -406,8 +415,8 @@ pub fn check_secret_permissions(path: &Path, raw: &RawConfig) -> Result<(), Conf
 
 /// True when a postgres URL or key=value string carries a password.
 pub fn url_has_password(url: &str) -> bool {
-    url.parse::<postgres::Config>()
-        .map(|c| c.get_password().is_some_and(|p| !p.is_empty()))
+    DbUrl::parse(url, None)
+        .map(|u| u.config.get_password().is_some_and(|p| !p.is_empty()))
         .unwrap_or(false)
 }
 
@@ -479,6 +488,12 @@ impl Config {
                 "a postgresql:// URL or a key=value connection string",
             ));
         }
+        let db_ca = d.ca_file.map(std::path::PathBuf::from);
+        // The URL's TLS settings, and the CA file they would read, are checked now rather
+        // than at the first connection.
+        DbUrl::parse(&db_url, db_ca.as_deref())
+            .and_then(|u| u.connector().map(|_| ()))
+            .map_err(|why| refuse("database.url", "(hidden)", why))?;
         let es_url = env(ENV_ES_URL).filter(|u| !u.is_empty()).unwrap_or(e.url);
         if !(es_url.starts_with("http://") || es_url.starts_with("https://")) {
             return Err(refuse(
@@ -489,6 +504,27 @@ impl Config {
         }
         validate_index_prefix(&e.index_prefix)?;
         let auth = es_auth(e.api_key, e.username, env)?;
+        let ca_fingerprint = match &e.ca_fingerprint {
+            Some(_) if e.ca_file.is_some() => {
+                return Err(refuse(
+                    "elasticsearch.ca_fingerprint",
+                    "(set, with elasticsearch.ca_file)",
+                    "a CA file or a fingerprint, not both",
+                ))
+            }
+            Some(_) if !es_url.starts_with("https://") => {
+                return Err(refuse(
+                    "elasticsearch.ca_fingerprint",
+                    "(set)",
+                    "used with an https:// elasticsearch.url",
+                ))
+            }
+            Some(text) => Some(
+                text.parse::<Fingerprint>()
+                    .map_err(|why| refuse("elasticsearch.ca_fingerprint", text, why))?,
+            ),
+            None => None,
+        };
         let ca_roots = match &e.ca_file {
             Some(path) => Some(access::ca_roots(Path::new(path)).map_err(|why| {
                 refuse(
@@ -499,7 +535,6 @@ impl Config {
             })?),
             None => None,
         };
-
         let lease = checked(
             "elasticsearch.projection_lease_seconds",
             e.projection_lease_seconds,
@@ -552,6 +587,7 @@ impl Config {
             },
             database: DatabaseConfig {
                 url: db_url,
+                ca_file: db_ca,
                 pool_size: u32::try_from(checked("database.pool_size", d.pool_size)?)
                     .unwrap_or(u32::MAX),
                 pool_timeout: Duration::from_millis(checked(
@@ -590,6 +626,7 @@ impl Config {
                 projection_heartbeat: Duration::from_secs(heartbeat),
                 auth,
                 ca_roots,
+                ca_fingerprint,
             },
             projection: ProjectionConfig {
                 workers: to_usize(checked("projection.workers", raw.projection.workers)?),
@@ -632,10 +669,18 @@ fn server_tls(cert: Option<String>, key: Option<String>) -> Result<Option<TlsFil
             key: key.into(),
         },
         (Some(_), None) => {
-            return Err(refuse("server.tls_key", "(unset)", "set with server.tls_cert"))
+            return Err(refuse(
+                "server.tls_key",
+                "(unset)",
+                "set with server.tls_cert",
+            ))
         }
         (None, Some(_)) => {
-            return Err(refuse("server.tls_cert", "(unset)", "set with server.tls_key"))
+            return Err(refuse(
+                "server.tls_cert",
+                "(unset)",
+                "set with server.tls_key",
+            ))
         }
     };
     let mode = file_mode(&files.key).unwrap_or(0);
@@ -916,6 +961,79 @@ mod tests {
             assert_eq!(err.key, key, "{file} {vars:?}");
             assert!(!err.to_string().contains("aWQ6a2V5") && !err.to_string().contains("pw "));
         }
+    }
+
+    #[test]
+    fn a_ca_fingerprint_is_64_hex_digits_for_an_https_cluster_without_a_ca_file() {
+        let pin = "8B:0B:".repeat(16);
+        let pin = &pin[..pin.len() - 1];
+        let ok = parse(&format!(
+            "[elasticsearch]\nurl = \"https://es:9200\"\nca_fingerprint = \"{pin}\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            ok.elasticsearch.ca_fingerprint.unwrap().to_string(),
+            "8B0B".repeat(16)
+        );
+        for file in [
+            "url = \"https://es:9200\"\nca_fingerprint = \"8B:0B\"\n".to_string(),
+            format!("url = \"http://es:9200\"\nca_fingerprint = \"{pin}\"\n"),
+            format!("url = \"https://es:9200\"\nca_fingerprint = \"{pin}\"\nca_file = \"/x\"\n"),
+        ] {
+            let err = parse(&format!("[elasticsearch]\n{file}")).unwrap_err();
+            assert_eq!(err.key, "elasticsearch.ca_fingerprint", "{file}");
+        }
+    }
+
+    #[test]
+    fn server_tls_needs_a_certificate_and_its_private_key() {
+        let dir = std::env::temp_dir().join(format!("scanstore-tls-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, text: &str, mode: u32| {
+            use std::os::unix::fs::PermissionsExt;
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            p.display().to_string()
+        };
+        let make = || {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let cert = rcgen::CertificateParams::new(vec!["localhost".into()])
+                .unwrap()
+                .self_signed(&key)
+                .unwrap();
+            (cert.pem(), key.serialize_pem())
+        };
+        let (cert, key) = make();
+        let (_, other_key) = make();
+        let cert = write("cert.pem", &cert, 0o644);
+        let key_file = write("key.pem", &key, 0o600);
+        let tls = |c: &str, k: &str| format!("[server]\ntls_cert = {c:?}\ntls_key = {k:?}\n");
+        let ok = parse(&tls(&cert, &key_file)).unwrap();
+        assert!(ok.server.tls.is_some());
+        assert!(parse("").unwrap().server.tls.is_none());
+
+        let open_key = write("open.pem", &key, 0o644);
+        let wrong_key = write("wrong.pem", &other_key, 0o600);
+        for (file, refused) in [
+            (format!("[server]\ntls_cert = {cert:?}\n"), "server.tls_key"),
+            (
+                format!("[server]\ntls_key = {key_file:?}\n"),
+                "server.tls_cert",
+            ),
+            (tls(&cert, &open_key), "server.tls_key"),
+            (tls(&cert, &wrong_key), "server.tls_cert"),
+            (tls(&key_file, &key_file), "server.tls_cert"),
+            (
+                tls(&cert, &dir.join("none").display().to_string()),
+                "server.tls_cert",
+            ),
+        ] {
+            let err = parse(&file).unwrap_err();
+            assert_eq!(err.key, refused, "{file}");
+            assert!(!err.to_string().contains("PRIVATE KEY"), "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -7,11 +7,14 @@ use postgres::error::SqlState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
-    /// No pooled connection within `pool_timeout` (r2d2 fails `get` only on timeout).
-    #[error("no database connection available after {waited:?} (stage {stage})")]
+    /// No pooled connection within `pool_timeout` (r2d2 fails `get` only on timeout);
+    /// `cause` is why the last new connection could not be opened, if one failed (a
+    /// refused TLS certificate, an unreachable server), as r2d2 reports it.
+    #[error("no database connection available after {waited:?} (stage {stage}){}", cause.as_deref().map(|c| format!(": {c}")).unwrap_or_default())]
     PoolTimeout {
         stage: &'static str,
         waited: Duration,
+        cause: Option<String>,
     },
     /// The server went away or refused us: connection closed, admin shutdown, I/O.
     #[error("database unavailable: {0}")]
@@ -27,6 +30,9 @@ pub enum DbError {
     /// Anything else: a bug or an unexpected schema.
     #[error("database error: {0}")]
     Query(#[source] postgres::Error),
+    /// The database URL or its TLS settings cannot be used (never quotes the URL).
+    #[error("database settings: {0}")]
+    Config(String),
 }
 
 impl From<postgres::Error> for DbError {
@@ -64,7 +70,7 @@ impl DbError {
     /// The SQLSTATE of a statement error, for callers that must tell constraint kinds apart.
     pub fn sql_state(&self) -> Option<&SqlState> {
         match self {
-            DbError::PoolTimeout { .. } => None,
+            DbError::PoolTimeout { .. } | DbError::Config(_) => None,
             DbError::Unavailable(e)
             | DbError::Contention(e)
             | DbError::Constraint(e)

@@ -8,12 +8,12 @@
 pub mod error;
 pub mod migrate;
 pub mod session;
+pub mod tls;
 
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
-use postgres::NoTls;
 use r2d2_postgres::PostgresConnectionManager;
 
 use crate::config::DatabaseConfig;
@@ -23,6 +23,7 @@ use crate::telemetry::events::{ConnectionAcquired, ConnectionReleased, Connectio
 pub use error::DbError;
 use session::Manager;
 pub use session::{Queries, Tx};
+use tls::DbUrl;
 
 /// What a connection is checked out for; logged with every acquire and release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +99,9 @@ impl Db {
     /// the first claims and requests after a start, or after a quiet spell, wait for a free
     /// connection rather than for a new backend.
     pub fn new(cfg: &DatabaseConfig) -> Result<Db, DbError> {
-        let pg: postgres::Config = cfg.url.parse().map_err(DbError::Unavailable)?;
-        let manager = Manager(PostgresConnectionManager::new(pg, NoTls));
+        let url = DbUrl::parse(&cfg.url, cfg.ca_file.as_deref()).map_err(DbError::Config)?;
+        let tls = url.connector().map_err(DbError::Config)?;
+        let manager = Manager(PostgresConnectionManager::new(url.config, tls));
         let pool = r2d2::Pool::builder()
             .max_size(cfg.pool_size)
             .connection_timeout(cfg.pool_timeout)
@@ -130,16 +132,22 @@ impl Db {
                     _this_thread: PhantomData,
                 })
             }
-            Err(_) => {
+            Err(e) => {
                 let waited = started.elapsed();
                 ConnectionTimedOut {
                     stage: stage.as_str(),
                     wait: waited,
                 }
                 .emit();
+                // "timed out waiting for connection[: <the last connect error>]"
+                let cause = e
+                    .to_string()
+                    .split_once(": ")
+                    .map(|(_, cause)| cause.to_string());
                 Err(DbError::PoolTimeout {
                     stage: stage.as_str(),
                     waited,
+                    cause,
                 })
             }
         }

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use postgres::types::ToSql;
-use postgres::{Client, GenericClient, NoTls, Row, Statement, Transaction};
+use postgres::{Client, GenericClient, Row, Statement, Transaction};
 use r2d2_postgres::PostgresConnectionManager;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Statements by SQL text; a few dozen per connection.
 type Prepared = HashMap<&'static str, Statement>;
@@ -167,13 +168,44 @@ const CHECKED_BY_USE: Duration = Duration::from_millis(500);
 
 /// r2d2's manager for [`Session`]s: `r2d2_postgres`'s connect and health checks, plus an
 /// empty statement cache per connection.
-pub struct Manager(pub PostgresConnectionManager<NoTls>);
+pub struct Manager(pub PostgresConnectionManager<MakeRustlsConnect>);
+
+/// Why a connection could not be opened or checked, with every cause in the chain
+/// (`error performing TLS handshake: invalid peer certificate: UnknownIssuer`), which r2d2
+/// keeps for the checkout that times out because of it.
+#[derive(Debug)]
+pub struct ConnectError(String);
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+impl From<postgres::Error> for ConnectError {
+    fn from(e: postgres::Error) -> ConnectError {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            let part = cause.to_string();
+            // tokio-postgres often repeats its own message as the first source.
+            if !text.ends_with(&part) {
+                text.push_str(": ");
+                text.push_str(&part);
+            }
+            source = cause.source();
+        }
+        ConnectError(text)
+    }
+}
 
 impl r2d2::ManageConnection for Manager {
     type Connection = Session;
-    type Error = postgres::Error;
+    type Error = ConnectError;
 
-    fn connect(&self) -> Result<Session, postgres::Error> {
+    fn connect(&self) -> Result<Session, ConnectError> {
         Ok(Session {
             client: self.0.connect()?,
             prepared: HashMap::new(),
@@ -187,10 +219,10 @@ impl r2d2::ManageConnection for Manager {
     /// HikariCP's `aliveBypassWindowMs` does: had its server gone since, its first
     /// statement fails, the pool drops the session on return (`has_broken`), and the request
     /// or claim fails as one that met the outage a moment later would.
-    fn is_valid(&self, s: &mut Session) -> Result<(), postgres::Error> {
+    fn is_valid(&self, s: &mut Session) -> Result<(), ConnectError> {
         match s.returned {
             Some(t) if t.elapsed() < CHECKED_BY_USE => Ok(()),
-            _ => self.0.is_valid(&mut s.client),
+            _ => Ok(self.0.is_valid(&mut s.client)?),
         }
     }
 

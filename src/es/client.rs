@@ -3,13 +3,14 @@
 //! conditions in 4xx bodies and `_bulk` answers 200 even when items failed.
 
 use std::io::Read;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
 
 use ureq::tls::{RootCerts, TlsConfig};
 
-use super::access::EsAuth;
+use super::access::{self, EsAuth, Fingerprint};
 use super::error::EsError;
 use crate::telemetry::context;
 use crate::telemetry::events::EsRequestWithConnectionHeld;
@@ -20,10 +21,21 @@ const MAX_RESPONSE_BYTES: u64 = 256 * 1024 * 1024;
 
 #[derive(Clone)]
 pub struct EsClient {
-    agent: ureq::Agent,
+    /// Built at once, or — with a pinned CA — at the first request that finds the CA in
+    /// the cluster's chain.
+    agent: Arc<OnceLock<ureq::Agent>>,
+    pin: Option<Arc<Pin>>,
+    timeout: Duration,
     base: String,
     /// Sent as `Authorization` on every request.
     authorization: Option<Secret<String>>,
+}
+
+/// `elasticsearch.ca_fingerprint`, and the lock that lets one thread at a time look for
+/// the pinned CA.
+struct Pin {
+    fingerprint: Fingerprint,
+    finding: Mutex<()>,
 }
 
 /// A response with its status and JSON body (`Value::Null` for HEAD or an empty body).
@@ -140,35 +152,74 @@ fn read_response(
     Ok(RawResponse { status, bytes })
 }
 
+/// An agent with connection reuse and the client's timeouts, trusting `roots` (the public
+/// web roots when `None`).
+fn build_agent(timeout: Duration, roots: Option<RootCerts>) -> ureq::Agent {
+    let tls = TlsConfig::builder()
+        .root_certs(roots.unwrap_or(RootCerts::WebPki))
+        .build();
+    ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .timeout_connect(Some(timeout.min(Duration::from_secs(5))))
+        .max_idle_connections_per_host(64)
+        .build()
+        .into()
+}
+
 impl EsClient {
     /// A client without credentials that trusts the public web roots.
     pub fn new(base_url: &str, timeout: Duration) -> EsClient {
-        EsClient::with_access(base_url, timeout, &EsAuth::None, None)
+        EsClient::with_access(base_url, timeout, &EsAuth::None, None, None)
     }
 
     /// A client that sends `auth` with every request and, for `https://`, verifies the
-    /// cluster against `roots` (the public web roots when `None`).
+    /// cluster against `roots` (the public web roots when `None`), or against the CA in
+    /// its chain whose fingerprint is `pin`.
     pub fn with_access(
         base_url: &str,
         timeout: Duration,
         auth: &EsAuth,
         roots: Option<&RootCerts>,
+        pin: Option<Fingerprint>,
     ) -> EsClient {
-        let tls = TlsConfig::builder()
-            .root_certs(roots.cloned().unwrap_or(RootCerts::WebPki))
-            .build();
-        let config = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .timeout_connect(Some(timeout.min(Duration::from_secs(5))))
-            .max_idle_connections_per_host(64)
-            .build();
+        let agent = OnceLock::new();
+        if pin.is_none() {
+            let _ = agent.set(build_agent(timeout, roots.cloned()));
+        }
         EsClient {
-            agent: config.into(),
+            agent: Arc::new(agent),
+            pin: pin.map(|fingerprint| {
+                Arc::new(Pin {
+                    fingerprint,
+                    finding: Mutex::new(()),
+                })
+            }),
+            timeout,
             base: base_url.trim_end_matches('/').to_string(),
             authorization: auth.header(),
         }
+    }
+
+    /// The agent; with a pinned CA not yet found, looks for it in the cluster's chain.
+    fn agent(&self) -> Result<&ureq::Agent, EsError> {
+        if let Some(agent) = self.agent.get() {
+            return Ok(agent);
+        }
+        let Some(pin) = &self.pin else {
+            return Err(EsError::Refused("no HTTP agent".into()));
+        };
+        let _one_at_a_time = pin.finding.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(agent) = self.agent.get() {
+            return Ok(agent);
+        }
+        let connect = self.timeout.min(Duration::from_secs(5));
+        let root = access::pinned_root(&self.base, pin.fingerprint, connect)
+            .map_err(|why| EsError::Transport(format!("elasticsearch.ca_fingerprint: {why}")))?;
+        Ok(self
+            .agent
+            .get_or_init(|| build_agent(self.timeout, Some(root))))
     }
 
     /// `request` with the client's credentials.
@@ -203,7 +254,7 @@ impl EsClient {
     ) -> Result<RawResponse, EsError> {
         note_held_connection(method, path);
         let url = format!("{}{}", self.base, path);
-        let a = &self.agent;
+        let a = self.agent()?;
         let result = match (method, body) {
             ("GET", None) => self.authorized(a.get(&url)).call(),
             ("HEAD", None) => self.authorized(a.head(&url)).call(),
@@ -238,7 +289,7 @@ impl EsClient {
     ) -> Result<RawResponse, EsError> {
         note_held_connection("POST", path);
         let result = self
-            .authorized(self.agent.post(format!("{}{}", self.base, path)))
+            .authorized(self.agent()?.post(format!("{}{}", self.base, path)))
             .header("Content-Type", content_type)
             .header("Content-Length", len)
             .send(ureq::SendBody::from_reader(&mut body));

@@ -69,7 +69,7 @@ fn db(e: &DbError) -> Mapping {
         DbError::Unavailable(_) => m(503, "database_unavailable"),
         DbError::Contention(_) => m(503, "database_contention"),
         DbError::Constraint(_) => m(409, "database_constraint"),
-        DbError::Query(_) => m(500, "database_error"),
+        DbError::Query(_) | DbError::Config(_) => m(500, "database_error"),
     }
 }
 
@@ -260,6 +260,7 @@ mod tests {
         let e = ApiError::from(DbError::PoolTimeout {
             stage: "reserve",
             waited: Duration::from_millis(5),
+            cause: None,
         });
         let r = e.reply("rid");
         assert_eq!(r.status, 503);

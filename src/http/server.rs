@@ -126,9 +126,7 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
         None => tiny_http::Server::from_listener_with_limits(listener, None, limits),
     }
     .map_err(|e| io::Error::other(e.to_string()))?;
-    if tls.is_none() && !addr.ip().is_loopback() {
-        // Scanner tokens would cross the network in the clear, unless a proxy in front
-        // terminates TLS.
+    if in_the_clear(addr, tls.is_some()) {
         Line::new("ListeningWithoutTls").field("addr", addr).warn();
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -172,6 +170,12 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
         done,
         workers,
     })
+}
+
+/// Whether scanner tokens would cross a network in the clear: plain HTTP on an address
+/// other hosts can reach (unless a proxy in front terminates TLS, which the warning says).
+fn in_the_clear(addr: SocketAddr, tls: bool) -> bool {
+    !tls && !addr.ip().is_loopback()
 }
 
 impl HttpServer {
@@ -634,4 +638,25 @@ fn to_response(reply: Reply, request_id: &str) -> Response {
         add(name, value);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_is_flagged_only_where_other_hosts_can_reach_it() {
+        for (addr, tls, flagged) in [
+            ("127.0.0.1:8080", false, false),
+            ("127.0.0.2:8080", false, false),
+            ("[::1]:8080", false, false),
+            ("0.0.0.0:8080", false, true),
+            ("[::]:8080", false, true),
+            ("192.0.2.10:8080", false, true),
+            ("0.0.0.0:8443", true, false),
+        ] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            assert_eq!(in_the_clear(addr, tls), flagged, "{addr} tls={tls}");
+        }
+    }
 }

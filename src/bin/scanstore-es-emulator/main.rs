@@ -120,7 +120,9 @@ pub fn start(
     tls: Option<&TlsFiles>,
 ) -> Result<Running, String> {
     if !listen.ip().is_loopback() {
-        return Err(format!("--listen must be a loopback address (got {listen}); the emulator is a test tool"));
+        return Err(format!(
+            "--listen must be a loopback address (got {listen}); the emulator is a test tool"
+        ));
     }
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;

@@ -21,8 +21,7 @@ fn send(emu: &Emulator, request: &[u8]) -> String {
 
 #[test]
 fn request_line_over_4096_bytes_is_too_long_http_line() {
-    let Some(emu) = plain_emulator("request_line_over_4096_bytes_is_too_long_http_line")
-    else {
+    let Some(emu) = plain_emulator("request_line_over_4096_bytes_is_too_long_http_line") else {
         return;
     };
     // "GET " + path + " HTTP/1.1" = 4096 bytes exactly is accepted.
@@ -150,9 +149,9 @@ fn a_panicking_handler_answers_500_and_the_server_lives_on() {
 // accepted back to back, with every earlier one kept open, must all be answered.
 #[test]
 fn connections_accepted_back_to_back_are_all_served_while_others_stay_open() {
-    let Some(emu) = plain_emulator(
-        "connections_accepted_back_to_back_are_all_served_while_others_stay_open",
-    ) else {
+    let Some(emu) =
+        plain_emulator("connections_accepted_back_to_back_are_all_served_while_others_stay_open")
+    else {
         return;
     };
     let addr = emu.url().trim_start_matches("http://");

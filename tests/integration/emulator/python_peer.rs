@@ -47,11 +47,7 @@ fn python_client_talks_to_the_emulator() {
     if let Some(ca) = &access.ca_file {
         cmd.env("ES_CA_FILE", ca);
     }
-    let out = cmd
-        .arg(&script)
-        .arg(&url)
-        .output()
-        .expect("run python3");
+    let out = cmd.arg(&script).arg(&url).output().expect("run python3");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -181,3 +181,57 @@ fn over_https_the_cluster_is_verified_against_the_configured_ca_only() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Elasticsearch 8 prints its CA's SHA-256 fingerprint at first start and sends that CA in
+/// its chain: `elasticsearch.ca_fingerprint` trusts exactly it, with no CA file.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_pinned_ca_fingerprint_trusts_that_ca_in_the_clusters_chain_and_nothing_else() {
+    use scanstore::es::access::Fingerprint;
+    let dir = temp_dir("pin");
+    let (ca, cert, key) = certificates(&dir);
+    // The served chain: the node's certificate, then the CA, as ES 8 sends it.
+    let chain = dir.join("chain.pem");
+    let pem = |p: &Path| std::fs::read_to_string(p).unwrap();
+    std::fs::write(&chain, pem(&cert) + &pem(&ca)).unwrap();
+    let ca_der = {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        CertificateDer::from_pem_file(&ca).unwrap()
+    };
+    let pin = Fingerprint::of(&ca_der);
+    let tls = EmulatorTls {
+        cert: chain,
+        key,
+        ca: ca.clone(),
+    };
+    let emulator = Emulator::start_tls(&["--api-key", KEY], &tls);
+    let url = emulator.url().to_string();
+    let pinned = |pin: Fingerprint| {
+        let url = url.clone();
+        move |cfg: &mut scanstore::config::Config| {
+            cfg.elasticsearch.url = url;
+            cfg.elasticsearch.auth = EsAuth::ApiKey(Secret::new(KEY.into()));
+            cfg.elasticsearch.ca_roots = None;
+            cfg.elasticsearch.ca_fingerprint = Some(pin);
+        }
+    };
+    let s = Stack::build(Target::Emulator(emulator), "port_scan", pinned(pin));
+    upload_and_publish(&s);
+
+    // Another fingerprint: nothing is sent, readiness says why.
+    let before = s.emulator().requests(None, None).count;
+    let other: Fingerprint = "00".repeat(32).parse().unwrap();
+    let mut cfg = crate::support::server::config(&s.db.url, &url);
+    pinned(other)(&mut cfg);
+    let server = crate::support::server::TestServer::start(cfg);
+    let readyz = got(http().get(format!("{}/readyz", server.base)).call());
+    assert_eq!(readyz.status, 503, "{}", readyz.body);
+    assert_eq!(readyz.body["elasticsearch"], "unavailable");
+    assert_eq!(s.emulator().requests(None, None).count, before);
+    assert!(
+        logs::lines_with(&["event=ReadinessFailed", "ca_fingerprint"])
+            .iter()
+            .any(|l| l.contains("pinned fingerprint"))
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

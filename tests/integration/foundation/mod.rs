@@ -5,6 +5,7 @@ mod cli;
 mod es_auth;
 mod http;
 mod migrate;
+mod pg_tls;
 pub mod pool;
 mod statements;
 

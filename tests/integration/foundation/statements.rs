@@ -16,6 +16,7 @@ const SESSION_STATEMENTS: &str =
 fn one_connection(url: &str) -> Db {
     Db::new(&DatabaseConfig {
         url: url.to_string(),
+        ca_file: None,
         pool_size: 1,
         pool_timeout: Duration::from_secs(10),
     })

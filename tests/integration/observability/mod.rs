@@ -20,6 +20,7 @@ use crate::support::scan::t0;
 fn pool(url: &str, size: u32) -> Db {
     Db::new(&DatabaseConfig {
         url: url.to_string(),
+        ca_file: None,
         pool_size: size,
         pool_timeout: Duration::from_millis(300),
     })

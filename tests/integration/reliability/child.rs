@@ -188,7 +188,10 @@ impl Serve {
     /// Still running (neither exited nor a zombie).
     pub fn alive(&self) -> bool {
         std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
-            .map(|s| s.lines().any(|l| l.starts_with("State:") && !l.contains('Z')))
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("State:") && !l.contains('Z'))
+            })
             .unwrap_or(false)
     }
 

@@ -93,7 +93,10 @@ fn uploads_and_reads_work_over_https_and_plain_http_gets_no_answer() {
     // A client that does not trust the server's CA refuses it.
     let other = TestCa::new(&temp_dir("other-ca"));
     let refused = tls_connect(s.base(), &other.pem);
-    assert!(refused.is_err(), "a certificate from another CA was accepted");
+    assert!(
+        refused.is_err(),
+        "a certificate from another CA was accepted"
+    );
 }
 
 #[test]
@@ -102,7 +105,11 @@ fn the_front_doors_limits_hold_over_tls() {
     let s = https_stack(|c| c.server.max_head_bytes = 1024);
     let mut c = tls_connect(s.base(), &suite_ca().pem).unwrap();
     let big = "a".repeat(4096);
-    write!(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n").unwrap();
+    write!(
+        c,
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n"
+    )
+    .unwrap();
     let out = read_to_close(&mut c);
     assert!(out.starts_with("HTTP/1.1 431"), "{out}");
 
@@ -169,7 +176,10 @@ fn stalled_and_trickled_handshakes_are_cut_off_and_do_not_pin_the_server() {
         matches!(read, Ok(0)) || start.elapsed() < Duration::from_secs(9),
         "the trickled handshake was not cut off: {read:?}"
     );
-    assert!(writer.join().unwrap(), "the server kept reading the trickle");
+    assert!(
+        writer.join().unwrap(),
+        "the server kept reading the trickle"
+    );
     // And the server answers again.
     let r = got(http().get(format!("{}/healthz", s.base())).call());
     assert_eq!(r.status, 200);

@@ -111,6 +111,7 @@ pub fn fresh() -> TestDb {
 pub fn migrate(url: &str) {
     let cfg = scanstore::config::DatabaseConfig {
         url: url.to_string(),
+        ca_file: None,
         pool_size: 1,
         pool_timeout: std::time::Duration::from_secs(30),
     };

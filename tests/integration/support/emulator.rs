@@ -301,14 +301,18 @@ impl Emulator {
         cmd.args(["--listen", "127.0.0.1:0"]).args(args);
         let mut access = Access::default();
         if let Some(tls) = tls {
-            cmd.arg("--tls-cert").arg(&tls.cert).arg("--tls-key").arg(&tls.key);
+            cmd.arg("--tls-cert")
+                .arg(&tls.cert)
+                .arg("--tls-key")
+                .arg(&tls.key);
             access.ca_file = Some(tls.ca.clone());
         }
-        if key {
-            if !args.iter().any(|a| *a == "--api-key" || *a == "--basic-auth") {
-                cmd.args(["--api-key", secure::EMULATOR_API_KEY]);
-                access.api_key = Some(secure::EMULATOR_API_KEY.into());
-            }
+        let own_credentials = args
+            .iter()
+            .any(|a| *a == "--api-key" || *a == "--basic-auth");
+        if key && !own_credentials {
+            cmd.args(["--api-key", secure::EMULATOR_API_KEY]);
+            access.api_key = Some(secure::EMULATOR_API_KEY.into());
         }
         let mut child = cmd
             .stdout(Stdio::piped())
@@ -459,7 +463,9 @@ pub fn plain_emulator(test: &str) -> Option<Emulator> {
 fn emulator_only(test: &str) -> bool {
     match std::env::var("STORAGE_TEST_ES_URL") {
         Ok(url) if !url.is_empty() => {
-            println!("SKIP {test}: needs the emulator; STORAGE_TEST_ES_URL points at a real cluster");
+            println!(
+                "SKIP {test}: needs the emulator; STORAGE_TEST_ES_URL points at a real cluster"
+            );
             false
         }
         _ => true,

@@ -56,16 +56,23 @@ impl TestCa {
     /// A certificate for 127.0.0.1 and localhost signed by this CA, as `name.pem` and
     /// `name.key` (private to its owner) in `dir`.
     pub fn issue(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        self.issue_for(dir, name, &["127.0.0.1", "localhost"])
+    }
+
+    /// As [`TestCa::issue`], for the names `sans` only.
+    pub fn issue_for(&self, dir: &Path, name: &str, sans: &[&str]) -> (PathBuf, PathBuf) {
         std::fs::create_dir_all(dir).unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
-        let mut params =
-            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-                .unwrap();
+        let sans = sans.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut params = rcgen::CertificateParams::new(sans).unwrap();
         params.distinguished_name = dn("scanstore test server");
         params.use_authority_key_identifier_extension = true;
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
-        let files = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+        let files = (
+            dir.join(format!("{name}.pem")),
+            dir.join(format!("{name}.key")),
+        );
         std::fs::write(&files.0, cert.pem()).unwrap();
         write_private(&files.1, key.serialize_pem().as_bytes());
         files
@@ -94,8 +101,8 @@ pub fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 
 /// Writes a file only its owner can read.
 pub fn write_private(path: &Path, bytes: &[u8]) {
-    use std::os::unix::fs::OpenOptionsExt;
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -108,8 +115,10 @@ pub fn write_private(path: &Path, bytes: &[u8]) {
 
 /// A fresh directory under the system's temporary one.
 pub fn temp_dir(what: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("scanstore-{what}-{}", uuid::Uuid::new_v4().simple()));
+    let dir = std::env::temp_dir().join(format!(
+        "scanstore-{what}-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
