@@ -38,9 +38,11 @@ impl SslMode {
             "verify-ca" => SslMode::VerifyCa,
             "verify-full" => SslMode::VerifyFull,
             // `allow` tries plain first: a downgrade scanstore does not offer.
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "sslmode={value} is not one of disable, prefer, require, verify-ca, verify-full"
-            )),
+            ))
+            }
         })
     }
 }

@@ -5,6 +5,7 @@
 
 mod install;
 mod notify;
+mod proxy;
 mod rebuild;
 mod upgrade;
 
