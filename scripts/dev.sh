@@ -47,18 +47,9 @@ es_tls=""
 curl_tls=()
 scheme=http
 if [ -n "$secure" ]; then
-  # One CA for this run; certificates for 127.0.0.1 signed by it (keys private).
+  # One CA for this run; a certificate for 127.0.0.1 signed by it.
   tls="$dev/tls"
-  mkdir -p "$tls"
-  (umask 077
-   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
-     -subj "/CN=scanstore dev CA" -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
-   openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=127.0.0.1" \
-     -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
-   openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
-     -CAcreateserial -days 30 -out "$tls/server.pem" 2>/dev/null \
-     -extfile <(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n'))
-  chmod 644 "$tls/ca.pem" "$tls/server.pem"
+  bash scripts/dev-ca.sh "$tls"
   export SCANSTORE_ES_API_KEY=$(head -c 24 /dev/urandom | base64)
   emulator_args=(--tls-cert "$tls/server.pem" --tls-key "$tls/server.key" --api-key "$SCANSTORE_ES_API_KEY")
   server_tls="tls_cert = \"$tls/server.pem\"

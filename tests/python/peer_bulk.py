@@ -10,6 +10,7 @@ Exits 2 if the client is missing.
 """
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -45,7 +46,13 @@ def main():
     p.add_argument("--chunk-size", type=int, default=500)
     p.add_argument("--max-chunk-bytes", type=int, default=100 * 1024 * 1024)
     a = p.parse_args()
-    es = Elasticsearch(a.url, request_timeout=300)
+    # A secured cluster: the API key and the CA to verify an https:// URL against.
+    es = Elasticsearch(
+        a.url,
+        request_timeout=300,
+        api_key=os.environ.get("ES_API_KEY") or None,
+        ca_certs=os.environ.get("ES_CA_FILE") or None,
+    )
     todo = actions(a.file)
     ok = errors = 0
     started = time.perf_counter()

@@ -188,7 +188,10 @@ struct Attack {
 impl Attack {
     fn start(base: &str, batches: &str, connections: usize) -> Attack {
         let stop = Arc::new(AtomicBool::new(false));
-        let addr = base.trim_start_matches("http://").to_string();
+        let addr = base
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .to_string();
         let threads = (0..connections)
             .map(|i| {
                 let kind = KINDS[i % KINDS.len()];

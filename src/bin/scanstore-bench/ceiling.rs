@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use scanstore::es::alias::AssetIndices;
 use scanstore::es::bulk::{self, BulkOp};
-use scanstore::es::{index, setup, EsClient};
+use scanstore::es::{index, setup};
 use scanstore::projection::page;
 use scanstore::tags::Tags;
 use scanstore::upload::{batch, facts};
@@ -157,7 +157,7 @@ pub fn publication_requests(
 
 /// Installs scanstore's templates, indices and merge script under `prefix`.
 pub fn install(es_url: &str, prefix: &str) -> Result<(), String> {
-    let es = EsClient::new(es_url, Duration::from_secs(120));
+    let es = crate::stack::es_client(es_url, Duration::from_secs(120))?;
     setup::install(&es, prefix).map_err(|e| format!("install {prefix}: {e}"))
 }
 
@@ -165,7 +165,9 @@ pub fn install(es_url: &str, prefix: &str) -> Result<(), String> {
 /// before an extra round — and its execution projection (by name: real clusters refuse
 /// wildcard deletes).
 pub fn delete(es_url: &str, prefix: &str, written: &[String]) {
-    let es = EsClient::new(es_url, Duration::from_secs(120));
+    let Ok(es) = crate::stack::es_client(es_url, Duration::from_secs(120)) else {
+        return;
+    };
     let mut names: Vec<String> = written.to_vec();
     names.push(index::execution_endpoints(prefix));
     names.sort();
@@ -185,16 +187,19 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
             .map(|_| {
                 s.spawn(|| {
                     let agent = crate::scanner::agent();
+                    let authorization = crate::stack::es_authorization();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(body) = req.bodies.get(i) else {
                             return Ok(());
                         };
-                        let mut r = agent
+                        let mut request = agent
                             .post(&url)
-                            .header("Content-Type", "application/x-ndjson")
-                            .send(&body[..])
-                            .map_err(|e| format!("bulk: {e}"))?;
+                            .header("Content-Type", "application/x-ndjson");
+                        if let Some(a) = &authorization {
+                            request = request.header("Authorization", a);
+                        }
+                        let mut r = request.send(&body[..]).map_err(|e| format!("bulk: {e}"))?;
                         let status = r.status().as_u16();
                         let bytes = r
                             .body_mut()
@@ -218,7 +223,7 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
     results.into_iter().collect::<Result<Vec<()>, String>>()?;
     // Done means searchable, as for scanstore (whose final and publication end with one).
     if !req.indices.is_empty() {
-        let es = EsClient::new(es_url, Duration::from_secs(120));
+        let es = crate::stack::es_client(es_url, Duration::from_secs(120))?;
         let names: Vec<String> = req.indices.iter().map(|n| index::encode_path(n)).collect();
         es.request("POST", &format!("/{}/_refresh", names.join(",")), None)
             .and_then(|r| r.ok())

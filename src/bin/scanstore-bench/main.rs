@@ -143,6 +143,12 @@ pub struct Opts {
     /// Skip the Python peer.
     #[arg(long)]
     pub no_peer: bool,
+    /// Security on: the emulator serves HTTPS and requires an API key, scanstore serves
+    /// HTTPS, every client verifies against a CA made for the run (`scripts/dev-ca.sh`).
+    /// Not with `--es-url`. (The front-door scenario's hostile connections then stall in
+    /// the TLS handshake rather than in a request head.)
+    #[arg(long, conflicts_with = "es_url")]
+    pub tls: bool,
     /// Skip the publication phase and the publication ceiling (e.g. to measure uploads at
     /// 1 M endpoints when draining the backlog would take too long on this machine).
     #[arg(long)]
@@ -215,6 +221,9 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
     }
     let logs = opts.out.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    if opts.tls {
+        stack::enable_tls(&opts.out.join("tls"))?;
+    }
     let started = chrono::Utc::now();
     // The pool comparison first, on a quiet machine: right after the 1 M scenario, whose
     // database and indices are being torn down, its runs lost seconds to stalls of the

@@ -45,7 +45,12 @@ pub fn run(
         }
         f.flush().map_err(|e| e.to_string())?;
     }
-    let out = Command::new(python)
+    let mut cmd = Command::new(python);
+    if let Some(tls) = crate::stack::tls() {
+        cmd.env("ES_API_KEY", &tls.api_key)
+            .env("ES_CA_FILE", &tls.ca);
+    }
+    let out = cmd
         .arg(script)
         .arg(es_url)
         .arg(file)

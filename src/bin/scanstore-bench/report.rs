@@ -361,6 +361,15 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     let _ = writeln!(o, "- command: `{}`", cmd.join(" "));
     let _ = writeln!(
         o,
+        "- transport: {}",
+        if opts.tls {
+            "TLS everywhere (`--tls`): scanners to scanstore over HTTPS, scanstore and the bench to the emulator over HTTPS with an API key"
+        } else {
+            "plain HTTP on loopback"
+        }
+    );
+    let _ = writeln!(
+        o,
         "- binaries: `{}`{}; ES: {}",
         opts.scanstore_bin.display(),
         if debug {

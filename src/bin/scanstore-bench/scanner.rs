@@ -16,7 +16,14 @@ use crate::workload::{Batch, ExecutionPlan};
 pub const CLASSES: [&str; 4] = ["normal", "final", "confirmed_retry", "dns"];
 
 pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
+    let mut config = ureq::Agent::config_builder();
+    if let Some(tls) = crate::stack::tls() {
+        // Checked when the CA was made; a CA that cannot be read fails the first request.
+        if let Ok(roots) = scanstore::es::access::ca_roots(&tls.ca) {
+            config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+        }
+    }
+    config
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(600)))
         .max_idle_connections_per_host(256)

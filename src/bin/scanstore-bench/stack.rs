@@ -6,12 +6,75 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use scanstore::es::access::EsAuth;
+use scanstore::es::client::EsClient;
+use scanstore::telemetry::secret::Secret;
 
 use postgres::{Client, NoTls};
 use uuid::Uuid;
 
 use crate::Opts;
+
+/// A `--tls` run's security: the CA made for it, the certificate the emulator and scanstore
+/// serve, and the API key the emulator requires.
+pub struct Tls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub api_key: String,
+}
+
+static TLS: OnceLock<Tls> = OnceLock::new();
+
+/// The run's security, when `--tls` is on.
+pub fn tls() -> Option<&'static Tls> {
+    TLS.get()
+}
+
+/// Makes the CA and certificate in `dir` (`scripts/dev-ca.sh`) and turns security on for
+/// everything started and every client made from now on.
+pub fn enable_tls(dir: &Path) -> Result<(), String> {
+    let made = Command::new("bash")
+        .arg("scripts/dev-ca.sh")
+        .arg(dir)
+        .status()
+        .map_err(|e| format!("scripts/dev-ca.sh: {e}"))?;
+    if !made.success() {
+        return Err("scripts/dev-ca.sh failed (is openssl installed?)".into());
+    }
+    let api_key = hex::encode(rand::random::<[u8; 24]>());
+    let _ = TLS.set(Tls {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+        api_key,
+    });
+    Ok(())
+}
+
+/// An Elasticsearch client for the bench's own requests, with the run's key and CA.
+pub fn es_client(url: &str, timeout: Duration) -> Result<EsClient, String> {
+    let Some(tls) = tls() else {
+        return Ok(EsClient::new(url, timeout));
+    };
+    let roots = scanstore::es::access::ca_roots(&tls.ca)?;
+    let auth = EsAuth::ApiKey(Secret::new(tls.api_key.clone()));
+    Ok(EsClient::with_access(
+        url,
+        timeout,
+        &auth,
+        Some(&roots),
+        None,
+    ))
+}
+
+/// The `Authorization` header of the bench's own Elasticsearch requests, if any.
+pub fn es_authorization() -> Option<String> {
+    tls().map(|t| format!("ApiKey {}", t.api_key))
+}
 
 /// What a scenario changes in scanstore's configuration.
 #[derive(Clone, Debug)]
@@ -127,7 +190,7 @@ impl Drop for Proc {
     }
 }
 
-/// Starts `cmd`, stderr to `log`, and waits for the first `http://…` URL on its stdout.
+/// Starts `cmd`, stderr to `log`, and waits for the first `http(s)://…` URL on its stdout.
 fn spawn_announcing(mut cmd: Command, log: &Path, what: &str) -> Result<Proc, String> {
     let err = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
     let mut child = cmd
@@ -140,7 +203,7 @@ fn spawn_announcing(mut cmd: Command, log: &Path, what: &str) -> Result<Proc, St
     let (tx, rx) = crossbeam_channel::bounded(1);
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if let Some(at) = line.find("http://") {
+            if let Some(at) = line.find("https://").or_else(|| line.find("http://")) {
                 let _ = tx.send(line[at..].trim().to_string());
             }
         }
@@ -169,6 +232,13 @@ pub fn emulator(opts: &Opts, log: &Path, pretouch_mib: usize) -> Result<Proc, St
         "--pretouch-mib",
         &pretouch_mib.to_string(),
     ]);
+    if let Some(tls) = tls() {
+        cmd.arg("--tls-cert")
+            .arg(&tls.cert)
+            .arg("--tls-key")
+            .arg(&tls.key);
+        cmd.args(["--api-key", &tls.api_key]);
+    }
     spawn_announcing(cmd, log, "scanstore-es-emulator")
 }
 
@@ -202,8 +272,30 @@ pub fn scanstore(
         cfg.workers,
         opts.projection_nice,
     );
+    let text = match tls() {
+        Some(tls) => text
+            .replace(
+                "[server]\n",
+                &format!(
+                    "[server]\ntls_cert = {:?}\ntls_key = {:?}\n",
+                    tls.cert.display().to_string(),
+                    tls.key.display().to_string()
+                ),
+            )
+            .replace(
+                "[elasticsearch]\n",
+                &format!(
+                    "[elasticsearch]\nca_file = {:?}\n",
+                    tls.ca.display().to_string()
+                ),
+            ),
+        None => text,
+    };
     std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
     let mut cmd = Command::new(&opts.scanstore_bin);
+    if let Some(tls) = tls() {
+        cmd.env("SCANSTORE_ES_API_KEY", &tls.api_key);
+    }
     cmd.arg("serve")
         .arg("--config")
         .arg(&config)
