@@ -5,7 +5,8 @@ use sha2::{Digest, Sha256};
 
 pub fn check(data: &[u8]) {
     let now = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
-    let window = scanstore::upload::batch::Window::around(now, Duration::days(31), Duration::seconds(300));
+    let window =
+        scanstore::upload::batch::Window::around(now, Duration::days(31), Duration::seconds(300));
     if let Ok(b) = scanstore::upload::batch::parse(data, 5000, window) {
         assert!(b.observations.len() <= 5000);
         assert!(b.batch_index <= i32::MAX as u32);

@@ -25,26 +25,53 @@ fn valid(obs: &str) -> Vec<u8> {
 }
 
 const TOKENS: &[&str] = &[
-    "0", "-1", "65536", "1e999", "null", "true", "\"\"", "[]", "{}", "\"\\ud800\"", "\"::1\"",
-    "\"2026-02-30T00:00:00Z\"", "18446744073709551616", "\"dns\"", "\"AAAA\"", "\u{202e}",
+    "0",
+    "-1",
+    "65536",
+    "1e999",
+    "null",
+    "true",
+    "\"\"",
+    "[]",
+    "{}",
+    "\"\\ud800\"",
+    "\"::1\"",
+    "\"2026-02-30T00:00:00Z\"",
+    "18446744073709551616",
+    "\"dns\"",
+    "\"AAAA\"",
+    "\u{202e}",
 ];
 
 fn main() {
-    let secs: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10);
+    let secs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10);
     let seeds: Vec<Vec<u8>> = vec![
-        valid(r#"[{"type":"endpoint","ip":"203.0.113.7","port":443,"transport":"tcp","observed_at":"2026-11-29T10:00:00Z"}]"#),
-        valid(r#"[{"type":"dns","name":"www.example.com","record_type":"A","value":"203.0.113.7","observed_at":"2026-11-29T10:00:01Z"}]"#),
+        valid(
+            r#"[{"type":"endpoint","ip":"203.0.113.7","port":443,"transport":"tcp","observed_at":"2026-11-29T10:00:00Z"}]"#,
+        ),
+        valid(
+            r#"[{"type":"dns","name":"www.example.com","record_type":"A","value":"203.0.113.7","observed_at":"2026-11-29T10:00:01Z"}]"#,
+        ),
         valid("[]"),
     ];
     let mut corpus = seeds.clone();
-    if let Ok(text) = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/hostile/corpus.jsonl")) {
+    if let Ok(text) = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../fixtures/hostile/corpus.jsonl"
+    )) {
         for line in text.lines() {
             if let Some(i) = line.find("\"body\": \"") {
                 corpus.push(line[i + 9..].as_bytes().to_vec());
             }
         }
     }
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     let mut rng = Rng(seed | 1);
     println!("seed {seed}");
     let end = Instant::now() + Duration::from_secs(secs);
@@ -55,12 +82,25 @@ fn main() {
             for _ in 0..=rng.below(4) {
                 let at = rng.below(d.len() + 1);
                 match rng.below(6) {
-                    0 if !d.is_empty() => { let i = rng.below(d.len()); d[i] ^= 1 << rng.below(8); }
+                    0 if !d.is_empty() => {
+                        let i = rng.below(d.len());
+                        d[i] ^= 1 << rng.below(8);
+                    }
                     1 => d.insert(at, rng.next() as u8),
-                    2 if at < d.len() => { d.remove(at); }
+                    2 if at < d.len() => {
+                        d.remove(at);
+                    }
                     3 => d.truncate(at),
-                    4 => { let t = TOKENS[rng.below(TOKENS.len())]; d.splice(at..at, t.bytes()); }
-                    _ => { let o = &seeds[rng.below(seeds.len())]; let s = rng.below(o.len()); let e = s + rng.below(o.len() - s); d.splice(at..at, o[s..e].iter().copied()); }
+                    4 => {
+                        let t = TOKENS[rng.below(TOKENS.len())];
+                        d.splice(at..at, t.bytes());
+                    }
+                    _ => {
+                        let o = &seeds[rng.below(seeds.len())];
+                        let s = rng.below(o.len());
+                        let e = s + rng.below(o.len() - s);
+                        d.splice(at..at, o[s..e].iter().copied());
+                    }
                 }
             }
             check::check(&d);

@@ -13,13 +13,13 @@ use crate::support::db;
 fn quick_mode_writes_a_sane_report() {
     let out =
         std::env::temp_dir().join(format!("scanstore-bench-{}", uuid::Uuid::new_v4().simple()));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_scanstore-bench"));
+    let mut cmd = Command::new(crate::support::tools::bin("scanstore-bench"));
     cmd.arg("--quick")
         .args(["--scanners", "4", "--finals", "8"])
         .arg("--scanstore-bin")
         .arg(env!("CARGO_BIN_EXE_scanstore"))
         .arg("--emulator-bin")
-        .arg(env!("CARGO_BIN_EXE_scanstore-es-emulator"))
+        .arg(crate::support::tools::bin("scanstore-es-emulator"))
         .arg("--peer-script")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),

@@ -11,7 +11,7 @@ use crate::support::emulator::emulator_for_faults;
 /// (file suffix, test name, reason). Keep short; every entry needs a reason a reviewer accepts.
 pub const SKIPS: &[(&str, &str, &str)] = &[
     ("painless/15_update.yml", "Update Script",
-     "inline Painless (`ctx._source.foo = params.bar`): the emulator runs only scripts with a registered native twin (src/es/painless)"),
+     "inline Painless (`ctx._source.foo = params.bar`): the emulator runs only scripts with a registered native twin (tests/es-emulator/src/painless)"),
     ("painless/15_update.yml", "Update Script with script error",
      "expects a Painless runtime error (self-referencing map); there is no Painless interpreter in the emulator"),
     ("painless/15_update.yml", "Update script supports sha1() and sha256() method for strings",

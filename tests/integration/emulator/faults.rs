@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::emulator::{emulator_for_faults, plain_emulator, Corruption, Emulator, Fault};
+use crate::support::emulator::{
+    emulator_for_faults, plain_emulator, CorruptMode, Emulator, FaultSpec,
+};
 
 fn doc_lines(idx: &str, ids: &[&str]) -> Vec<Value> {
     ids.iter()
@@ -27,7 +29,7 @@ fn latency_delays_only_matching_requests() {
         return;
     };
     let es = emu.es();
-    emu.add_fault(Fault::Latency {
+    emu.add_fault(FaultSpec::Latency {
         path: "*/_count".into(),
         method: None,
         ms: 300,
@@ -59,7 +61,7 @@ fn fail_next_n_requests_with_es_error_shapes() {
         return;
     };
     let es = emu.es();
-    emu.add_fault(Fault::fail(
+    emu.add_fault(FaultSpec::fail(
         "/_bulk",
         2,
         429,
@@ -84,7 +86,7 @@ fn fail_next_n_requests_with_es_error_shapes() {
     let (status, v) = es.bulk("/_bulk", &lines);
     assert_eq!((status, v["errors"].clone()), (200, json!(false)));
     for (status, kind) in [(500, "exception"), (503, "cluster_block_exception")] {
-        emu.add_fault(Fault::fail("*/_search", 1, status, kind));
+        emu.add_fault(FaultSpec::fail("*/_search", 1, status, kind));
         let (got, v) = es.post("/f/_search", &json!({}));
         assert_eq!((got, v["error"]["type"].clone()), (status, json!(kind)));
     }
@@ -96,7 +98,7 @@ fn bulk_items_fail_by_id_pattern() {
         return;
     };
     let es = emu.es();
-    emu.add_fault(Fault::BulkItemFail {
+    emu.add_fault(FaultSpec::BulkItemFail {
         id: "bad-*".into(),
         status: 429,
         error_type: Some("es_rejected_execution_exception".into()),
@@ -133,26 +135,26 @@ fn bulk_responses_can_be_corrupted_in_four_ways() {
     let es = emu.es();
     let lines = doc_lines("c", &["1", "2"]);
     let items = |v: &Value| v["items"].as_array().cloned().unwrap_or_default();
-    emu.add_fault(Fault::CorruptBulk {
-        mode: Corruption::WrongId,
+    emu.add_fault(FaultSpec::CorruptBulk {
+        mode: CorruptMode::WrongId,
         count: Some(1),
     });
     let (_, v) = es.bulk("/_bulk", &lines);
     assert_ne!(items(&v)[0]["index"]["_id"], "1");
-    emu.add_fault(Fault::CorruptBulk {
-        mode: Corruption::WrongIndex,
+    emu.add_fault(FaultSpec::CorruptBulk {
+        mode: CorruptMode::WrongIndex,
         count: Some(1),
     });
     let (_, v) = es.bulk("/_bulk", &lines);
     assert_ne!(items(&v)[0]["index"]["_index"], "c");
     assert_eq!(items(&v)[0]["index"]["_id"], "1");
-    emu.add_fault(Fault::CorruptBulk {
-        mode: Corruption::MissingItem,
+    emu.add_fault(FaultSpec::CorruptBulk {
+        mode: CorruptMode::MissingItem,
         count: Some(1),
     });
     assert_eq!(items(&es.bulk("/_bulk", &lines).1).len(), 1);
-    emu.add_fault(Fault::CorruptBulk {
-        mode: Corruption::ExtraItem,
+    emu.add_fault(FaultSpec::CorruptBulk {
+        mode: CorruptMode::ExtraItem,
         count: Some(1),
     });
     assert_eq!(items(&es.bulk("/_bulk", &lines).1).len(), 3);
@@ -173,7 +175,7 @@ fn refresh_can_fail() {
     let es = emu.es();
     es.put("/r", &json!({"settings": {"refresh_interval": "-1"}}));
     es.bulk("/r/_bulk", &doc_lines("r", &["1"]));
-    emu.add_fault(Fault::RefreshFail { count: Some(1) });
+    emu.add_fault(FaultSpec::RefreshFail { count: Some(1) });
     let (status, v) = es.post("/r/_refresh", &json!({}));
     assert_eq!(status, 500);
     assert_eq!(v["_shards"]["successful"], 0);
@@ -203,7 +205,7 @@ fn connection_closes_mid_response() {
     let Some(emu) = plain_emulator("connection_closes_mid_response") else {
         return;
     };
-    emu.add_fault(Fault::Close {
+    emu.add_fault(FaultSpec::Close {
         path: "/".into(),
         method: Some("GET".into()),
         count: Some(1),
@@ -235,7 +237,7 @@ fn paused_requests_hang_until_released() {
     let Some(emu) = emulator_for_faults("paused_requests_hang_until_released") else {
         return;
     };
-    let id = emu.add_fault(Fault::Pause {
+    let id = emu.add_fault(FaultSpec::Pause {
         path: "*/_bulk".into(),
         method: None,
         count: Some(1),
@@ -251,7 +253,7 @@ fn paused_requests_hang_until_released() {
     assert_eq!((status, v["errors"].clone()), (200, json!(false)));
     assert_eq!(emu.paused(), 0);
     // release_all works for unlimited pauses too.
-    emu.add_fault(Fault::Pause {
+    emu.add_fault(FaultSpec::Pause {
         path: "/".into(),
         method: None,
         count: None,
@@ -271,7 +273,7 @@ fn reset_clears_data_and_faults() {
     let es = emu.es();
     es.bulk("/_bulk?refresh=true", &doc_lines("z", &["1"]));
     es.put("/_index_template/t", &json!({"index_patterns": ["z*"]}));
-    emu.add_fault(Fault::fail("/", 5, 503, "cluster_block_exception"));
+    emu.add_fault(FaultSpec::fail("/", 5, 503, "cluster_block_exception"));
     emu.reset();
     assert_eq!(es.get("/").0, 200);
     assert_eq!(es.head("/z"), 404);

@@ -9,7 +9,7 @@ use scanstore::projection::worker::TickOutcome;
 use scanstore::projection::ProjectionError;
 
 use super::{assets, outbox_row, t0, worker};
-use crate::support::emulator::Fault;
+use crate::support::emulator::FaultSpec;
 use crate::support::factory;
 use crate::support::logs;
 use crate::support::scan;
@@ -117,7 +117,7 @@ fn lease_is_renewed_while_es_hangs_longer_than_the_lease() {
         return;
     };
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 5, 5, t0());
-    let fault = s.emulator().add_fault(Fault::Pause {
+    let fault = s.emulator().add_fault(FaultSpec::Pause {
         path: "/_bulk".into(),
         method: None,
         count: Some(1),
@@ -165,7 +165,7 @@ fn single_connection_pool_is_released_during_publication() {
     let other = factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running");
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 30, 30, t0());
     // Asset writes are slow; uploads still get the one connection between statements.
-    s.emulator().add_fault(Fault::Latency {
+    s.emulator().add_fault(FaultSpec::Latency {
         path: "/_bulk".into(),
         method: None,
         ms: 500,

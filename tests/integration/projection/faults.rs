@@ -12,7 +12,7 @@ use super::{
     assert_published, assets, outbox_row, progress, t0, three_pages_one_per_tick, tick_holding,
     tick_until_done, worker,
 };
-use crate::support::emulator::{Corruption, Fault};
+use crate::support::emulator::{CorruptMode, FaultSpec};
 use crate::support::scan;
 use crate::support::stack::Stack;
 
@@ -52,7 +52,7 @@ fn a_failed_or_corrupted_item_does_not_advance_the_cursor() {
     let w = worker(&s);
     // Page 1 succeeds; page 2 has one item failing with a transient error.
     assert_eq!(w.tick().unwrap(), TickOutcome::Yielded { pages: 1 });
-    s.emulator().add_fault(Fault::BulkItemFail {
+    s.emulator().add_fault(FaultSpec::BulkItemFail {
         id: "*10.0.0.15-tcp-443".into(),
         status: 429,
         error_type: Some("es_rejected_execution_exception".into()),
@@ -79,8 +79,8 @@ fn a_failed_or_corrupted_item_does_not_advance_the_cursor() {
         "a transient error starts with a short backoff"
     );
 
-    s.emulator().add_fault(Fault::CorruptBulk {
-        mode: Corruption::MissingItem,
+    s.emulator().add_fault(FaultSpec::CorruptBulk {
+        mode: CorruptMode::MissingItem,
         count: Some(1),
     });
     make_due(&s);
@@ -104,7 +104,7 @@ fn a_failed_refresh_is_retried_alone() {
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, t0());
     let w = worker(&s);
     s.emulator()
-        .add_fault(Fault::RefreshFail { count: Some(1) });
+        .add_fault(FaultSpec::RefreshFail { count: Some(1) });
     let before = s.emulator().requests(Some("POST"), Some("/_bulk")).count;
     assert!(matches!(w.tick().unwrap(), TickOutcome::Failed { .. }));
     let row = outbox_row(&s, s.execution());
@@ -176,7 +176,7 @@ fn a_page_replayed_after_a_lost_checkpoint_leaves_documents_identical() {
     };
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 8, 8, t0());
     let w = worker(&s);
-    let fault = s.emulator().add_fault(Fault::Pause {
+    let fault = s.emulator().add_fault(FaultSpec::Pause {
         path: "/_bulk".into(),
         method: None,
         count: Some(1),
@@ -220,7 +220,7 @@ fn errors_are_classified_and_backed_off() {
     };
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, t0());
     let w = worker(&s);
-    s.emulator().add_fault(Fault::fail(
+    s.emulator().add_fault(FaultSpec::fail(
         "/_bulk",
         1,
         503,
@@ -234,7 +234,7 @@ fn errors_are_classified_and_backed_off() {
     );
     assert!(due_in(&s) < 2.0);
     make_due(&s);
-    s.emulator().add_fault(Fault::BulkItemFail {
+    s.emulator().add_fault(FaultSpec::BulkItemFail {
         id: "*".into(),
         status: 400,
         error_type: Some("mapper_parsing_exception".into()),
@@ -273,7 +273,7 @@ fn a_failed_read_ahead_is_read_again_not_recorded() {
     let w = worker(&s);
     // Hold the first page read so that the failure lands on the read-ahead, not on it.
     let outcome = tick_holding(&s, "*/_search", 1, || {
-        s.emulator().add_fault(Fault::fail(
+        s.emulator().add_fault(FaultSpec::fail(
             "*/_search",
             1,
             503,
@@ -307,7 +307,7 @@ fn a_failed_read_for_the_next_claim_costs_the_row_nothing() {
     // them, so that reading it again in line would fail too.
     let failing = std::cell::Cell::new(None);
     let outcome = tick_holding(&s, "*/_search", 1, || {
-        failing.set(Some(s.emulator().add_fault(Fault::fail(
+        failing.set(Some(s.emulator().add_fault(FaultSpec::fail(
             "*/_search",
             2,
             503,

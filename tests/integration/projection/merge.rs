@@ -6,8 +6,9 @@
 use serde_json::{json, Map, Value};
 
 use scanstore::es::bulk::{self, BulkOp, ScriptedUpserts};
-use scanstore::es::painless::{self, ScriptCtx};
+use scanstore::es::painless;
 use scanstore::es::setup;
+use scanstore_es_emulator::painless::{native_for_source, ScriptCtx};
 
 use crate::support::emulator::{target, unique};
 
@@ -28,8 +29,7 @@ fn observations() -> Vec<Value> {
 
 /// The document the native twin builds from `seq`.
 fn native(seq: &[Value]) -> Map<String, Value> {
-    let script =
-        painless::native_for_source(painless::ASSET_MERGE_SOURCE).expect("registered twin");
+    let script = native_for_source(painless::ASSET_MERGE_SOURCE).expect("registered twin");
     let mut source = Map::new();
     for (i, obs) in seq.iter().enumerate() {
         let mut ctx = ScriptCtx {

@@ -32,7 +32,7 @@ pub fn tick_holding(
 ) -> scanstore::projection::worker::TickOutcome {
     let hold = s
         .emulator()
-        .add_fault(crate::support::emulator::Fault::Pause {
+        .add_fault(crate::support::emulator::FaultSpec::Pause {
             path: path.into(),
             method: None,
             count: None,

@@ -8,7 +8,7 @@ use super::{
     assert_published, assets, outbox_row, t0, three_pages_one_per_tick, tick_holding,
     tick_until_done, worker,
 };
-use crate::support::emulator::Fault;
+use crate::support::emulator::FaultSpec;
 use crate::support::factory;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
@@ -307,7 +307,7 @@ fn a_failed_page_is_not_skipped_by_the_page_written_after_it() {
     };
     let w = worker(&s);
     // Page 1 (10.0.0.1–10) has one item failing.
-    s.emulator().add_fault(Fault::BulkItemFail {
+    s.emulator().add_fault(FaultSpec::BulkItemFail {
         id: "*10.0.0.5-tcp-443".into(),
         status: 429,
         error_type: Some("es_rejected_execution_exception".into()),
@@ -407,7 +407,7 @@ fn projection_nice_lowers_the_publishers_threads_only() {
         return;
     };
     // Slow asset writes keep the claim (and its heartbeat thread) alive long enough to look.
-    s.emulator().add_fault(Fault::Latency {
+    s.emulator().add_fault(FaultSpec::Latency {
         path: "/_bulk".into(),
         method: None,
         ms: 1500,

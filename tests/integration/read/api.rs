@@ -298,7 +298,7 @@ fn an_incomplete_search_answer_is_refused_not_served() {
     };
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, t0());
     s.emulator()
-        .add_fault(crate::support::emulator::Fault::fail(
+        .add_fault(crate::support::emulator::FaultSpec::fail(
             "*_search",
             1,
             503,

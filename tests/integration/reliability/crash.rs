@@ -18,7 +18,7 @@ use postgres::Client;
 use super::child::{try_post, ChildConfig, Serve};
 use super::{prefix, snapshot, wait_published, Ids, Snapshot};
 use crate::support::db::{self, TestDb};
-use crate::support::emulator::{emulator_for_faults, Emulator, Fault};
+use crate::support::emulator::{emulator_for_faults, Emulator, FaultSpec};
 use crate::support::scan::Batch;
 use crate::support::server::Got;
 
@@ -67,8 +67,8 @@ impl Point {
     }
 }
 
-fn pause(path: &str) -> Fault {
-    Fault::Pause {
+fn pause(path: &str) -> FaultSpec {
+    FaultSpec::Pause {
         path: path.into(),
         method: None,
         count: Some(1),
@@ -152,7 +152,7 @@ pub fn crash_run(emu: &Emulator, ids: &Ids, point: Point) -> Snapshot {
             Point::AfterTxA => {
                 // Paused and then failed: the bulk is never applied.
                 emu.add_fault(pause("/_bulk"));
-                emu.add_fault(Fault::fail(
+                emu.add_fault(FaultSpec::fail(
                     "/_bulk",
                     1,
                     503,

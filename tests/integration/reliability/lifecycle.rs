@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::child::{ChildConfig, Serve};
 use super::t0;
-use crate::support::emulator::{emulator_for_faults, Fault};
+use crate::support::emulator::{emulator_for_faults, FaultSpec};
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::{got, http, Got};
 use crate::support::{db, emulator, factory};
@@ -129,7 +129,7 @@ fn kill_between_abandon_and_repair() {
         scan::post(&first.base, &scanner.token, e, &Batch::main(b, 0, older)).status,
         200
     );
-    emu.add_fault(Fault::item_fails_once(format!(
+    emu.add_fault(FaultSpec::item_fails_once(format!(
         "{}-{}-m0-4",
         e.simple(),
         a.simple()
@@ -141,7 +141,7 @@ fn kill_between_abandon_and_repair() {
     );
 
     // The abandon stops at its first bulk: the upload is marked, nothing else is done.
-    emu.add_fault(Fault::Pause {
+    emu.add_fault(FaultSpec::Pause {
         path: "/_bulk".into(),
         method: None,
         count: Some(1),

@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::child::{try_post, ChildConfig, Serve};
 use super::{t0, wait_published};
 use crate::support::db;
-use crate::support::emulator::{emulator_for_faults, Corruption, Es, Fault};
+use crate::support::emulator::{emulator_for_faults, CorruptMode, Es, FaultSpec};
 use crate::support::factory;
 use crate::support::scan::{endpoints, Batch};
 use crate::support::stack::Stack;
@@ -216,69 +216,69 @@ fn es_fault_storm_under_concurrent_scanners_loses_and_doubles_nothing() {
     let emu = s.emulator();
     let k = scale() as u64;
     let faults = [
-        Fault::fail("/_bulk", 8 * k, 429, "es_rejected_execution_exception"),
-        Fault::fail("/_bulk", 4 * k, 503, "unavailable_shards_exception"),
-        Fault::fail("/_bulk", 2 * k, 500, "internal_server_error"),
-        Fault::fail("*/_count", 2 * k, 503, "unavailable_shards_exception"),
-        Fault::Close {
+        FaultSpec::fail("/_bulk", 8 * k, 429, "es_rejected_execution_exception"),
+        FaultSpec::fail("/_bulk", 4 * k, 503, "unavailable_shards_exception"),
+        FaultSpec::fail("/_bulk", 2 * k, 500, "internal_server_error"),
+        FaultSpec::fail("*/_count", 2 * k, 503, "unavailable_shards_exception"),
+        FaultSpec::Close {
             path: "/_bulk".into(),
             method: None,
             count: Some(3 * k),
         },
-        Fault::Close {
+        FaultSpec::Close {
             path: "*/_refresh".into(),
             method: None,
             count: Some(k),
         },
-        Fault::Latency {
+        FaultSpec::Latency {
             path: "/_bulk".into(),
             method: None,
             ms: 2500,
             count: Some(2 * k),
         },
-        Fault::Pause {
+        FaultSpec::Pause {
             path: "/_bulk".into(),
             method: None,
             count: Some(2),
         },
-        Fault::BulkItemFail {
+        FaultSpec::BulkItemFail {
             id: "*-m1-*".into(),
             status: 429,
             error_type: Some("es_rejected_execution_exception".into()),
             reason: None,
             count: Some(3 * k),
         },
-        Fault::BulkItemFail {
+        FaultSpec::BulkItemFail {
             id: "*-m2-3".into(),
             status: 503,
             error_type: None,
             reason: None,
             count: Some(k),
         },
-        Fault::CorruptBulk {
-            mode: Corruption::WrongId,
+        FaultSpec::CorruptBulk {
+            mode: CorruptMode::WrongId,
             count: Some(k),
         },
-        Fault::CorruptBulk {
-            mode: Corruption::MissingItem,
+        FaultSpec::CorruptBulk {
+            mode: CorruptMode::MissingItem,
             count: Some(k),
         },
-        Fault::CorruptBulk {
-            mode: Corruption::ExtraItem,
+        FaultSpec::CorruptBulk {
+            mode: CorruptMode::ExtraItem,
             count: Some(k),
         },
-        Fault::RefreshFail { count: Some(3 * k) },
+        FaultSpec::RefreshFail { count: Some(3 * k) },
     ];
     let injected: u64 = faults
         .iter()
         .map(|f| match f {
-            Fault::Fail { count, .. }
-            | Fault::Close { count, .. }
-            | Fault::Latency { count, .. }
-            | Fault::Pause { count, .. }
-            | Fault::BulkItemFail { count, .. }
-            | Fault::CorruptBulk { count, .. }
-            | Fault::RefreshFail { count } => count.unwrap_or(0),
+            FaultSpec::Fail { count, .. }
+            | FaultSpec::Close { count, .. }
+            | FaultSpec::Latency { count, .. }
+            | FaultSpec::Pause { count, .. }
+            | FaultSpec::BulkItemFail { count, .. }
+            | FaultSpec::CorruptBulk { count, .. }
+            | FaultSpec::RefreshFail { count } => count.unwrap_or(0),
         })
         .sum();
     for f in faults {
@@ -404,7 +404,7 @@ fn postgres_restart_in_the_middle_of_a_load_loses_and_doubles_nothing() {
     let prefix = super::prefix("pr");
     let serve = Serve::start(&ChildConfig::new(&url, emu.url(), &prefix));
     // ES slowed a little so that the restart lands in the middle of the uploads.
-    emu.add_fault(Fault::Latency {
+    emu.add_fault(FaultSpec::Latency {
         path: "/_bulk".into(),
         method: None,
         ms: 100,

@@ -11,112 +11,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::secure::{self, Access};
 
 /// A bulk-response corruption the emulator can inject.
-#[derive(Debug, Clone, Copy, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Corruption {
-    WrongId,
-    WrongIndex,
-    MissingItem,
-    ExtraItem,
-}
+pub use scanstore_es_emulator::faults::{CorruptMode, FaultSpec};
+pub use scanstore_es_emulator::reqlog::Summary;
 
-/// A fault to inject. `path` is a glob on the URL path (`*` matches across `/`); `count`
-/// limits how many matching requests (or items) it applies to; `None` = until removed.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Fault {
-    Latency {
-        path: String,
-        method: Option<String>,
-        ms: u64,
-        count: Option<u64>,
-    },
-    Fail {
-        path: String,
-        method: Option<String>,
-        status: u16,
-        error_type: Option<String>,
-        reason: Option<String>,
-        count: Option<u64>,
-    },
-    BulkItemFail {
-        id: String,
-        status: u16,
-        error_type: Option<String>,
-        reason: Option<String>,
-        count: Option<u64>,
-    },
-    CorruptBulk {
-        mode: Corruption,
-        count: Option<u64>,
-    },
-    RefreshFail {
-        count: Option<u64>,
-    },
-    Close {
-        path: String,
-        method: Option<String>,
-        count: Option<u64>,
-    },
-    Pause {
-        path: String,
-        method: Option<String>,
-        count: Option<u64>,
-    },
-}
-
-impl Fault {
-    /// The next `count` requests matching `path` fail with `status` and ES error `error_type`.
-    pub fn fail(path: &str, count: u64, status: u16, error_type: &str) -> Fault {
-        Fault::Fail {
-            path: path.into(),
-            method: None,
-            status,
-            error_type: Some(error_type.into()),
-            reason: None,
-            count: Some(count),
-        }
-    }
-
-    /// The bulk item with document id `id` fails once with a mapping error: its batch's
-    /// receipt stays pending.
-    pub fn item_fails_once(id: String) -> Fault {
-        Fault::BulkItemFail {
-            id,
-            status: 400,
-            error_type: Some("mapper_parsing_exception".into()),
-            reason: Some("injected".into()),
-            count: Some(1),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct LoggedRequest {
-    pub seq: u64,
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub request_line_bytes: usize,
-    pub body_bytes: u64,
-    pub status: u16,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct RequestLog {
-    pub count: usize,
-    pub max_request_line_bytes: usize,
-    pub total_body_bytes: u64,
-    pub requests: Vec<LoggedRequest>,
-}
-
-/// A small blocking ES HTTP client for tests (JSON in, status + JSON out).
 #[derive(Clone)]
 pub struct Es {
     base: String,
@@ -297,7 +199,7 @@ impl Emulator {
     }
 
     fn spawn(args: &[&str], tls: Option<&secure::EmulatorTls>, key: bool) -> Emulator {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_scanstore-es-emulator"));
+        let mut cmd = Command::new(super::tools::bin("scanstore-es-emulator"));
         cmd.args(["--listen", "127.0.0.1:0"]).args(args);
         let mut access = Access::default();
         if let Some(tls) = tls {
@@ -359,7 +261,7 @@ impl Emulator {
         self.control("POST", "reset", None);
     }
 
-    pub fn add_fault(&self, fault: Fault) -> u64 {
+    pub fn add_fault(&self, fault: FaultSpec) -> u64 {
         let v = self.control(
             "POST",
             "faults",
@@ -398,7 +300,7 @@ impl Emulator {
     }
 
     /// The request log, filtered by method and/or path glob.
-    pub fn requests(&self, method: Option<&str>, path: Option<&str>) -> RequestLog {
+    pub fn requests(&self, method: Option<&str>, path: Option<&str>) -> Summary {
         let mut q = Vec::new();
         if let Some(m) = method {
             q.push(format!("method={m}"));

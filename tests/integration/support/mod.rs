@@ -10,6 +10,7 @@ pub mod scan;
 pub mod secure;
 pub mod server;
 pub mod stack;
+pub mod tools;
 
 use std::time::{Duration, Instant};
 

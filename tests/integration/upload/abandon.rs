@@ -8,7 +8,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::t0;
-use crate::support::emulator::Fault;
+use crate::support::emulator::FaultSpec;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::{got, http, Got};
 use crate::support::stack::Stack;
@@ -82,7 +82,7 @@ pub fn two_uploads(s: &Stack, lost: Lost) -> (Uuid, Uuid) {
             scanstore::es::index::execution_endpoint_id(s.execution(), "10.0.0.5", "tcp", 443)
         }
     };
-    s.emulator().add_fault(Fault::item_fails_once(failing));
+    s.emulator().add_fault(FaultSpec::item_fails_once(failing));
     let pending = Batch::main(a, 0, endpoints(0, 10, t0()));
     assert_eq!(
         scan::post(s.base(), &s.scanner.token, s.execution(), &pending).status,

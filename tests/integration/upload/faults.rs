@@ -6,7 +6,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::t0;
-use crate::support::emulator::Fault;
+use crate::support::emulator::FaultSpec;
 use crate::support::logs;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::stack::Stack;
@@ -20,7 +20,7 @@ fn failing_bulk_item_keeps_the_receipt_pending_and_the_retry_writes_once() {
     let up = Uuid::new_v4();
     let b0 = Batch::main(up, 0, endpoints(0, 10, t0()));
     let item = format!("{}-{}-m0-4", s.execution().simple(), up.simple());
-    s.emulator().add_fault(Fault::item_fails_once(item));
+    s.emulator().add_fault(FaultSpec::item_fails_once(item));
     let r = scan::post(s.base(), &s.scanner.token, s.execution(), &b0);
     assert_eq!(r.status, 502, "{}", r.body);
     assert_eq!(s.receipts(), vec![("main".into(), 0, "pending".into())]);
@@ -60,7 +60,7 @@ fn a_pending_batch_retried_after_the_execution_ended_is_refused_and_writes_nothi
         200
     );
     // Batch 1's ES write fails: its receipt stays pending.
-    s.emulator().add_fault(Fault::item_fails_once(format!(
+    s.emulator().add_fault(FaultSpec::item_fails_once(format!(
         "{}-{}-m1-3",
         s.execution().simple(),
         up.simple()
@@ -114,7 +114,7 @@ fn transient_bulk_failures_are_retried_within_the_request() {
     let Some(s) = Stack::with_faults("transient_bulk", "port_scan", |_| {}) else {
         return;
     };
-    s.emulator().add_fault(Fault::fail(
+    s.emulator().add_fault(FaultSpec::fail(
         "/_bulk",
         2,
         429,
@@ -134,8 +134,8 @@ fn corrupted_bulk_response_is_not_trusted() {
     };
     // Every attempt gets a corrupted answer: three attempts each of the facts request and
     // of the endpoints request, which go out together.
-    s.emulator().add_fault(Fault::CorruptBulk {
-        mode: crate::support::emulator::Corruption::WrongId,
+    s.emulator().add_fault(FaultSpec::CorruptBulk {
+        mode: crate::support::emulator::CorruptMode::WrongId,
         count: Some(6),
     });
     let b0 = Batch::main(Uuid::new_v4(), 0, endpoints(0, 4, t0()));
@@ -194,7 +194,7 @@ fn one_connection_serves_concurrent_uploads_while_es_is_slow() {
     }) else {
         return;
     };
-    s.emulator().add_fault(Fault::Latency {
+    s.emulator().add_fault(FaultSpec::Latency {
         path: "/_bulk".into(),
         method: None,
         ms: 400,

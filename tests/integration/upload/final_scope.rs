@@ -4,7 +4,7 @@
 
 use uuid::Uuid;
 
-use crate::support::emulator::Fault;
+use crate::support::emulator::FaultSpec;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
 
@@ -118,7 +118,7 @@ fn failed_refresh_keeps_the_final_pending_and_the_retry_redoes_every_chunk() {
         200
     );
     s.emulator()
-        .add_fault(Fault::RefreshFail { count: Some(1) });
+        .add_fault(FaultSpec::RefreshFail { count: Some(1) });
     let fin = Batch::final_(up, 1, vec![]);
     let r = scan::post(s.base(), &s.scanner.token, s.execution(), &fin);
     assert!(r.status >= 500, "{}", r.body);

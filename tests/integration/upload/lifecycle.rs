@@ -341,11 +341,9 @@ fn the_sweep_undoes_the_pending_batches_of_a_lapsed_claim() {
     let b0 = Batch::main(up, 0, endpoints(0, 3, t0()));
     assert_eq!(scan::post(s.base(), &s.scanner.token, e, &b0).status, 200);
     s.emulator()
-        .add_fault(crate::support::emulator::Fault::item_fails_once(format!(
-            "{}-{}-m1-0",
-            e.simple(),
-            up.simple()
-        )));
+        .add_fault(crate::support::emulator::FaultSpec::item_fails_once(
+            format!("{}-{}-m1-0", e.simple(), up.simple()),
+        ));
     let b1 = Batch::main(up, 1, endpoints(10, 4, t0()));
     assert_eq!(scan::post(s.base(), &s.scanner.token, e, &b1).status, 502);
     wait_status(&mut c, e, "queued");
@@ -403,7 +401,7 @@ fn a_failed_execution_keeps_nothing_of_a_batch_written_across_the_fail() {
     let up = Uuid::new_v4();
     // The batch's bulk waits while its scanner fails the execution.
     s.emulator()
-        .add_fault(crate::support::emulator::Fault::Pause {
+        .add_fault(crate::support::emulator::FaultSpec::Pause {
             path: "/_bulk".into(),
             method: None,
             count: Some(1),

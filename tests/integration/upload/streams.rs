@@ -4,7 +4,7 @@
 use uuid::Uuid;
 
 use super::t0;
-use crate::support::emulator::Fault;
+use crate::support::emulator::FaultSpec;
 use crate::support::scan::{self, dns, endpoints, Batch};
 use crate::support::stack::Stack;
 
@@ -187,7 +187,7 @@ fn a_final_waits_for_every_upload_of_the_execution_and_counts_them_all() {
         post(&s, &Batch::main(a, 0, endpoints(0, 3, t0()))).status,
         200
     );
-    s.emulator().add_fault(Fault::item_fails_once(format!(
+    s.emulator().add_fault(FaultSpec::item_fails_once(format!(
         "{}-{}-m1-0",
         s.execution().simple(),
         a.simple()

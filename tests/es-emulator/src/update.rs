@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use scanstore::es::painless::{self, ScriptCtx};
+use crate::painless::{self, ScriptCtx};
 
 use crate::docs::{check_cas, delete_doc, ok, OpKind, WriteOk, WriteOp};
 use crate::error::EsError;

@@ -1,56 +1,14 @@
-//! `scanstore-es-emulator`: a strict, in-memory, Elasticsearch 8.x-like HTTP server for
-//! scanstore's tests, benchmarks and local development, with fault injection under
-//! `/_emulator/…`. See README.md in this directory for the API subset and its limits.
-
-mod aggs;
-mod aliases;
-mod app;
-mod bench;
-mod bulk;
-mod bulk_parse;
-mod chunked;
-mod cluster;
-mod composite;
-mod date_histogram;
-mod doc_api;
-mod doc_check;
-mod doc_map;
-mod docs;
-mod error;
-mod extract;
-mod faults;
-mod fielddata;
-mod http;
-mod index_view;
-mod indices;
-mod mapping;
-mod postings;
-mod query;
-mod query_exec;
-mod ranked;
-mod reqlog;
-mod resolve;
-mod router;
-mod search;
-mod server;
-mod settings;
-mod sharded;
-mod sockets;
-mod sort;
-mod source_filter;
-mod store;
-mod update;
-mod values;
+//! `scanstore-es-emulator`: the emulator's command line (see `lib.rs` and README.md).
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use crate::app::{App, Limits};
-use scanstore::http::tls::{ServerTls, TlsFiles};
+use scanstore::http::tls::TlsFiles;
+use scanstore_es_emulator::app::Limits;
+use scanstore_es_emulator::{bench, start};
 
 /// The bulk path allocates and frees a JSON tree per document; mimalloc handles that churn
 /// far better than glibc malloc (see README.md for the measured numbers).
@@ -104,47 +62,6 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-/// A running emulator: its address and the server handle (dropping it stops listening).
-pub struct Running {
-    pub addr: SocketAddr,
-    pub server: Arc<tiny_http::Server>,
-    pub app: Arc<App>,
-}
-
-pub fn start(
-    listen: SocketAddr,
-    threads: usize,
-    limits: Limits,
-    id_field_data: bool,
-    required_authorization: Option<String>,
-    tls: Option<&TlsFiles>,
-) -> Result<Running, String> {
-    if !listen.ip().is_loopback() {
-        return Err(format!(
-            "--listen must be a loopback address (got {listen}); the emulator is a test tool"
-        ));
-    }
-    let listener = std::net::TcpListener::bind(listen)
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let server = match tls {
-        Some(files) => {
-            let tls = ServerTls::new(files.clone())?;
-            tiny_http::Server::from_listener_with_tls(listener, tls.config(), Default::default())
-        }
-        None => tiny_http::Server::from_listener(listener, None),
-    }
-    .map_err(|e| format!("cannot serve on {listen}: {e}"))?;
-    let addr = server
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| "listener has no IP address".to_owned())?;
-    let server = Arc::new(server);
-    let app = App::new(limits, id_field_data, required_authorization);
-    App::spawn_refresher(&app);
-    server::spawn_workers(&app, &server, threads.max(1));
-    Ok(Running { addr, server, app })
-}
-
 fn main() -> ExitCode {
     // The store is long-lived and re-allocates what each bulk frees: never purge.
     scanstore::allocator::setup(None);
@@ -158,7 +75,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    scanstore::allocator::pretouch(cli.pretouch_mib);
+    scanstore_es_emulator::memory::pretouch(cli.pretouch_mib);
     let limits = Limits {
         max_content_length: cli.max_content_length,
         ..Limits::default()
@@ -241,7 +158,7 @@ mod tests {
         scanstore::allocator::setup(None);
         // 64 MiB of 1 KiB strings, the size of a document's parts: 16 384 fresh pages.
         let fill = || -> Vec<String> { (0..64 * 1024).map(|i| format!("{i:01000}")).collect() };
-        scanstore::allocator::pretouch(256);
+        scanstore_es_emulator::memory::pretouch(256);
         let before = thread_faults();
         let kept = fill();
         let faults = thread_faults() - before;

@@ -272,7 +272,7 @@ pub fn put_script(app: &App, req: &Req, id: &str) -> HandlerResult {
         id.to_owned(),
         StoredScript {
             lang: lang.to_owned(),
-            native: scanstore::es::painless::native_for_source(&source),
+            native: crate::painless::native_for_source(&source),
             source,
         },
     );

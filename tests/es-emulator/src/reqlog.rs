@@ -1,12 +1,11 @@
 //! The request log: one entry per non-control request, queryable by tests through
 //! `GET /_emulator/requests`.
 
-use serde::Serialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use crate::store::glob_match;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Entry {
     pub seq: u64,
     pub method: String,
@@ -16,6 +15,15 @@ pub struct Entry {
     pub request_line_bytes: usize,
     pub body_bytes: u64,
     pub status: u16,
+}
+
+/// The answer of `GET /_emulator/requests`: the matching entries and their totals.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    pub count: usize,
+    pub max_request_line_bytes: usize,
+    pub total_body_bytes: u64,
+    pub requests: Vec<Entry>,
 }
 
 #[derive(Debug, Default)]
@@ -42,18 +50,19 @@ impl RequestLog {
     }
 
     /// Entries matching an optional method and path glob, plus a summary.
-    pub fn query(&self, method: Option<&str>, path: Option<&str>) -> Value {
-        let hits: Vec<&Entry> = self
+    pub fn query(&self, method: Option<&str>, path: Option<&str>) -> Summary {
+        let hits: Vec<Entry> = self
             .entries
             .iter()
             .filter(|e| method.map_or(true, |m| m.eq_ignore_ascii_case(&e.method)))
             .filter(|e| path.map_or(true, |p| glob_match(p, &e.path)))
+            .cloned()
             .collect();
-        json!({
-            "count": hits.len(),
-            "max_request_line_bytes": hits.iter().map(|e| e.request_line_bytes).max().unwrap_or(0),
-            "total_body_bytes": hits.iter().map(|e| e.body_bytes).sum::<u64>(),
-            "requests": hits,
-        })
+        Summary {
+            count: hits.len(),
+            max_request_line_bytes: hits.iter().map(|e| e.request_line_bytes).max().unwrap_or(0),
+            total_body_bytes: hits.iter().map(|e| e.body_bytes).sum(),
+            requests: hits,
+        }
     }
 }

@@ -63,6 +63,32 @@ pub enum FaultSpec {
     },
 }
 
+impl FaultSpec {
+    /// The next `count` requests whose path matches `path` fail with `status` and an ES
+    /// error of `error_type`.
+    pub fn fail(path: &str, count: u64, status: u16, error_type: &str) -> FaultSpec {
+        FaultSpec::Fail {
+            path: path.into(),
+            method: None,
+            status,
+            error_type: Some(error_type.into()),
+            reason: None,
+            count: Some(count),
+        }
+    }
+
+    /// The next bulk item whose `_id` matches `id` fails as a mapping error (permanent).
+    pub fn item_fails_once(id: String) -> FaultSpec {
+        FaultSpec::BulkItemFail {
+            id,
+            status: 400,
+            error_type: Some("mapper_parsing_exception".into()),
+            reason: Some("injected".into()),
+            count: Some(1),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Fault {
     pub id: u64,

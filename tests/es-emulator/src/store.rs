@@ -91,7 +91,7 @@ pub struct StoredScript {
     pub lang: String,
     pub source: String,
     /// The native twin of `source`, looked up once at PUT time.
-    pub native: Option<scanstore::es::painless::NativeScript>,
+    pub native: Option<crate::painless::NativeScript>,
 }
 
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@ use super::{ScriptCtx, ScriptError};
 
 /// Hex SHA-256 of `asset_merge.painless`, pinned so an edit of the Painless text without the
 /// twin is caught by `pinned_hash_matches_the_painless_file`.
-pub const SOURCE_SHA256: &str = "4aa3f0edd99172322b66cc00df5ef7d3bb981b9f3fc5a18f43f9cc0467f264c3";
+pub const SOURCE_SHA256: &str = "9af948e0303c89402a0579a4845fdfc2fc15f3bea0e68ea6504702960c9c48fa";
 
 /// Fields replaced together when an observation wins the service order (besides
 /// `service_observed_at`).

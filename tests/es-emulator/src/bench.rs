@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use std::sync::atomic::Ordering;
 
-use scanstore::es::painless::{ASSET_MERGE_ID, ASSET_MERGE_SOURCE};
+use crate::painless::{ASSET_MERGE_ID, ASSET_MERGE_SOURCE};
 
 use crate::app::{App, Limits};
 
