@@ -86,10 +86,10 @@ pool_size = 4
 [elasticsearch]
 index_prefix = "scanstore-dev"
 $es_tls
-projection_lease_seconds = 30
-projection_heartbeat_seconds = 5
 [projection]
 workers = 1
+lease_seconds = 30
+heartbeat_seconds = 5
 TOML
 
 "$bin/scanstore" migrate --config "$dev/scanstore.toml"

@@ -83,7 +83,7 @@ impl App {
             limiter: &self.limiter,
             policy: WritePolicy {
                 max_ops: cfg.bulk_batch_size,
-                max_bytes: cfg.projection_bulk_max_bytes,
+                max_bytes: self.config.elasticsearch.bulk_max_bytes,
                 attempts,
                 backoff,
             },
@@ -168,6 +168,12 @@ pub fn start(config: Config) -> Result<Running, StartError> {
 
 /// As [`start`], with other routes (tests of the HTTP machinery itself).
 pub fn start_with(config: Config, routes: Routes) -> Result<Running, StartError> {
+    for (old, new) in &config.deprecated {
+        Line::new("ConfigKeyDeprecated")
+            .field("key", old)
+            .field("use", new)
+            .warn();
+    }
     let app = Arc::new(App::new(config)?);
     let outcome = db::migrate::run(&app.db)?;
     Line::new("SchemaReady")

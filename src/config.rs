@@ -145,11 +145,14 @@ pub struct RawElasticsearch {
     pub bulk_batch_size: u64,
     pub bulk_max_concurrency: u64,
     pub request_timeout_ms: u64,
-    pub projection_page_size: u64,
-    pub projection_bulk_max_bytes: u64,
-    pub projection_pages_per_tick: u64,
-    pub projection_lease_seconds: u64,
-    pub projection_heartbeat_seconds: u64,
+    /// `None`: the deprecated name below, or the default.
+    pub bulk_max_bytes: Option<u64>,
+    /// Deprecated names, read for one release (see [`DEPRECATED_KEYS`]).
+    pub projection_page_size: Option<u64>,
+    pub projection_bulk_max_bytes: Option<u64>,
+    pub projection_pages_per_tick: Option<u64>,
+    pub projection_lease_seconds: Option<u64>,
+    pub projection_heartbeat_seconds: Option<u64>,
     pub api_key: Option<String>,
     pub username: Option<String>,
     pub ca_file: Option<String>,
@@ -164,11 +167,12 @@ impl Default for RawElasticsearch {
             bulk_batch_size: 1000,
             bulk_max_concurrency: 4,
             request_timeout_ms: 30_000,
-            projection_page_size: 1000,
-            projection_bulk_max_bytes: 5 * MIB,
-            projection_pages_per_tick: 4,
-            projection_lease_seconds: 120,
-            projection_heartbeat_seconds: 20,
+            bulk_max_bytes: None,
+            projection_page_size: None,
+            projection_bulk_max_bytes: None,
+            projection_pages_per_tick: None,
+            projection_lease_seconds: None,
+            projection_heartbeat_seconds: None,
             api_key: None,
             username: None,
             ca_file: None,
@@ -182,6 +186,11 @@ impl Default for RawElasticsearch {
 pub struct RawProjection {
     pub workers: u64,
     pub nice: u64,
+    /// `None`: the deprecated `[elasticsearch]` name, or the default.
+    pub page_size: Option<u64>,
+    pub pages_per_tick: Option<u64>,
+    pub lease_seconds: Option<u64>,
+    pub heartbeat_seconds: Option<u64>,
 }
 
 impl Default for RawProjection {
@@ -189,7 +198,62 @@ impl Default for RawProjection {
         RawProjection {
             workers: 1,
             nice: 0,
+            page_size: None,
+            pages_per_tick: None,
+            lease_seconds: None,
+            heartbeat_seconds: None,
         }
+    }
+}
+
+/// Keys that moved, as (old name, new name); the old names are read for one release, with
+/// a warning at start (`ConfigKeyDeprecated`).
+pub const DEPRECATED_KEYS: &[(&str, &str)] = &[
+    ("elasticsearch.projection_page_size", "projection.page_size"),
+    (
+        "elasticsearch.projection_bulk_max_bytes",
+        "elasticsearch.bulk_max_bytes",
+    ),
+    (
+        "elasticsearch.projection_pages_per_tick",
+        "projection.pages_per_tick",
+    ),
+    (
+        "elasticsearch.projection_lease_seconds",
+        "projection.lease_seconds",
+    ),
+    (
+        "elasticsearch.projection_heartbeat_seconds",
+        "projection.heartbeat_seconds",
+    ),
+];
+
+/// A moved key's value: the new name's, else the old name's (noted in `used_old`), else
+/// `default`; both names at once is refused as ambiguous.
+fn moved(
+    new: Option<u64>,
+    old: Option<u64>,
+    default: u64,
+    new_name: &'static str,
+    used_old: &mut Vec<(&'static str, &'static str)>,
+) -> Result<u64, ConfigError> {
+    let old_name = DEPRECATED_KEYS
+        .iter()
+        .find(|(_, n)| *n == new_name)
+        .map(|(o, _)| *o)
+        .unwrap_or(new_name);
+    match (new, old) {
+        (Some(_), Some(_)) => Err(refuse(
+            new_name,
+            format!("(set, with its old name {old_name})"),
+            format!("one of {new_name} and {old_name} (deprecated)"),
+        )),
+        (Some(v), None) => Ok(v),
+        (None, Some(v)) => {
+            used_old.push((old_name, new_name));
+            Ok(v)
+        }
+        (None, None) => Ok(default),
     }
 }
 
@@ -228,6 +292,8 @@ impl Default for RawScanner {
 /// Validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Deprecated key names the file used, as (old, new), for the warning at start.
+    pub deprecated: Vec<(&'static str, &'static str)>,
     pub server: ServerConfig,
     pub database: DatabaseConfig,
     pub elasticsearch: EsConfig,
@@ -280,15 +346,12 @@ pub struct DatabaseConfig {
 #[derive(Debug, Clone)]
 pub struct EsConfig {
     pub url: String,
+    /// Most NDJSON bytes in one `_bulk` request (uploads, publication, rebuild).
+    pub bulk_max_bytes: usize,
     pub index_prefix: String,
     pub bulk_batch_size: usize,
     pub bulk_max_concurrency: usize,
     pub request_timeout: Duration,
-    pub projection_page_size: usize,
-    pub projection_bulk_max_bytes: usize,
-    pub projection_pages_per_tick: usize,
-    pub projection_lease: Duration,
-    pub projection_heartbeat: Duration,
     /// Credentials sent with every request (`Secret`s: never printed).
     pub auth: EsAuth,
     /// The CAs an `https://` cluster is verified against (the public web roots when unset).
@@ -300,6 +363,13 @@ pub struct EsConfig {
 #[derive(Debug, Clone)]
 pub struct ProjectionConfig {
     pub workers: usize,
+    /// Endpoints read per publication page.
+    pub page_size: usize,
+    /// Pages one claim publishes before yielding.
+    pub pages_per_tick: usize,
+    /// Lease of a claimed outbox row, and its renewal period.
+    pub lease: Duration,
+    pub heartbeat: Duration,
     /// Added to the worker threads' nice value (and so to the heartbeat, bulk and page-read
     /// threads they start): background publication yields the CPU to uploads and to a
     /// co-located Elasticsearch or PostgreSQL.
@@ -356,16 +426,11 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("elasticsearch.bulk_batch_size", 1, 10_000, ""),
     ("elasticsearch.bulk_max_concurrency", 1, 64, ""),
     ("elasticsearch.request_timeout_ms", 100, 600_000, " ms"),
-    ("elasticsearch.projection_page_size", 1, 2000, ""),
-    (
-        "elasticsearch.projection_bulk_max_bytes",
-        64 * KIB,
-        16 * MIB,
-        " bytes",
-    ),
-    ("elasticsearch.projection_pages_per_tick", 1, 32, ""),
-    ("elasticsearch.projection_lease_seconds", 10, 3600, " s"),
-    ("elasticsearch.projection_heartbeat_seconds", 1, 1200, " s"),
+    ("projection.page_size", 1, 2000, ""),
+    ("elasticsearch.bulk_max_bytes", 64 * KIB, 16 * MIB, " bytes"),
+    ("projection.pages_per_tick", 1, 32, ""),
+    ("projection.lease_seconds", 10, 3600, " s"),
+    ("projection.heartbeat_seconds", 1, 1200, " s"),
     ("projection.workers", 0, 64, ""),
     ("projection.nice", 0, 19, ""),
     ("upload.max_observation_age_days", 1, 3650, " days"),
@@ -535,27 +600,52 @@ impl Config {
             })?),
             None => None,
         };
-        let lease = checked(
-            "elasticsearch.projection_lease_seconds",
+        let p = &raw.projection;
+        let mut deprecated = Vec::new();
+        let mut moved = |new, old, default, name| moved(new, old, default, name, &mut deprecated);
+        let page_size = moved(
+            p.page_size,
+            e.projection_page_size,
+            1000,
+            "projection.page_size",
+        )?;
+        let bulk_max_bytes = moved(
+            e.bulk_max_bytes,
+            e.projection_bulk_max_bytes,
+            5 * MIB,
+            "elasticsearch.bulk_max_bytes",
+        )?;
+        let pages_per_tick = moved(
+            p.pages_per_tick,
+            e.projection_pages_per_tick,
+            4,
+            "projection.pages_per_tick",
+        )?;
+        let lease = moved(
+            p.lease_seconds,
             e.projection_lease_seconds,
+            120,
+            "projection.lease_seconds",
         )?;
-        let heartbeat = checked(
-            "elasticsearch.projection_heartbeat_seconds",
+        let heartbeat = moved(
+            p.heartbeat_seconds,
             e.projection_heartbeat_seconds,
+            20,
+            "projection.heartbeat_seconds",
         )?;
+        let lease = checked("projection.lease_seconds", lease)?;
+        let heartbeat = checked("projection.heartbeat_seconds", heartbeat)?;
         // A renewal must fit three times into a lease so that two missed beats still keep it.
         if heartbeat * 3 > lease {
             return Err(refuse(
-                "elasticsearch.projection_heartbeat_seconds",
-                format!("{heartbeat} with elasticsearch.projection_lease_seconds = {lease}"),
-                format!(
-                    "at most elasticsearch.projection_lease_seconds / 3 = {}",
-                    lease / 3
-                ),
+                "projection.heartbeat_seconds",
+                format!("{heartbeat} with projection.lease_seconds = {lease}"),
+                format!("at most projection.lease_seconds / 3 = {}", lease / 3),
             ));
         }
 
         Ok(Config {
+            deprecated,
             server: ServerConfig {
                 listen: s.listen,
                 worker_threads: to_usize(checked("server.worker_threads", s.worker_threads)?),
@@ -597,6 +687,7 @@ impl Config {
             },
             elasticsearch: EsConfig {
                 url: es_url.trim_end_matches('/').to_string(),
+                bulk_max_bytes: to_usize(checked("elasticsearch.bulk_max_bytes", bulk_max_bytes)?),
                 index_prefix: e.index_prefix,
                 bulk_batch_size: to_usize(checked(
                     "elasticsearch.bulk_batch_size",
@@ -610,26 +701,16 @@ impl Config {
                     "elasticsearch.request_timeout_ms",
                     e.request_timeout_ms,
                 )?),
-                projection_page_size: to_usize(checked(
-                    "elasticsearch.projection_page_size",
-                    e.projection_page_size,
-                )?),
-                projection_bulk_max_bytes: to_usize(checked(
-                    "elasticsearch.projection_bulk_max_bytes",
-                    e.projection_bulk_max_bytes,
-                )?),
-                projection_pages_per_tick: to_usize(checked(
-                    "elasticsearch.projection_pages_per_tick",
-                    e.projection_pages_per_tick,
-                )?),
-                projection_lease: Duration::from_secs(lease),
-                projection_heartbeat: Duration::from_secs(heartbeat),
                 auth,
                 ca_roots,
                 ca_fingerprint,
             },
             projection: ProjectionConfig {
                 workers: to_usize(checked("projection.workers", raw.projection.workers)?),
+                page_size: to_usize(checked("projection.page_size", page_size)?),
+                pages_per_tick: to_usize(checked("projection.pages_per_tick", pages_per_tick)?),
+                lease: Duration::from_secs(lease),
+                heartbeat: Duration::from_secs(heartbeat),
                 nice: i32::try_from(checked("projection.nice", raw.projection.nice)?).unwrap_or(19),
                 poll_interval: crate::projection::worker::IDLE_WAIT,
             },
@@ -807,11 +888,11 @@ mod tests {
         let (section, field) = key.split_once('.').unwrap_or(("", key));
         let mut text = format!("[{section}]\n{field} = {value}\n");
         // Keep the heartbeat rule out of the way when testing the lease range alone.
-        if key == "elasticsearch.projection_lease_seconds" {
-            text.push_str("projection_heartbeat_seconds = 1\n");
+        if key == "projection.lease_seconds" {
+            text.push_str("heartbeat_seconds = 1\n");
         }
-        if key == "elasticsearch.projection_heartbeat_seconds" {
-            text.push_str("projection_lease_seconds = 3600\n");
+        if key == "projection.heartbeat_seconds" {
+            text.push_str("lease_seconds = 3600\n");
         }
         parse(&text)
     }
@@ -819,29 +900,21 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         let c = Config::from_raw(base(), &no_env).unwrap();
-        assert_eq!(c.elasticsearch.projection_page_size, 1000);
-        assert_eq!(c.elasticsearch.projection_bulk_max_bytes, 5_242_880);
-        assert_eq!(c.elasticsearch.projection_pages_per_tick, 4);
-        assert_eq!(c.elasticsearch.projection_lease, Duration::from_secs(120));
-        assert_eq!(
-            c.elasticsearch.projection_heartbeat,
-            Duration::from_secs(20)
-        );
+        assert_eq!(c.projection.page_size, 1000);
+        assert_eq!(c.elasticsearch.bulk_max_bytes, 5_242_880);
+        assert_eq!(c.projection.pages_per_tick, 4);
+        assert_eq!(c.projection.lease, Duration::from_secs(120));
+        assert_eq!(c.projection.heartbeat, Duration::from_secs(20));
         assert_eq!(c.projection.workers, 1);
         assert_eq!(c.projection.nice, 0);
+        assert!(c.deprecated.is_empty());
     }
 
     #[test]
     fn every_range_accepts_its_edges_and_refuses_just_outside() {
         for (key, lo, hi, _) in RANGES {
-            // The heartbeat's upper edge is governed by the lease rule, tested below.
-            let hi = if *key == "elasticsearch.projection_heartbeat_seconds" {
-                1200
-            } else {
-                *hi
-            };
             assert!(with(key, *lo).is_ok(), "{key} = {lo} should be accepted");
-            assert!(with(key, hi).is_ok(), "{key} = {hi} should be accepted");
+            assert!(with(key, *hi).is_ok(), "{key} = {hi} should be accepted");
             let above = with(key, hi + 1).unwrap_err();
             assert_eq!(above.key, *key);
             assert_eq!(above.value, (hi + 1).to_string());
@@ -854,45 +927,68 @@ mod tests {
 
     #[test]
     fn page_size_2000_ok_2001_rejected() {
-        assert!(with("elasticsearch.projection_page_size", 2000).is_ok());
-        let err = with("elasticsearch.projection_page_size", 2001).unwrap_err();
+        assert!(with("projection.page_size", 2000).is_ok());
+        let err = with("projection.page_size", 2001).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid configuration: elasticsearch.projection_page_size = 2001 (allowed: 1..=2000)"
+            "invalid configuration: projection.page_size = 2001 (allowed: 1..=2000)"
         );
     }
 
     #[test]
     fn bulk_bytes_edges() {
-        assert!(with("elasticsearch.projection_bulk_max_bytes", 65_536).is_ok());
-        assert!(with("elasticsearch.projection_bulk_max_bytes", 65_535).is_err());
-        assert!(with("elasticsearch.projection_bulk_max_bytes", 16_777_216).is_ok());
-        assert!(with("elasticsearch.projection_bulk_max_bytes", 16_777_217).is_err());
+        assert!(with("elasticsearch.bulk_max_bytes", 65_536).is_ok());
+        assert!(with("elasticsearch.bulk_max_bytes", 65_535).is_err());
+        assert!(with("elasticsearch.bulk_max_bytes", 16_777_216).is_ok());
+        assert!(with("elasticsearch.bulk_max_bytes", 16_777_217).is_err());
     }
 
     #[test]
     fn heartbeat_must_fit_three_times_in_lease() {
-        let err = parse(
-            "[elasticsearch]\nprojection_heartbeat_seconds = 50\nprojection_lease_seconds = 120\n",
-        )
-        .unwrap_err();
+        let err = parse("[projection]\nheartbeat_seconds = 50\nlease_seconds = 120\n").unwrap_err();
         let msg = err.to_string();
-        assert!(
-            msg.contains("elasticsearch.projection_heartbeat_seconds"),
-            "{msg}"
-        );
-        assert!(
-            msg.contains("elasticsearch.projection_lease_seconds"),
-            "{msg}"
-        );
-        assert!(parse(
-            "[elasticsearch]\nprojection_heartbeat_seconds = 40\nprojection_lease_seconds = 120\n"
-        )
-        .is_ok());
-        assert!(parse(
-            "[elasticsearch]\nprojection_heartbeat_seconds = 41\nprojection_lease_seconds = 120\n"
-        )
-        .is_err());
+        assert!(msg.contains("projection.heartbeat_seconds"), "{msg}");
+        assert!(msg.contains("projection.lease_seconds"), "{msg}");
+        assert!(parse("[projection]\nheartbeat_seconds = 40\nlease_seconds = 120\n").is_ok());
+        assert!(parse("[projection]\nheartbeat_seconds = 41\nlease_seconds = 120\n").is_err());
+    }
+
+    #[test]
+    fn the_old_projection_keys_under_elasticsearch_still_work_for_one_release() {
+        for (old, new) in DEPRECATED_KEYS {
+            let (_, old_field) = old.split_once('.').unwrap();
+            let (_, new_field) = new.split_once('.').unwrap();
+            let value = match *new {
+                "elasticsearch.bulk_max_bytes" => 65_536,
+                "projection.lease_seconds" => 3600,
+                _ => 1,
+            };
+            let c = parse(&format!("[elasticsearch]\n{old_field} = {value}\n")).unwrap();
+            assert_eq!(c.deprecated, vec![(*old, *new)], "{old}");
+            let (new_section, _) = new.split_once('.').unwrap();
+            let same = parse(&format!("[{new_section}]\n{new_field} = {value}\n")).unwrap();
+            assert_eq!(
+                format!("{:?} {}", c.projection, c.elasticsearch.bulk_max_bytes),
+                format!(
+                    "{:?} {}",
+                    same.projection, same.elasticsearch.bulk_max_bytes
+                ),
+                "{old} means {new}"
+            );
+            // Both names at once is ambiguous.
+            let both = if new_section == "elasticsearch" {
+                format!("[elasticsearch]\n{old_field} = {value}\n{new_field} = {value}\n")
+            } else {
+                format!(
+                    "[elasticsearch]\n{old_field} = {value}\n[projection]\n{new_field} = {value}\n"
+                )
+            };
+            let both = parse(&both).unwrap_err();
+            assert_eq!(both.key, *new);
+        }
+        // Old names are range-checked under the new name.
+        let err = parse("[elasticsearch]\nprojection_page_size = 2001\n").unwrap_err();
+        assert_eq!(err.key, "projection.page_size");
     }
 
     #[test]

@@ -122,7 +122,12 @@ fn main() -> ExitCode {
         Command::Serve { config } => serve(&config),
         Command::Migrate { config } => migrate(&config),
         Command::CheckConfig { file } => Config::load(&file)
-            .map(|_| println!("{}: ok", file.display()))
+            .map(|c| {
+                for (old, new) in &c.deprecated {
+                    eprintln!("scanstore: warning: {old} is deprecated; use {new}");
+                }
+                println!("{}: ok", file.display())
+            })
             .map_err(|e| e.to_string()),
     };
     match result {

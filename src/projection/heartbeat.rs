@@ -1,5 +1,5 @@
 //! The heartbeat of one claim: a thread that renews the lease every
-//! `projection_heartbeat_seconds`, independently of page work, so a slow bulk never
+//! `projection.heartbeat_seconds`, independently of page work, so a slow bulk never
 //! starves it. When a renewal finds the lease gone it disconnects the `lost` channel at
 //! once, which cancels the worker's waits and stops further pages.
 

@@ -141,7 +141,7 @@ impl Workers {
         })
     }
 
-    /// Stops after the current ticks (each bounded by `projection_pages_per_tick`).
+    /// Stops after the current ticks (each bounded by `projection.pages_per_tick`).
     pub fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
         // Idle workers are waiting to be rung: they stop now, not at their next poll.

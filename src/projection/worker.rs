@@ -1,5 +1,5 @@
 //! A publication worker: `tick()` claims one outbox row (an execution, or a tag change),
-//! publishes up to `projection_pages_per_tick` pages (each verified, then checkpointed),
+//! publishes up to `projection.pages_per_tick` pages (each verified, then checkpointed),
 //! and either yields the row, or refreshes the asset indices once and completes it. The loop around it
 //! survives panics (recorded as errors) and idles between empty claims.
 
@@ -67,8 +67,9 @@ pub struct Worker {
 
 /// A worker's sender threads: two pages in flight, each request of an untagged page sent
 /// on its own (more requests than threads wait their turn).
-fn sender_threads(cfg: &crate::config::EsConfig) -> usize {
-    let per_page = (2 * cfg.projection_page_size).div_ceil(cfg.bulk_batch_size.max(1));
+fn sender_threads(cfg: &crate::config::Config) -> usize {
+    let bulk_ops = cfg.elasticsearch.bulk_batch_size.max(1);
+    let per_page = (2 * cfg.projection.page_size).div_ceil(bulk_ops);
     (2 * per_page).clamp(1, 16)
 }
 
@@ -173,7 +174,7 @@ struct InFlight {
 
 impl Worker {
     pub fn new(app: Arc<App>) -> Worker {
-        let senders = Senders::start("projection-send", sender_threads(&app.config.elasticsearch));
+        let senders = Senders::start("projection-send", sender_threads(&app.config));
         Worker {
             app,
             carried: Mutex::new(None),
@@ -204,8 +205,8 @@ impl Worker {
 
     /// One claim → pages → checkpoint round.
     pub fn tick(&self) -> Result<TickOutcome, ProjectionError> {
-        let es_cfg = &self.app.config.elasticsearch;
-        let Some(claim) = outbox::claim(&self.app.db, es_cfg.projection_lease)? else {
+        let cfg = &self.app.config.projection;
+        let Some(claim) = outbox::claim(&self.app.db, cfg.lease)? else {
             return Ok(TickOutcome::Idle);
         };
         Line::new("ScanProjectionClaimed")
@@ -222,12 +223,8 @@ impl Worker {
             .field("processed_endpoints", claim.processed_endpoints)
             .field("attempts", claim.attempts)
             .info();
-        let heartbeat = Heartbeat::start(
-            self.app.db.clone(),
-            claim.clone(),
-            es_cfg.projection_heartbeat,
-            es_cfg.projection_lease,
-        );
+        let heartbeat =
+            Heartbeat::start(self.app.db.clone(), claim.clone(), cfg.heartbeat, cfg.lease);
         let result = self.publish(&claim, &heartbeat);
         heartbeat.stop();
         match result {
@@ -257,7 +254,7 @@ impl Worker {
             app: app.clone(),
             policy: WritePolicy {
                 max_ops: cfg.bulk_batch_size,
-                max_bytes: cfg.projection_bulk_max_bytes,
+                max_bytes: app.config.elasticsearch.bulk_max_bytes,
                 attempts: 1,
                 backoff: OUTBOX_BACKOFF,
             },
@@ -280,7 +277,7 @@ impl Worker {
                 es: &app.es,
                 index: &source,
                 filter,
-                size: cfg.projection_page_size,
+                size: app.config.projection.page_size,
             };
             let run = Run {
                 claim,
@@ -337,7 +334,7 @@ impl Worker {
         let claim = run.claim;
         let overlap = matches!(claim.work, Work::Execution(_));
         let keep = usize::from(overlap);
-        let per_tick = self.app.config.elasticsearch.projection_pages_per_tick;
+        let per_tick = self.app.config.projection.pages_per_tick;
         let mut cursor = claim.cursor.clone();
         let mut carried = self.take_carried(claim);
         let mut pages = 0;
@@ -405,7 +402,7 @@ impl Worker {
                 }
             }
             cursor = Some(next);
-            if endpoints < self.app.config.elasticsearch.projection_page_size {
+            if endpoints < self.app.config.projection.page_size {
                 break;
             }
         }

@@ -75,7 +75,7 @@ fn each_page(
     owner_id: Uuid,
     ops: impl Fn(&[page::Doc<'_>], &tags::Tags) -> Vec<BulkOp>,
 ) -> Result<u64, RebuildError> {
-    let page_size = app.config.elasticsearch.projection_page_size;
+    let page_size = app.config.projection.page_size;
     let writer = writer(app, trace_id);
     let mut cursor: Option<String> = None;
     let mut documents = 0;

@@ -382,7 +382,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
             .map(|u| format!("`{u}`"))
             .unwrap_or_else(|| format!("a fresh `scanstore-es-emulator` per scenario, a size run's touching {} KiB of heap per endpoint before it listens (at most the memory available less 6 GiB and 5 KiB per endpoint for the Python peer), as Elasticsearch pre-touches its heap", opts.emulator_pretouch_kib_per_endpoint))
     );
-    let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection_page_size` {}, `projection.workers` {}, `projection.nice` {}",
+    let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection.page_size` {}, `projection.workers` {}, `projection.nice` {}",
         opts.scanners, opts.dns_every, opts.batch, opts.retry_every, opts.pool_size, opts.bulk_concurrency, opts.bulk_batch_size, opts.page_size, opts.workers, opts.projection_nice);
     if !opts.no_publication {
         let _ = writeln!(o, "- the publication ceiling is sent twice, right before scanstore's publication and right after it; its throughput is the mean of the two runs' times (each run's time is in the notes under the table)");
@@ -790,7 +790,7 @@ const METHOD: &str = "
   same data as the scanstore phase it is compared with; each deleted afterwards.
 - **Peer**: `tests/python/peer_bulk.py`, the official `elasticsearch` client's
   `helpers.streaming_bulk` (one client, as the helper works) with `chunk_size` =
-  `bulk_batch_size` and `max_chunk_bytes` = `projection_bulk_max_bytes`, loading the same
+  `bulk_batch_size` and `max_chunk_bytes` = `elasticsearch.bulk_max_bytes`, loading the same
   asset-merge operations (parsed before the clock starts) into the same ES target.
 - **CPU per phase**: a thread of the bench reads user + system time from
   `/proc/<pid>/stat` every 50 ms for the emulator, each scanstore process, the PostgreSQL

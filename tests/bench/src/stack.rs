@@ -258,19 +258,19 @@ pub fn scanstore(
          [server]\nlisten = \"127.0.0.1:0\"\nworker_threads = {}\nmax_observations = 5000\nshutdown_grace_seconds = 10\n\
          [database]\npool_size = {}\npool_timeout_ms = 30000\n\
          [elasticsearch]\nindex_prefix = \"{prefix}\"\nbulk_batch_size = {}\nbulk_max_concurrency = {}\n\
-         request_timeout_ms = 120000\nprojection_page_size = {}\nprojection_bulk_max_bytes = {}\n\
-         projection_pages_per_tick = 4\nprojection_lease_seconds = {}\nprojection_heartbeat_seconds = {}\n\
-         [projection]\nworkers = {}\nnice = {}\n",
+         request_timeout_ms = 120000\nbulk_max_bytes = {}\n\
+         [projection]\nworkers = {}\nnice = {}\npage_size = {}\n\
+         pages_per_tick = 4\nlease_seconds = {}\nheartbeat_seconds = {}\n",
         cfg.worker_threads,
         cfg.pool_size,
         opts.bulk_batch_size,
         cfg.bulk_max_concurrency,
-        opts.page_size,
         opts.bulk_max_bytes,
-        cfg.lease_seconds,
-        cfg.heartbeat_seconds,
         cfg.workers,
         opts.projection_nice,
+        opts.page_size,
+        cfg.lease_seconds,
+        cfg.heartbeat_seconds,
     );
     let text = match tls() {
         Some(tls) => text

@@ -27,13 +27,27 @@ fn write_config(body: &str) -> TempConfig {
 #[test]
 fn check_config_refuses_heartbeat_over_a_third_of_the_lease() {
     let f = write_config(
-        "[database]\nurl = \"postgresql://x@127.0.0.1/x\"\n[elasticsearch]\nprojection_heartbeat_seconds = 50\nprojection_lease_seconds = 120\n",
+        "[database]\nurl = \"postgresql://x@127.0.0.1/x\"\n[projection]\nheartbeat_seconds = 50\nlease_seconds = 120\n",
     );
     let out = bin().arg("check-config").arg(&f.0).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("projection_heartbeat_seconds"), "{err}");
-    assert!(err.contains("projection_lease_seconds"), "{err}");
+    assert!(err.contains("projection.heartbeat_seconds"), "{err}");
+    assert!(err.contains("projection.lease_seconds"), "{err}");
+}
+
+#[test]
+fn old_projection_key_names_are_read_with_a_deprecation_warning() {
+    let f = write_config(
+        "[database]\nurl = \"postgresql://x@127.0.0.1/x\"\n[elasticsearch]\nprojection_page_size = 50\n",
+    );
+    let out = bin().arg("check-config").arg(&f.0).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("elasticsearch.projection_page_size is deprecated; use projection.page_size"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -148,8 +148,8 @@ fn all_published(s: &Stack) -> bool {
 
 fn stack() -> Stack {
     Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
-        cfg.elasticsearch.projection_page_size = 7;
-        cfg.elasticsearch.projection_pages_per_tick = 2;
+        cfg.projection.page_size = 7;
+        cfg.projection.pages_per_tick = 2;
     })
 }
 

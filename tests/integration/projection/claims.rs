@@ -110,8 +110,8 @@ fn a_stale_token_changes_nothing() {
 #[ignore = "needs PostgreSQL"]
 fn lease_is_renewed_while_es_hangs_longer_than_the_lease() {
     let Some(s) = manual("lease_renewal", |cfg| {
-        cfg.elasticsearch.projection_lease = Duration::from_secs(10);
-        cfg.elasticsearch.projection_heartbeat = Duration::from_secs(1);
+        cfg.projection.lease = Duration::from_secs(10);
+        cfg.projection.heartbeat = Duration::from_secs(1);
         cfg.elasticsearch.request_timeout = Duration::from_secs(60);
     }) else {
         return;
@@ -227,9 +227,9 @@ impl Child {
             &config,
             format!(
                 "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{db_url}\"\npool_size = 4\n\
-                 [elasticsearch]\nurl = \"{es_url}\"\nindex_prefix = \"{prefix}\"\nprojection_page_size = 5\n\
-                 projection_pages_per_tick = 1\nprojection_lease_seconds = 30\nprojection_heartbeat_seconds = 5\n{}\
-                 [projection]\nworkers = 2\n",
+                 [elasticsearch]\nurl = \"{es_url}\"\nindex_prefix = \"{prefix}\"\n{}\
+                 [projection]\nworkers = 2\npage_size = 5\npages_per_tick = 1\nlease_seconds = 30\n\
+                 heartbeat_seconds = 5\n",
                 access.toml()
             ),
         )

@@ -19,7 +19,7 @@ use crate::support::stack::Stack;
 fn manual(test: &str) -> Option<Stack> {
     Stack::with_faults(test, "port_scan", |cfg| {
         cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
+        cfg.projection.page_size = 10;
     })
 }
 
@@ -129,7 +129,7 @@ fn a_failed_refresh_is_retried_alone() {
 fn an_oversized_operation_is_kept_as_a_permanent_error_not_truncated() {
     let Some(s) = Stack::with_faults("projection_oversized", "port_scan", |cfg| {
         cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_bulk_max_bytes = 65_536;
+        cfg.elasticsearch.bulk_max_bytes = 65_536;
     }) else {
         return;
     };
@@ -264,8 +264,8 @@ fn errors_are_classified_and_backed_off() {
 fn a_failed_read_ahead_is_read_again_not_recorded() {
     let Some(s) = Stack::with_faults("projection_read_ahead", "port_scan", |cfg| {
         cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
-        cfg.elasticsearch.projection_pages_per_tick = 2;
+        cfg.projection.page_size = 10;
+        cfg.projection.pages_per_tick = 2;
     }) else {
         return;
     };

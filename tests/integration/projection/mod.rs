@@ -53,8 +53,8 @@ pub fn tick_holding(
 pub fn three_pages_one_per_tick(name: &str) -> Option<Stack> {
     let s = Stack::with_faults(name, "port_scan", |cfg| {
         cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
-        cfg.elasticsearch.projection_pages_per_tick = 1;
+        cfg.projection.page_size = 10;
+        cfg.projection.pages_per_tick = 1;
     })?;
     crate::support::scan::upload_execution(
         s.base(),

@@ -96,8 +96,8 @@ fn later_executions_merge_first_and_last_seen() {
 fn a_crashed_worker_is_resumed_from_the_saved_cursor() {
     let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
         cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
-        cfg.elasticsearch.projection_pages_per_tick = 2;
+        cfg.projection.page_size = 10;
+        cfg.projection.pages_per_tick = 2;
     });
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 55, 20, t0());
     let w = worker(&s);
@@ -145,8 +145,8 @@ fn small_executions_are_not_starved_by_a_big_one() {
     let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
         cfg.projection.workers = 0;
         cfg.server.max_observations = 5000;
-        cfg.elasticsearch.projection_page_size = 2000;
-        cfg.elasticsearch.projection_pages_per_tick = 1;
+        cfg.projection.page_size = 2000;
+        cfg.projection.pages_per_tick = 1;
     });
     // 20 k in CI; the 100 k runs with SCANSTORE_FAIRNESS_ENDPOINTS=100000 (it
     // passes, in about 7 minutes of a debug build on a shared 2-core machine).
@@ -214,7 +214,7 @@ fn small_executions_are_not_starved_by_a_big_one() {
 fn an_untagged_page_sends_its_requests_together_a_tagged_one_in_order() {
     let Some(s) = Stack::with_faults("projection_concurrent_page", "port_scan", |cfg| {
         cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
+        cfg.projection.page_size = 10;
         cfg.elasticsearch.bulk_batch_size = 4;
         cfg.elasticsearch.bulk_max_concurrency = 8;
     }) else {
@@ -257,7 +257,7 @@ fn an_untagged_page_sends_its_requests_together_a_tagged_one_in_order() {
 fn three_pages_in_one_tick(name: &str) -> Option<Stack> {
     let s = Stack::with_faults(name, "port_scan", |cfg| {
         cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 10;
+        cfg.projection.page_size = 10;
     })?;
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, t0());
     Some(s)

@@ -24,7 +24,7 @@ pub struct ChildConfig {
     pub pool_size: u32,
     pub pool_timeout_ms: u64,
     pub worker_threads: u32,
-    pub extra_es: String,
+    pub extra_projection: String,
     pub extra_server: String,
     pub request_timeout_ms: u64,
     /// Further sections, appended as they are (`[scanner]\nlease_seconds = 5\n`).
@@ -43,7 +43,7 @@ impl ChildConfig {
             pool_size: 4,
             pool_timeout_ms: 5000,
             worker_threads: 8,
-            extra_es: String::new(),
+            extra_projection: String::new(),
             extra_server: String::new(),
             request_timeout_ms: 10_000,
             extra_sections: String::new(),
@@ -55,9 +55,8 @@ impl ChildConfig {
         format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nworker_threads = {}\nshutdown_grace_seconds = 2\n{}\n\
              [database]\nurl = \"{}\"\npool_size = {}\npool_timeout_ms = {}\n\
-             [elasticsearch]\nurl = \"{}\"\nindex_prefix = \"{}\"\nrequest_timeout_ms = {}\n\
-             projection_lease_seconds = 10\nprojection_heartbeat_seconds = 3\n{}{}\n\
-             [projection]\nworkers = {}\n{}",
+             [elasticsearch]\nurl = \"{}\"\nindex_prefix = \"{}\"\nrequest_timeout_ms = {}\n{}\
+             [projection]\nworkers = {}\nlease_seconds = 10\nheartbeat_seconds = 3\n{}\n{}",
             self.worker_threads,
             self.extra_server,
             self.db_url,
@@ -67,8 +66,8 @@ impl ChildConfig {
             self.prefix,
             self.request_timeout_ms,
             crate::support::secure::suite_access().toml(),
-            self.extra_es,
             self.workers,
+            self.extra_projection,
             self.extra_sections
         )
     }

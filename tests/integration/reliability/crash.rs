@@ -95,7 +95,7 @@ fn config(db: &TestDb, emu: &Emulator, prefix: &str, workers: u32) -> ChildConfi
     let mut c = ChildConfig::new(&db.url, emu.url(), prefix);
     c.workers = workers;
     // Small pages: the publisher needs several pages and checkpoints for 55 endpoints.
-    c.extra_es = "projection_page_size = 20\n".into();
+    c.extra_projection = "page_size = 20\n".into();
     c
 }
 

@@ -30,8 +30,9 @@ fn connect(base: &str) -> TcpStream {
     s
 }
 
-/// Everything the server sends until it closes the connection (or 10 s pass).
-fn read_to_close(s: &mut TcpStream) -> String {
+/// Everything the server sends until it closes the connection (or the socket's read
+/// timeout passes).
+pub(super) fn read_to_close(s: &mut impl Read) -> String {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     loop {

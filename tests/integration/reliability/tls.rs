@@ -13,6 +13,7 @@ use scanstore::config::Config;
 use scanstore::http::tls::TlsFiles;
 
 use super::child::{ChildConfig, Serve};
+use super::front_door::read_to_close;
 use crate::support::scan::{self, t0};
 use crate::support::secure::{suite_ca, temp_dir, TestCa};
 use crate::support::server::{got, http};
@@ -55,18 +56,6 @@ fn tls_connect(
         conn.complete_io(&mut sock)?;
     }
     Ok(rustls::StreamOwned::new(conn, sock))
-}
-
-fn read_to_close(s: &mut impl Read) -> String {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[test]

@@ -118,7 +118,7 @@ fn upload_attaches_the_owners_matching_tags() {
 fn a_tag_change_is_republished_to_every_affected_document_and_nothing_else() {
     let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
         cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 7;
+        cfg.projection.page_size = 7;
     });
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 300, 100, t0());
     let w = worker(&s);
@@ -177,8 +177,8 @@ fn a_tag_change_is_republished_to_every_affected_document_and_nothing_else() {
 fn tag_rows_and_execution_rows_take_turns() {
     let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
         cfg.projection.workers = 0;
-        cfg.elasticsearch.projection_page_size = 50;
-        cfg.elasticsearch.projection_pages_per_tick = 1;
+        cfg.projection.page_size = 50;
+        cfg.projection.pages_per_tick = 1;
     });
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 500, 250, t0());
     let w = worker(&s);
