@@ -14,7 +14,8 @@
 //! guard, migrations), [`es`] (Elasticsearch client), [`http`] (threads, routing, error
 //! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`rebuild`]
 //! (re-building the asset projection into a new version and switching its aliases), [`read`]
-//! (owner-side read APIs), [`auth`] (tokens to principals), [`tags`] (asset tags), [`app`]
+//! (owner-side read APIs), [`auth`] (tokens to principals), [`tags`] (asset tags), [`task`]
+//! (task kinds), [`app`]
 //! (start-up and shutdown), [`telemetry`] (events, metrics, sampler), [`allocator`] (how
 //! long freed memory stays mapped, no transparent huge pages).
 
@@ -29,5 +30,6 @@ pub mod projection;
 pub mod read;
 pub mod rebuild;
 pub mod tags;
+pub mod task;
 pub mod telemetry;
 pub mod upload;

@@ -1,13 +1,43 @@
 //! Asset tags: which of an owner's tags apply to given IP addresses (exact IP tags and
-//! containing CIDR tags) and DNS names (exact domain tags). Read by the upload's `tags`
-//! stage and by publication, so facts, execution documents and asset documents agree.
+//! containing CIDR tags) and DNS names (exact domain tags), and the scope of a tag change.
+//! Read by the upload's `tags` stage and by publication, so facts, execution documents and
+//! asset documents agree.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::db::Queries;
+
+/// The kinds of target a tag is put on (`asset_tags.kind`, `search_targets.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetKind {
+    Ip,
+    Cidr,
+    Domain,
+}
+
+/// Which of an owner's targets a tag change affects: the `tag_scope` of a tags outbox row
+/// (`{"kind": "cidr", "key": "10.0.0.0/8"}`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct TagScope {
+    pub kind: TargetKind,
+    pub key: String,
+}
+
+impl std::fmt::Display for TagScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.kind {
+            TargetKind::Ip => "ip",
+            TargetKind::Cidr => "cidr",
+            TargetKind::Domain => "domain",
+        };
+        write!(f, "{kind}:{}", self.key)
+    }
+}
 
 // Exact IP tags through the primary key, containing CIDR tags through the partial GiST
 // index asset_tags_cidr_gist (`kind = 'cidr'` repeated so the planner can use it).

@@ -4,6 +4,9 @@
 //! (`claim_token = $2 AND lease_expires_at > now()`): zero rows means the lease is lost and
 //! the caller must stop. Leases use the database clock, so workers' clocks never matter.
 
+use postgres::types::Json;
+
+use crate::tags::TagScope;
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -29,21 +32,15 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Work {
     Execution(Uuid),
-    /// Re-publish the tags of the owner's documents within this scope
-    /// (`{"kind": "ip"|"cidr"|"domain", "key": …}`).
-    Tags(serde_json::Value),
+    /// Re-publish the tags of the owner's documents within this scope.
+    Tags(TagScope),
 }
 
 impl std::fmt::Display for Work {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Work::Execution(id) => write!(f, "execution:{id}"),
-            Work::Tags(scope) => write!(
-                f,
-                "tags:{}:{}",
-                scope["kind"].as_str().unwrap_or("?"),
-                scope["key"].as_str().unwrap_or("?")
-            ),
+            Work::Tags(scope) => write!(f, "tags:{scope}"),
         }
     }
 }
@@ -113,14 +110,22 @@ fn secs(d: Duration) -> f64 {
 pub fn claim(db: &Db, lease: Duration) -> Result<Option<Claim>, ProjectionError> {
     let token = Uuid::new_v4();
     let mut conn = db.checkout(Stage::Claim)?;
-    let row = conn.query_opt(OUTBOX_CLAIM, &[&token, &secs(lease)])?;
-    Ok(row.map(|r| Claim {
+    let Some(r) = conn.query_opt(OUTBOX_CLAIM, &[&token, &secs(lease)])? else {
+        return Ok(None);
+    };
+    // The table's CHECK makes a row without an execution carry a scope.
+    let work = match r.get::<_, Option<Uuid>>(1) {
+        Some(e) => Work::Execution(e),
+        None => Work::Tags(
+            r.try_get::<_, Json<TagScope>>(7)
+                .map_err(crate::db::DbError::from)?
+                .0,
+        ),
+    };
+    Ok(Some(Claim {
         id: r.get(0),
         token,
-        work: match r.get::<_, Option<Uuid>>(1) {
-            Some(e) => Work::Execution(e),
-            None => Work::Tags(r.get::<_, Option<serde_json::Value>>(7).unwrap_or_default()),
-        },
+        work,
         owner_id: r.get(2),
         cursor: r.get(3),
         refreshing: r.get(4),

@@ -4,6 +4,7 @@
 //! document) plus, where the owner has tags for the address, the owner document's tags.
 //! For a tags row, each of the owner's asset documents in scope gets its current tags.
 
+use crate::tags::{TagScope, TargetKind};
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
@@ -221,13 +222,13 @@ pub fn execution_filter(execution_id: Uuid) -> Value {
 
 /// The owner's asset documents within a tag scope (`ip` or `cidr`; a domain tag touches
 /// no asset document, so it has no filter).
-pub fn tag_scope_filter(owner_id: Uuid, scope: &Value) -> Option<Value> {
-    match scope["kind"].as_str() {
-        Some("ip") | Some("cidr") => Some(json!([
+pub fn tag_scope_filter(owner_id: Uuid, scope: &TagScope) -> Option<Value> {
+    match scope.kind {
+        TargetKind::Ip | TargetKind::Cidr => Some(json!([
             { "term": { "owner_id": owner_id.to_string() } },
-            { "term": { "ip": scope["key"].as_str().unwrap_or_default() } }
+            { "term": { "ip": scope.key } }
         ])),
-        _ => None,
+        TargetKind::Domain => None,
     }
 }
 
@@ -444,7 +445,12 @@ mod tests {
     #[test]
     fn tag_scopes() {
         let o = Uuid::nil();
-        assert!(tag_scope_filter(o, &json!({"kind": "cidr", "key": "10.0.0.0/8"})).is_some());
-        assert!(tag_scope_filter(o, &json!({"kind": "domain", "key": "a.example"})).is_none());
+        let scope = |v: Value| serde_json::from_value::<TagScope>(v).unwrap();
+        let cidr = scope(json!({"kind": "cidr", "key": "10.0.0.0/8"}));
+        assert!(tag_scope_filter(o, &cidr).is_some());
+        assert!(
+            tag_scope_filter(o, &scope(json!({"kind": "domain", "key": "a.example"}))).is_none()
+        );
+        assert_eq!(cidr.to_string(), "cidr:10.0.0.0/8");
     }
 }

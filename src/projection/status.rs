@@ -1,6 +1,7 @@
 //! `projection_status`: what a user is told about an execution's asset publication,
 //! derived in one place from the execution and its outbox row.
 
+use crate::task::TaskKind;
 use chrono::{DateTime, Utc};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,11 +57,11 @@ pub struct OutboxState {
 /// `pending`: an operator's requeue creates the row.
 pub fn derive(
     execution_status: &str,
-    task_kind: &str,
+    task_kind: TaskKind,
     row: Option<&OutboxState>,
     now: DateTime<Utc>,
 ) -> ProjectionStatus {
-    if task_kind == "dns" {
+    if !task_kind.publishes() {
         return ProjectionStatus::NotApplicable;
     }
     if execution_status != "succeeded" {
@@ -94,31 +95,51 @@ mod tests {
             last_error: error.then(|| "x".into()),
         };
         assert_eq!(
-            derive("succeeded", "dns", None, now),
+            derive("succeeded", TaskKind::Dns, None, now),
             ProjectionStatus::NotApplicable
         );
         assert_eq!(
-            derive("running", "port_scan", None, now),
+            derive("running", TaskKind::PortScan, None, now),
             ProjectionStatus::NotStarted
         );
         assert_eq!(
-            derive("succeeded", "port_scan", None, now),
+            derive("succeeded", TaskKind::PortScan, None, now),
             ProjectionStatus::Pending
         );
         assert_eq!(
-            derive("succeeded", "mixed", Some(&row(false, false, false)), now),
+            derive(
+                "succeeded",
+                TaskKind::Mixed,
+                Some(&row(false, false, false)),
+                now
+            ),
             ProjectionStatus::Pending
         );
         assert_eq!(
-            derive("succeeded", "mixed", Some(&row(false, true, true)), now),
+            derive(
+                "succeeded",
+                TaskKind::Mixed,
+                Some(&row(false, true, true)),
+                now
+            ),
             ProjectionStatus::Running
         );
         assert_eq!(
-            derive("succeeded", "mixed", Some(&row(false, false, true)), now),
+            derive(
+                "succeeded",
+                TaskKind::Mixed,
+                Some(&row(false, false, true)),
+                now
+            ),
             ProjectionStatus::Retrying
         );
         assert_eq!(
-            derive("succeeded", "mixed", Some(&row(true, false, false)), now),
+            derive(
+                "succeeded",
+                TaskKind::Mixed,
+                Some(&row(true, false, false)),
+                now
+            ),
             ProjectionStatus::Ready
         );
         let expired = OutboxState {
@@ -126,7 +147,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            derive("succeeded", "mixed", Some(&expired), now),
+            derive("succeeded", TaskKind::Mixed, Some(&expired), now),
             ProjectionStatus::Pending
         );
     }

@@ -3,6 +3,7 @@
 //! [`status::derive`]), `processed_endpoints`, `attempts`, phase, next attempt and the last
 //! error's *class* (`transient`/`permanent`), never its text. PostgreSQL only.
 
+use crate::task::TaskKind;
 use chrono::{DateTime, SecondsFormat, Utc};
 use postgres::Row;
 use serde_json::{json, Value};
@@ -45,7 +46,7 @@ fn time(t: Option<DateTime<Utc>>) -> Value {
     })
 }
 
-fn execution_json(r: &Row, task_kind: &str) -> Value {
+fn execution_json(r: &Row, task_kind: TaskKind) -> Value {
     let has_row: bool = r.get("has_row");
     let state = OutboxState {
         processed_at: r.get("processed_at"),
@@ -140,7 +141,7 @@ pub fn list(app: &App, req: &Req, task: &str) -> Result<Reply, ReadError> {
             }
             _ => None,
         };
-        let list: Vec<Value> = rows.iter().map(|r| execution_json(r, &kind)).collect();
+        let list: Vec<Value> = rows.iter().map(|r| execution_json(r, kind)).collect();
         Ok((list, next))
     })?;
     Ok(Reply::ok(json!({ "executions": executions, "next": next })))

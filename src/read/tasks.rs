@@ -7,6 +7,7 @@
 //! status comes from [`status::derive`], the one derivation; this file only feeds it.
 //! PostgreSQL only; one short read transaction per request.
 
+use crate::task::TaskKind;
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -103,7 +104,7 @@ pub fn projections(
 ) -> Result<HashMap<Uuid, TaskProjection>, DbError> {
     let mut groups: HashMap<Uuid, Vec<(ProjectionStatus, i64)>> = HashMap::new();
     for r in tx.query(PROJECTION_GROUPS, &[&task_ids])? {
-        let kind: String = r.get(1);
+        let kind: TaskKind = r.get(1);
         let execution_status: String = r.get(2);
         let has_row: bool = r.get(3);
         let state = OutboxState {
@@ -115,7 +116,7 @@ pub fn projections(
                 .then(String::new),
         };
         let now: DateTime<Utc> = r.get(8);
-        let s = status::derive(&execution_status, &kind, has_row.then_some(&state), now);
+        let s = status::derive(&execution_status, kind, has_row.then_some(&state), now);
         groups.entry(r.get(0)).or_default().push((s, r.get(7)));
     }
     Ok(groups
@@ -243,7 +244,11 @@ pub fn get(app: &App, req: &Req, id: &str) -> Result<Reply, ReadError> {
 }
 
 /// The task's kind if it belongs to `owner` (404 otherwise).
-pub fn owned_kind(tx: &mut Transaction<'_>, task: Uuid, owner: Uuid) -> Result<String, ReadError> {
+pub fn owned_kind(
+    tx: &mut Transaction<'_>,
+    task: Uuid,
+    owner: Uuid,
+) -> Result<TaskKind, ReadError> {
     tx.query_opt(
         "SELECT kind FROM tasks WHERE id = $1 AND owner_id = $2",
         &[&task, &owner],

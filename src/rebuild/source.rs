@@ -3,6 +3,9 @@
 //! none), the tag changes (outbox rows of kind `tags`), and whether live publication has
 //! settled. Each query is one short statement on a fresh connection.
 
+use postgres::types::Json;
+
+use crate::tags::TagScope;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -21,7 +24,7 @@ pub struct ExecutionRow {
 pub struct TagRow {
     pub outbox_id: i64,
     pub owner_id: Uuid,
-    pub scope: serde_json::Value,
+    pub scope: TagScope,
 }
 
 // In publication order (the outbox id is the order finals committed their rows in). With
@@ -76,12 +79,14 @@ pub fn tag_changes(db: &Db, since: Option<DateTime<Utc>>) -> Result<Vec<TagRow>,
     Ok(conn
         .query(TAG_CHANGES, &[&since])?
         .iter()
-        .map(|r| TagRow {
-            outbox_id: r.get(0),
-            owner_id: r.get(1),
-            scope: r.get::<_, Option<serde_json::Value>>(2).unwrap_or_default(),
+        .map(|r| {
+            Ok(TagRow {
+                outbox_id: r.get(0),
+                owner_id: r.get(1),
+                scope: r.try_get::<_, Json<TagScope>>(2)?.0,
+            })
         })
-        .collect())
+        .collect::<Result<_, postgres::Error>>()?)
 }
 
 /// (rows live publication still owes, the oldest one's outbox id).

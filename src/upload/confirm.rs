@@ -166,7 +166,7 @@ pub fn run(
 fn enqueue(tx: &mut Tx<'_>, execution: &Execution) -> Result<(), postgres::Error> {
     tx.execute(ANALYSIS_ROW, &[&execution.id])?;
     // DNS-only executions have no endpoints to publish.
-    if execution.task_kind != "dns" {
+    if execution.task_kind.publishes() {
         tx.execute(OUTBOX_ROW, &[&execution.id, &execution.owner_id])?;
     }
     Ok(())

@@ -216,7 +216,7 @@ fn write_batch(
         Some(reads) => {
             let plan = final_scope::plan(prefix, &reads.scope)?;
             let counts = final_scope::run(&app.es, span, &plan, execution_id)?;
-            let child_targets = if execution.task_kind == "port_scan" {
+            let child_targets = if !execution.task_kind.records_answers() {
                 ChildTargets::None
             } else if reads.answers_recorded {
                 ChildTargets::Recorded

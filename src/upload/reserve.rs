@@ -3,6 +3,7 @@
 //! continuity, reserve a `pending` receipt, and for a final collect its index scope.
 //! Holds one pooled connection for one short transaction; never touches Elasticsearch.
 
+use crate::task::TaskKind;
 use std::net::IpAddr;
 
 use uuid::Uuid;
@@ -23,7 +24,7 @@ pub struct Execution {
     pub id: Uuid,
     pub task_id: Uuid,
     pub owner_id: Uuid,
-    pub task_kind: String,
+    pub task_kind: TaskKind,
 }
 
 /// What transaction A decided.
@@ -219,7 +220,7 @@ fn write(
     let final_ = match batch.is_final {
         true => Some(FinalReads {
             scope: final_scope(tx, execution, batch, refs)?,
-            answers_recorded: execution.task_kind == "port_scan"
+            answers_recorded: !execution.task_kind.records_answers()
                 || !tx
                     .query_one(UNRECORDED_ANSWERS, &[&execution.id])?
                     .get::<_, bool>(0),
@@ -232,9 +233,9 @@ fn write(
         final_,
         tags,
         // A port scan's DNS records are facts only: no answers, no child task.
-        answers: match execution.task_kind.as_str() {
-            "port_scan" => Vec::new(),
-            _ => coverage.answers_of(batch),
+        answers: match execution.task_kind.records_answers() {
+            false => Vec::new(),
+            true => coverage.answers_of(batch),
         },
     })
 }
@@ -301,7 +302,7 @@ pub(super) fn lock_execution(
         Option<Uuid>,
         Uuid,
         Uuid,
-        String,
+        TaskKind,
     ) = (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
     // No scanner: queued again for any scanner of the owner after a lapsed lease.
     let Some(scanner_id) = scanner_id else {
