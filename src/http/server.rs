@@ -8,7 +8,9 @@
 //! the scanner API a large one only after the bearer token is verified, and only while
 //! fewer than `server.max_body_reads` large bodies are being read. Every socket has read
 //! and write timeouts, so no read of a stalled client lasts longer than
-//! `server.header_timeout_ms`, and a body read ends at its deadline. A panicking handler answers 500 and its thread lives on. Shutdown stops the
+//! `server.header_timeout_ms`, and a body read ends at its deadline. With `server.tls_*`
+//! the same runs over TLS, each handshake on its connection's thread within its own
+//! deadline. A panicking handler answers 500 and its thread lives on. Shutdown stops the
 //! workers taking new requests and waits a bounded time for in-flight ones.
 
 use std::io::{self, Read};

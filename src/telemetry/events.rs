@@ -1,6 +1,8 @@
-//! The structured log events: one struct per event, each rendered as one
-//! `event=Name key=value …` line in a fixed field order. Only ids, counts, durations and
-//! stage names are ever fields — never tokens, checksums or observation content.
+//! The structured log events, each rendered as one `event=Name key=value …` line: the
+//! events of the write path, the pool and the publisher as structs (fixed field order,
+//! metrics fed as they are emitted), the rest built where they happen with [`Line`]. Only
+//! ids, counts, durations, stage names and error classes are ever fields — never tokens,
+//! checksums or observation content.
 
 use std::fmt::{self, Write as _};
 use std::time::Duration;
