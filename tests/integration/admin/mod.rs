@@ -10,6 +10,7 @@ mod principals;
 mod tags;
 mod tasks;
 
+pub use crate::support::TempFile;
 use std::process::{Command, Output};
 
 use crate::support::db::TestDb;
@@ -146,31 +147,6 @@ pub fn admin_with_url(url: &str, args: &[&str]) -> Run {
     finish(args, out)
 }
 
-/// A file in the temp directory, removed on drop.
-pub struct TempFile(pub std::path::PathBuf);
-
-impl TempFile {
-    pub fn new(suffix: &str, body: &str) -> Self {
-        let p = std::env::temp_dir().join(format!(
-            "scanstore-admin-{}{suffix}",
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::write(&p, body).unwrap();
-        TempFile(p)
-    }
-
-    pub fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// An owner created through the script; returns its id.
 pub fn owner(t: &TestDb, name: &str) -> String {
     admin(t, &["owner", "create", name])
         .ok()

@@ -3,30 +3,15 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::support::db;
+use crate::support::{config_file, db};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_scanstore"))
 }
 
-/// A config file in the temp directory, removed on drop.
-struct TempConfig(std::path::PathBuf);
-
-impl Drop for TempConfig {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn write_config(body: &str) -> TempConfig {
-    let p = std::env::temp_dir().join(format!("scanstore-{}.toml", uuid::Uuid::new_v4()));
-    std::fs::write(&p, body).unwrap();
-    TempConfig(p)
-}
-
 #[test]
 fn check_config_refuses_heartbeat_over_a_third_of_the_lease() {
-    let f = write_config(
+    let f = config_file(
         "[database]\nurl = \"postgresql://x@127.0.0.1/x\"\n[projection]\nheartbeat_seconds = 50\nlease_seconds = 120\n",
     );
     let out = bin().arg("check-config").arg(&f.0).output().unwrap();
@@ -38,7 +23,7 @@ fn check_config_refuses_heartbeat_over_a_third_of_the_lease() {
 
 #[test]
 fn old_projection_key_names_are_read_with_a_deprecation_warning() {
-    let f = write_config(
+    let f = config_file(
         "[database]\nurl = \"postgresql://x@127.0.0.1/x\"\n[elasticsearch]\nprojection_page_size = 50\n",
     );
     let out = bin().arg("check-config").arg(&f.0).output().unwrap();
@@ -79,7 +64,7 @@ fn version_flag() {
 #[ignore = "needs PostgreSQL"]
 fn serve_stops_cleanly_on_sigterm() {
     let t = db::empty();
-    let f = write_config(&format!(
+    let f = config_file(&format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[database]\nurl = \"{}\"\n[elasticsearch]\nurl = \"http://127.0.0.1:9\"\n",
         t.url
     ));

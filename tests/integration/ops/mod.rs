@@ -9,6 +9,7 @@ mod proxy;
 mod rebuild;
 mod upgrade;
 
+pub use crate::support::{config_file, TempFile};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -18,22 +19,6 @@ pub fn bin() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_scanstore"));
     crate::support::secure::suite_access().apply(&mut cmd);
     cmd
-}
-
-/// A file in the temp directory, removed on drop.
-pub struct TempFile(pub std::path::PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// A configuration file with the given TOML body.
-pub fn config_file(body: &str) -> TempFile {
-    let p = std::env::temp_dir().join(format!("scanstore-ops-{}.toml", uuid::Uuid::new_v4()));
-    std::fs::write(&p, body).unwrap();
-    TempFile(p)
 }
 
 /// A `scanstore serve` child process, SIGTERMed and reaped on drop.

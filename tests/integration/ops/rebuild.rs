@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::{bin, config_file, TempFile};
-use crate::projection::outbox_row;
 use crate::support::emulator::{Es, Target};
 use crate::support::factory;
+use crate::support::publish::outbox_row;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::secure::suite_access;
 use crate::support::stack::Stack;

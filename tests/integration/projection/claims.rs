@@ -8,11 +8,12 @@ use scanstore::projection::outbox;
 use scanstore::projection::worker::TickOutcome;
 use scanstore::projection::ProjectionError;
 
-use super::{assets, outbox_row, t0, worker};
 use crate::support::emulator::FaultSpec;
 use crate::support::factory;
 use crate::support::logs;
+use crate::support::publish::{assets, outbox_row, worker};
 use crate::support::scan;
+use crate::support::scan::t0;
 use crate::support::stack::Stack;
 use crate::support::wait_for;
 

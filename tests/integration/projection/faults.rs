@@ -8,12 +8,13 @@ use serde_json::json;
 use scanstore::es::error::ErrorClass;
 use scanstore::projection::worker::TickOutcome;
 
-use super::{
-    assert_published, assets, outbox_row, progress, t0, three_pages_one_per_tick, tick_holding,
+use crate::support::emulator::{CorruptMode, FaultSpec};
+use crate::support::publish::{
+    assert_published, assets, outbox_row, progress, three_pages_one_per_tick, tick_holding,
     tick_until_done, worker,
 };
-use crate::support::emulator::{CorruptMode, FaultSpec};
 use crate::support::scan;
+use crate::support::scan::t0;
 use crate::support::stack::Stack;
 
 fn manual(test: &str) -> Option<Stack> {

@@ -4,12 +4,13 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{
-    assert_published, assets, outbox_row, t0, three_pages_one_per_tick, tick_holding,
-    tick_until_done, worker,
-};
 use crate::support::emulator::FaultSpec;
 use crate::support::factory;
+use crate::support::publish::{
+    assert_published, assets, outbox_row, three_pages_one_per_tick, tick_holding, tick_until_done,
+    worker,
+};
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
 use crate::support::wait_for;

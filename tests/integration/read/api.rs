@@ -3,9 +3,10 @@
 use serde_json::Value;
 
 use super::{get, ok};
-use crate::projection::{t0, tick_until_done, worker};
 use crate::support::emulator;
+use crate::support::publish::{tick_until_done, worker};
 use crate::support::scan;
+use crate::support::scan::t0;
 use crate::support::stack::Stack;
 
 fn hand_ticked(kind: &str) -> Stack {

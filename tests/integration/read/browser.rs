@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::cdp::{chromium_binary, Browser};
-use crate::projection::{t0, tick_until_done, worker};
 use crate::support::emulator;
+use crate::support::publish::{tick_until_done, worker};
 use crate::support::scan;
+use crate::support::scan::t0;
 use crate::support::stack::Stack;
 
 fn artifact(name: &str) -> PathBuf {

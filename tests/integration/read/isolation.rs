@@ -2,9 +2,10 @@
 //! or search hits; another owner's ids are 404; only admins read the global view.
 
 use super::{get, ok};
-use crate::projection::{t0, tick_until_done, worker};
 use crate::support::emulator;
 use crate::support::factory;
+use crate::support::publish::{tick_until_done, worker};
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
 use uuid::Uuid;

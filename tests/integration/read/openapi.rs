@@ -8,9 +8,10 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::{get, ok};
-use crate::projection::{t0, tick_until_done, worker};
 use crate::support::emulator;
+use crate::support::publish::{tick_until_done, worker};
 use crate::support::scan;
+use crate::support::scan::t0;
 use crate::support::server::{got, http};
 use crate::support::stack::Stack;
 use scanstore::http::console::OPENAPI_JSON;

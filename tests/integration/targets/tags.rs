@@ -7,8 +7,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::t0;
-use crate::projection::{assets, outbox_row, worker};
 use crate::support::factory;
+use crate::support::publish::{assets, outbox_row, worker};
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
 
@@ -97,7 +97,7 @@ fn upload_attaches_the_owners_matching_tags() {
         ]
     );
     // Publication carries the tags to the owner's asset document, not the global one.
-    crate::projection::tick_until_done(&worker(&s), &s, s.execution(), 5);
+    crate::support::publish::tick_until_done(&worker(&s), &s, s.execution(), 5);
     let user = assets(&s, "user");
     let tagged: Vec<_> = user
         .iter()
@@ -122,7 +122,7 @@ fn a_tag_change_is_republished_to_every_affected_document_and_nothing_else() {
     });
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 300, 100, t0());
     let w = worker(&s);
-    crate::projection::tick_until_done(&w, &s, s.execution(), 20);
+    crate::support::publish::tick_until_done(&w, &s, s.execution(), 20);
     let before = assets(&s, "user");
     assert_eq!(before.len(), 300);
 
@@ -182,7 +182,7 @@ fn tag_rows_and_execution_rows_take_turns() {
     });
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 500, 250, t0());
     let w = worker(&s);
-    crate::projection::tick_until_done(&w, &s, s.execution(), 30);
+    crate::support::publish::tick_until_done(&w, &s, s.execution(), 30);
     // A big execution and a tag change queued behind it.
     let mut c = s.sql();
     let big = factory::task(&mut c, s.owner.id, s.scanner.id, "port_scan", "running");
