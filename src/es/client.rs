@@ -12,6 +12,7 @@ use ureq::tls::{RootCerts, TlsConfig};
 
 use super::access::{self, EsAuth, Fingerprint};
 use super::error::EsError;
+use super::index::{Endpoint, Indices};
 use crate::telemetry::context;
 use crate::telemetry::events::EsRequestWithConnectionHeld;
 use crate::telemetry::secret::Secret;
@@ -300,6 +301,48 @@ impl EsClient {
     pub fn json(&self, method: &str, path: &str, body: &Value) -> Result<EsResponse, EsError> {
         let bytes = serde_json::to_vec(body).map_err(|e| EsError::Refused(e.to_string()))?;
         self.request(method, path, Some(("application/json", &bytes)))
+    }
+
+    /// `POST /{indices}/_refresh`: what was written becomes visible to searches.
+    pub fn refresh(&self, indices: &Indices) -> Result<(), EsError> {
+        self.request("POST", &indices.path(Endpoint::Refresh), None)?
+            .ok()?;
+        Ok(())
+    }
+
+    /// `POST /{indices}/_count` with `query`; the answer's body.
+    pub fn count(&self, indices: &Indices, query: &Value) -> Result<Value, EsError> {
+        Ok(self
+            .json("POST", &indices.path(Endpoint::Count), query)?
+            .ok()?
+            .body)
+    }
+
+    /// `POST /{indices}/_search` with `body`; the answer's body.
+    pub fn search(&self, indices: &Indices, body: &Value) -> Result<Value, EsError> {
+        Ok(self
+            .json("POST", &indices.path(Endpoint::Search), body)?
+            .ok()?
+            .body)
+    }
+
+    /// `POST /{indices}/_search` with an encoded body; the answer unparsed, for callers
+    /// that read it into their own types.
+    pub fn search_raw(&self, indices: &Indices, body: &[u8]) -> Result<RawResponse, EsError> {
+        let path = indices.path(Endpoint::Search);
+        self.send("POST", &path, Some(("application/json", body)))?
+            .ok()
+    }
+
+    /// `DELETE /{index}`.
+    pub fn delete_index(&self, name: &str) -> Result<(), EsError> {
+        self.request(
+            "DELETE",
+            &format!("/{}", super::index::encode_path(name)),
+            None,
+        )?
+        .ok()?;
+        Ok(())
     }
 
     /// `GET /`: reachable and answering as a cluster.

@@ -101,6 +101,25 @@ pub fn encode_path(indices: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn indices_make_encoded_paths_and_count_the_request_line() {
+        let i = Indices::of(&["s-facts-2020.01", "s-facts-*"]);
+        assert_eq!(i.to_string(), "s-facts-2020.01,s-facts-*");
+        assert_eq!(
+            i.path(Endpoint::Count),
+            "/s-facts-2020.01%2Cs-facts-%2A/_count"
+        );
+        assert_eq!(
+            Indices::one("a").lenient().path(Endpoint::Refresh),
+            "/a/_refresh?ignore_unavailable=true&allow_no_indices=true"
+        );
+        assert_eq!(
+            Indices::one("a").request_line_len(Endpoint::Count),
+            "POST /a/_count HTTP/1.1".len()
+        );
+    }
+
     use super::*;
     use chrono::TimeZone;
 
@@ -128,5 +147,77 @@ mod tests {
     #[test]
     fn path_encoding() {
         assert_eq!(encode_path("a-facts-2026.01,b*"), "a-facts-2026.01%2Cb%2A");
+    }
+}
+
+/// The indices one request addresses: their names, joined and encoded for the path once,
+/// and whether missing ones are ignored (a wildcard that may match nothing yet, a month
+/// whose facts index was never created). Requests build their paths from it in
+/// [`super::client`] only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Indices {
+    names: String,
+    encoded: String,
+    lenient: bool,
+}
+
+/// The per-index endpoints scanstore calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Refresh,
+    Count,
+    Search,
+}
+
+impl Endpoint {
+    fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Refresh => "_refresh",
+            Endpoint::Count => "_count",
+            Endpoint::Search => "_search",
+        }
+    }
+}
+
+/// Missing indices, and a wildcard that matches none, are not an error.
+const LENIENT: &str = "?ignore_unavailable=true&allow_no_indices=true";
+
+impl Indices {
+    pub fn of<S: AsRef<str>>(names: &[S]) -> Indices {
+        let names: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
+        let names = names.join(",");
+        Indices {
+            encoded: encode_path(&names),
+            names,
+            lenient: false,
+        }
+    }
+
+    pub fn one(name: &str) -> Indices {
+        Indices::of(&[name])
+    }
+
+    /// The same indices, missing ones ignored.
+    pub fn lenient(mut self) -> Indices {
+        self.lenient = true;
+        self
+    }
+
+    /// `/{indices}/{endpoint}` with its query.
+    pub(super) fn path(&self, endpoint: Endpoint) -> String {
+        let query = if self.lenient { LENIENT } else { "" };
+        format!("/{}/{}{query}", self.encoded, endpoint.as_str())
+    }
+
+    /// The length of the request line `POST <path> HTTP/1.1` of `endpoint`, which some
+    /// proxies and clusters cap.
+    pub fn request_line_len(&self, endpoint: Endpoint) -> usize {
+        "POST ".len() + self.path(endpoint).len() + " HTTP/1.1".len()
+    }
+}
+
+impl std::fmt::Display for Indices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.names)
     }
 }

@@ -4,6 +4,7 @@
 //! document) plus, where the owner has tags for the address, the owner document's tags.
 //! For a tags row, each of the owner's asset documents in scope gets its current tags.
 
+use crate::es::index::Indices;
 use crate::tags::{TagScope, TargetKind};
 use std::borrow::Cow;
 use std::fmt;
@@ -179,11 +180,8 @@ pub fn read(
             .map_err(|e| EsError::Refused(format!("unreadable cursor {c:?}: {e}")))?;
         query["search_after"] = after;
     }
-    let path = format!("/{}/_search", index::encode_path(index_name));
     let body = serde_json::to_vec(&query).map_err(|e| EsError::Refused(e.to_string()))?;
-    let raw = es
-        .send("POST", &path, Some(("application/json", &body)))?
-        .ok()?;
+    let raw = es.search_raw(&Indices::one(index_name), &body)?;
     Ok(Fetched { body: raw.bytes })
 }
 

@@ -18,7 +18,7 @@ use crate::db::Stage;
 use crate::es::alias::{self, AssetIndices};
 use crate::es::bulk::BulkOp;
 use crate::es::error::{ErrorClass, EsError};
-use crate::es::index;
+use crate::es::index::{self, Indices};
 use crate::es::retry::Backoff;
 use crate::es::senders::{Pending, Senders};
 use crate::es::writer::{WritePolicy, WriteReport, Writer};
@@ -306,9 +306,8 @@ impl Worker {
         }
         // Every page is written: make them visible once, then finish. A failure here is
         // retried later in phase `refreshing`, which re-sends no page.
-        let indices = [targets.global.as_str(), targets.user.as_str()];
-        let path = format!("/{}/_refresh", index::encode_path(&indices.join(",")));
-        app.es.request("POST", &path, None)?.ok()?;
+        app.es
+            .refresh(&Indices::of(&[&targets.global, &targets.user]))?;
         heartbeat.stop();
         outbox::complete(&app.db, claim)?;
         Line::new("ScanProjectionCompleted")

@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::app::App;
 use crate::auth::{self, Owner};
 use crate::db::{DbError, Stage};
-use crate::es::index::encode_path;
+use crate::es::index::Indices;
 use crate::http::request::Req;
 
 pub use error::{Partial, ReadError};
@@ -57,10 +57,9 @@ pub const SEARCH_TIMEOUT: &str = "20s";
 /// answer (`timed_out`, failed shards) is [`ReadError::Partial`].
 pub fn search(app: &App, index: &str, body: &Value) -> Result<Value, ReadError> {
     app.ensure_indices()?;
-    let path = format!("/{}/_search", encode_path(index));
-    let response = app.es.json("POST", &path, body)?.ok()?;
-    check_complete(&response.body)?;
-    Ok(response.body)
+    let response = app.es.search(&Indices::one(index), body)?;
+    check_complete(&response)?;
+    Ok(response)
 }
 
 /// Refuses an answer that does not cover every shard within the timeout.

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use crate::app::App;
 use crate::es::alias::{self, AssetIndices, View};
-use crate::es::{index, setup};
+use crate::es::setup;
 use crate::telemetry::Line;
 
 use super::{
@@ -162,9 +162,7 @@ pub fn drop_index(app: &App, name: &str) -> Result<(), RebuildError> {
             aliases.join(", ")
         )));
     }
-    app.es
-        .request("DELETE", &format!("/{}", index::encode_path(name)), None)?
-        .ok()?;
+    app.es.delete_index(name)?;
     Line::new("AssetIndexDropped").field("index", name).info();
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! updates) — only the target differs. Every bulk is verified item by item. No database
 //! connection is held across Elasticsearch I/O.
 
+use crate::es::index::Indices;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -107,10 +108,7 @@ fn each_page(
 
 /// Makes everything written to `target` visible to searches.
 pub fn refresh(app: &App, target: &AssetIndices) -> Result<(), RebuildError> {
-    let path = format!(
-        "/{}/_refresh",
-        index::encode_path(&format!("{},{}", target.global, target.user))
-    );
-    app.es.request("POST", &path, None)?.ok()?;
+    app.es
+        .refresh(&Indices::of(&[&target.global, &target.user]))?;
     Ok(())
 }

@@ -4,10 +4,11 @@
 //! fields differ (first/last seen, service fields and their observation time, the
 //! execution that decided them, owner, tags), is named by its id.
 
+use crate::es::index::Indices;
 use serde_json::{json, Map, Value};
 
 use crate::es::alias::{AssetIndices, View};
-use crate::es::{index, EsClient, EsError};
+use crate::es::{EsClient, EsError};
 
 /// Documents compared per request.
 const PAGE: usize = 500;
@@ -121,19 +122,15 @@ fn by_ids(es: &EsClient, name: &str, ids: &[&str]) -> Result<Vec<(String, Value)
 }
 
 fn hits(es: &EsClient, name: &str, query: &Value) -> Result<Page, EsError> {
-    let path = format!("/{}/_search", index::encode_path(name));
-    let r = es.json("POST", &path, query)?.ok()?;
-    if r.body["timed_out"].as_bool() == Some(true)
-        || r.body["_shards"]["failed"].as_u64().unwrap_or(0) > 0
+    let body = es.search(&Indices::one(name), query)?;
+    if body["timed_out"].as_bool() == Some(true)
+        || body["_shards"]["failed"].as_u64().unwrap_or(0) > 0
     {
         return Err(EsError::BadResponse(format!(
             "partial search result from {name} (timed out or failed shards)"
         )));
     }
-    let hits = r.body["hits"]["hits"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let hits = body["hits"]["hits"].as_array().cloned().unwrap_or_default();
     let after = hits.last().map(|h| h["sort"].clone());
     Ok((
         hits.into_iter()

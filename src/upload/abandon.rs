@@ -8,6 +8,7 @@
 //! dirty, the repair recounts it from the receipts left). Every step is safe to repeat
 //! after a crash.
 
+use crate::es::index::Indices;
 use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
@@ -21,7 +22,7 @@ use crate::app::App;
 use crate::auth::Scanner;
 use crate::db::{Queries, Stage};
 use crate::es::bulk::BulkOp;
-use crate::es::index::{self, encode_path};
+use crate::es::index;
 use crate::es::EsError;
 use crate::telemetry::Line;
 
@@ -229,8 +230,7 @@ pub struct Cleaned {
 /// A complete search answer's hits (`_source` of each); a partial one is an error.
 fn search(app: &App, indices: &str, body: &Value) -> Result<Vec<Value>, UploadError> {
     // A month whose index was never created holds nothing to find.
-    let path = format!("/{}/_search?ignore_unavailable=true", encode_path(indices));
-    let response = app.es.json("POST", &path, body)?.ok()?.body;
+    let response = app.es.search(&Indices::one(indices).lenient(), body)?;
     let failed = response["_shards"]["failed"].as_u64().unwrap_or(0);
     if response["timed_out"] == true || failed > 0 {
         return Err(EsError::BadResponse("a search of the facts was incomplete".into()).into());
@@ -258,13 +258,7 @@ fn written_endpoints(
 ) -> Result<(Vec<Key>, usize), UploadError> {
     // Every facts index: the repair then searches them all for the other observations.
     let facts = format!("{}-facts-*", app.config.elasticsearch.index_prefix);
-    app.es
-        .request(
-            "POST",
-            &format!("/{}/_refresh?ignore_unavailable=true", encode_path(&facts)),
-            None,
-        )?
-        .ok()?;
+    app.es.refresh(&Indices::one(&facts).lenient())?;
     let mut keys = Vec::new();
     let mut found = 0;
     for (index, ids) in by_index {
@@ -295,9 +289,7 @@ fn written_endpoints(
 /// Every endpoint document of the execution, by pages in key order.
 fn execution_endpoints(app: &App, execution_id: Uuid) -> Result<Vec<Key>, UploadError> {
     let index = index::execution_endpoints(&app.config.elasticsearch.index_prefix);
-    app.es
-        .request("POST", &format!("/{}/_refresh", encode_path(&index)), None)?
-        .ok()?;
+    app.es.refresh(&Indices::one(&index))?;
     let mut keys = Vec::new();
     let mut after: Option<Value> = None;
     loop {
@@ -310,8 +302,7 @@ fn execution_endpoints(app: &App, execution_id: Uuid) -> Result<Vec<Key>, Upload
         if let Some(a) = after.take() {
             body["search_after"] = a;
         }
-        let path = format!("/{}/_search", encode_path(&index));
-        let response = app.es.json("POST", &path, &body)?.ok()?.body;
+        let response = app.es.search(&Indices::one(&index), &body)?;
         if response["timed_out"] == true || response["_shards"]["failed"].as_u64().unwrap_or(0) > 0
         {
             return Err(

@@ -98,15 +98,15 @@ pub fn resolved_addresses(
         "aggs": { "answers": { "terms": { "field": "value", "size": MAX_CHILD_TARGETS } } }
     });
     let mut out: Vec<IpAddr> = Vec::new();
-    for count_path in &plan.count {
-        let path = count_path.replacen("/_count", "/_search", 1);
-        let r = es.json("POST", &path, &query)?.ok()?;
-        if r.body["_shards"]["failed"].as_u64().unwrap_or(0) > 0 || r.body["timed_out"] == true {
+    // The fact indices the final counted, searched in the same chunks.
+    for indices in &plan.count {
+        let body = es.search(indices, &query)?;
+        if body["_shards"]["failed"].as_u64().unwrap_or(0) > 0 || body["timed_out"] == true {
             return Err(UploadError::BadCount(format!(
-                "partial DNS answer search at {path}"
+                "partial DNS answer search of {indices}"
             )));
         }
-        for b in r.body["aggregations"]["answers"]["buckets"]
+        for b in body["aggregations"]["answers"]["buckets"]
             .as_array()
             .into_iter()
             .flatten()

@@ -2,6 +2,7 @@
 //! into requests whose HTTP request line stays within 3 KiB, and the sequential run of
 //! those requests. Planning is pure; `run` is the only part that talks to Elasticsearch.
 
+use crate::es::index::{Endpoint, Indices};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -12,11 +13,6 @@ use crate::telemetry::Line;
 
 /// Budget of one request line: method, URL-encoded path and query, `HTTP/1.1`.
 pub const REQUEST_LINE_BUDGET: usize = 3072;
-
-const REFRESH: &str = "/_refresh";
-const COUNT: &str = "/_count";
-/// Legacy scope goes over a wildcard that may match nothing yet.
-const LENIENT: &str = "?ignore_unavailable=true&allow_no_indices=true";
 
 /// Where a final's facts live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,27 +26,23 @@ pub enum Scope {
 /// The requests a final sends, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// Paths (with query) of the refresh requests; the execution projection is in the
-    /// first one, exactly once.
-    pub refresh: Vec<String>,
-    /// Paths of the fact-count requests (each counts this execution's facts).
-    pub count: Vec<String>,
-    /// Path of the execution-projection count.
-    pub endpoint_count: String,
+    /// The indices of each refresh request; the execution projection is in the first
+    /// one, exactly once.
+    pub refresh: Vec<Indices>,
+    /// The indices of each fact-count request (each counts this execution's facts).
+    pub count: Vec<Indices>,
+    /// The execution projection, counted on its own.
+    pub endpoint_count: Indices,
     pub max_request_line_bytes: usize,
-}
-
-/// Length of `POST <path> HTTP/1.1`.
-pub fn request_line_len(path: &str) -> usize {
-    "POST ".len() + path.len() + " HTTP/1.1".len()
 }
 
 /// Fails when one index alone cannot fit in a request line; called before any fact of
 /// the batch is written, so a too-long prefix never leaves data half written.
 pub fn check_budget(indices: &[String]) -> Result<(), UploadError> {
-    match indices.iter().find(|i| {
-        request_line_len(&format!("/{}{REFRESH}", index::encode_path(i))) > REQUEST_LINE_BUDGET
-    }) {
+    match indices
+        .iter()
+        .find(|i| Indices::one(i).request_line_len(Endpoint::Refresh) > REQUEST_LINE_BUDGET)
+    {
         Some(i) => Err(UploadError::IndexNameTooLong(format!(
             "index name {i:?} does not fit a {REQUEST_LINE_BUDGET}-byte request line"
         ))),
@@ -58,38 +50,36 @@ pub fn check_budget(indices: &[String]) -> Result<(), UploadError> {
     }
 }
 
-/// Greedy chunking of `names` (already sorted and unique) into paths `/{a,b,…}{suffix}`.
-fn chunk(names: &[String], suffix: &str) -> Result<Vec<String>, UploadError> {
+/// Greedy chunking of `names` (already sorted and unique) into requests to `endpoint`
+/// within the request-line budget.
+fn chunk(names: &[String], endpoint: Endpoint) -> Result<Vec<Indices>, UploadError> {
     check_budget(names)?;
-    let mut paths = Vec::new();
+    let mut chunks = Vec::new();
     let mut current: Vec<&str> = Vec::new();
     for name in names {
         current.push(name);
-        if request_line_len(&path(&current, suffix)) > REQUEST_LINE_BUDGET {
+        if Indices::of(&current).request_line_len(endpoint) > REQUEST_LINE_BUDGET {
             current.pop();
-            paths.push(path(&current, suffix));
+            chunks.push(Indices::of(&current));
             current = vec![name];
         }
     }
     if !current.is_empty() {
-        paths.push(path(&current, suffix));
+        chunks.push(Indices::of(&current));
     }
-    Ok(paths)
-}
-
-fn path(names: &[&str], suffix: &str) -> String {
-    format!("/{}{suffix}", index::encode_path(&names.join(",")))
+    Ok(chunks)
 }
 
 /// Plans the refresh and count requests of a final. No fact index → no fact count.
 pub fn plan(prefix: &str, scope: &Scope) -> Result<Plan, UploadError> {
     let projection = index::execution_endpoints(prefix);
     let (refresh, count) = match scope {
+        // A wildcard that may match nothing yet.
         Scope::Legacy => {
             let all = index::facts_pattern(prefix);
             (
-                vec![format!("{}{LENIENT}", path(&[&projection, &all], REFRESH))],
-                vec![format!("{}{LENIENT}", path(&[&all], COUNT))],
+                vec![Indices::of(&[&projection, &all]).lenient()],
+                vec![Indices::one(&all).lenient()],
             )
         }
         Scope::Indices(facts) => {
@@ -99,15 +89,22 @@ pub fn plan(prefix: &str, scope: &Scope) -> Result<Plan, UploadError> {
             names[1..].sort();
             names.dedup();
             let facts_only: Vec<String> = names[1..].to_vec();
-            (chunk(&names, REFRESH)?, chunk(&facts_only, COUNT)?)
+            (
+                chunk(&names, Endpoint::Refresh)?,
+                chunk(&facts_only, Endpoint::Count)?,
+            )
         }
     };
-    let endpoint_count = path(&[&projection], COUNT);
+    let endpoint_count = Indices::one(&projection);
     let max_request_line_bytes = refresh
         .iter()
-        .chain(&count)
-        .chain(std::iter::once(&endpoint_count))
-        .map(|p| request_line_len(p))
+        .map(|i| i.request_line_len(Endpoint::Refresh))
+        .chain(
+            count
+                .iter()
+                .chain(std::iter::once(&endpoint_count))
+                .map(|i| i.request_line_len(Endpoint::Count)),
+        )
         .max()
         .unwrap_or(0);
     Ok(Plan {
@@ -139,16 +136,14 @@ pub fn run(
         .field("count_requests", plan.count.len() + 1)
         .field("max_request_line_bytes", plan.max_request_line_bytes)
         .info();
-    for p in &plan.refresh {
-        span.stage("refresh_execution_index_chunk", || {
-            es.request("POST", p, None).and_then(|r| r.ok()).map(|_| ())
-        })?;
+    for indices in &plan.refresh {
+        span.stage("refresh_execution_index_chunk", || es.refresh(indices))?;
     }
     let query = json!({ "query": { "term": { "execution_id": execution_id.to_string() } } });
     let mut observations: i64 = 0;
     for p in &plan.count {
         let n = span.stage("count_execution_observation_chunk", || count(es, p, &query))?;
-        observations = add_counts(observations, n, p)?;
+        observations = add_counts(observations, n, &p.to_string())?;
     }
     let endpoints = span.stage("count_execution_endpoints", || {
         count(es, &plan.endpoint_count, &query)
@@ -159,9 +154,8 @@ pub fn run(
     })
 }
 
-fn count(es: &EsClient, path: &str, query: &serde_json::Value) -> Result<i64, UploadError> {
-    let r = es.json("POST", path, query)?.ok()?;
-    read_count(&r.body, path)
+fn count(es: &EsClient, indices: &Indices, query: &serde_json::Value) -> Result<i64, UploadError> {
+    read_count(&es.count(indices, query)?, &indices.to_string())
 }
 
 /// A `_count` answer's count: refused when shards failed or the count is negative or
@@ -203,10 +197,17 @@ mod tests {
         let p = plan("s", &Scope::Indices(months("s", 2))).unwrap();
         assert_eq!(
             p.refresh,
-            vec!["/s-execution-endpoints%2Cs-facts-2020.01%2Cs-facts-2020.02/_refresh"]
+            vec![Indices::of(&[
+                "s-execution-endpoints",
+                "s-facts-2020.01",
+                "s-facts-2020.02"
+            ])]
         );
-        assert_eq!(p.count, vec!["/s-facts-2020.01%2Cs-facts-2020.02/_count"]);
-        assert_eq!(p.endpoint_count, "/s-execution-endpoints/_count");
+        assert_eq!(
+            p.count,
+            vec![Indices::of(&["s-facts-2020.01", "s-facts-2020.02"])]
+        );
+        assert_eq!(p.endpoint_count, Indices::one("s-execution-endpoints"));
     }
 
     #[test]
@@ -215,27 +216,26 @@ mod tests {
         let p = plan(&prefix, &Scope::Indices(months(&prefix, 60))).unwrap();
         assert!(p.refresh.len() > 1 && p.count.len() > 1);
         assert!(p.max_request_line_bytes <= REQUEST_LINE_BUDGET);
-        let joined = p.refresh.join("|");
+        let joined = p
+            .refresh
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join("|");
         assert_eq!(
             joined.matches("execution-endpoints").count(),
             1,
             "projection refreshed once"
         );
         for m in months(&prefix, 60) {
-            assert_eq!(
-                p.refresh
+            let holding = |chunks: &[Indices]| {
+                chunks
                     .iter()
-                    .filter(|r| r.contains(&format!("{m}%2C")) || r.contains(&format!("{m}/")))
-                    .count(),
-                1
-            );
-            assert_eq!(
-                p.count
-                    .iter()
-                    .filter(|r| r.contains(&format!("{m}%2C")) || r.contains(&format!("{m}/")))
-                    .count(),
-                1
-            );
+                    .filter(|i| i.to_string().split(',').any(|n| n == m))
+                    .count()
+            };
+            assert_eq!(holding(&p.refresh), 1);
+            assert_eq!(holding(&p.count), 1);
         }
     }
 
@@ -243,13 +243,13 @@ mod tests {
     fn empty_execution_counts_no_facts() {
         let p = plan("s", &Scope::Indices(vec![])).unwrap();
         assert!(p.count.is_empty());
-        assert_eq!(p.refresh, vec!["/s-execution-endpoints/_refresh"]);
+        assert_eq!(p.refresh, vec![Indices::one("s-execution-endpoints")]);
     }
 
     #[test]
     fn legacy_scope_uses_the_wildcard_leniently() {
         let p = plan("s", &Scope::Legacy).unwrap();
-        assert_eq!(p.count, vec![format!("/s-facts-%2A/_count{LENIENT}")]);
+        assert_eq!(p.count, vec![Indices::one("s-facts-*").lenient()]);
     }
 
     #[test]
@@ -290,13 +290,5 @@ mod tests {
             Err(UploadError::BadCount(_))
         ));
         assert_eq!(add_counts(2, 3, "p").unwrap(), 5);
-    }
-
-    #[test]
-    fn request_line_counts_method_and_version() {
-        assert_eq!(
-            request_line_len("/a/_count"),
-            "POST /a/_count HTTP/1.1".len()
-        );
     }
 }
