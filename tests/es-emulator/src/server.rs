@@ -76,6 +76,21 @@ fn respond(rq: Request, reply: Reply) {
     {
         resp.add_header(h);
     }
+    // A 401 comes only from the security check: say which schemes the cluster takes, as
+    // Elasticsearch does.
+    if reply.status == 401 {
+        let schemes = [
+            "Basic realm=\"security\", charset=\"UTF-8\"",
+            "Bearer realm=\"security\"",
+            "ApiKey",
+        ];
+        for h in schemes
+            .into_iter()
+            .filter_map(|s| header("WWW-Authenticate", s))
+        {
+            resp.add_header(h);
+        }
+    }
     // A client that went away is not our problem; nothing else to do with the error.
     let _ = rq.respond(resp);
 }

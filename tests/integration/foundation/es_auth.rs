@@ -54,6 +54,18 @@ fn upload_and_publish(s: &Stack) {
 #[test]
 fn the_secured_emulator_refuses_requests_without_its_credentials() {
     let e = Emulator::start_with(&["--api-key", KEY]);
+    let raw = e.es().raw("GET", "/", None, None);
+    let schemes: Vec<&str> = raw
+        .headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("www-authenticate"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert!(schemes.contains(&"ApiKey"), "{schemes:?}");
+    assert!(
+        schemes.iter().any(|s| s.starts_with("Basic ")),
+        "{schemes:?}"
+    );
     let (status, body) = e.es().get("/");
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["error"]["type"], "security_exception");
