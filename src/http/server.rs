@@ -69,7 +69,7 @@ const BODY_THREAD_STACK: usize = 256 * 1024;
 const INLINE_REPLY_BYTES: usize = 8 * 1024;
 
 /// A request for the workers: its body is in, or it is answered without one.
-struct Pending {
+struct Admitted {
     request: tiny_http::Request,
     req: Req,
     started: Instant,
@@ -135,8 +135,8 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
     let (done_tx, done) = crossbeam_channel::unbounded();
     // Rendezvous: the acceptor hands a request over only when a worker is free to take it,
     // so waiting requests stay in tiny_http's queue.
-    let (incoming_tx, incoming) = crossbeam_channel::bounded::<Pending>(0);
-    let (ready_tx, ready) = crossbeam_channel::unbounded::<Pending>();
+    let (incoming_tx, incoming) = crossbeam_channel::bounded::<Admitted>(0);
+    let (ready_tx, ready) = crossbeam_channel::unbounded::<Admitted>();
     let admission = Admission {
         app: app.clone(),
         routes,
@@ -268,8 +268,8 @@ impl FailureLog {
 struct Admission {
     app: Arc<App>,
     routes: Routes,
-    incoming: Sender<Pending>,
-    ready: Sender<Pending>,
+    incoming: Sender<Admitted>,
+    ready: Sender<Admitted>,
     large_reads: Permits,
 }
 
@@ -352,7 +352,7 @@ fn admit(
         .any(|h| h.field.equiv("Transfer-Encoding"));
     let to_workers = |request, req, close, refused| {
         a.incoming
-            .send(Pending {
+            .send(Admitted {
                 request,
                 req,
                 started,
@@ -441,7 +441,7 @@ fn is_upgrade(request: &tiny_http::Request) -> bool {
 /// On a body's own thread: verifies the scanner's token before a large body, waits (at
 /// most `header_timeout`) for a permit to read it, reads it and queues the request for the
 /// workers. A stalled client holds only this thread, bounded by the connection cap.
-fn read_body_of(job: BodyJob, app: &App, permits: &Permits, ready: &Sender<Pending>) {
+fn read_body_of(job: BodyJob, app: &App, permits: &Permits, ready: &Sender<Admitted>) {
     let cfg = &app.config.server;
     let _permit = if job.large {
         if job.policy == BodyPolicy::Scanner {
@@ -459,8 +459,8 @@ fn read_body_of(job: BodyJob, app: &App, permits: &Permits, ready: &Sender<Pendi
     queue_with_body(job, cfg.max_body_bytes, cfg.body_deadline, ready);
 }
 
-fn job_refused(job: BodyJob, e: ApiError) -> Pending {
-    Pending {
+fn job_refused(job: BodyJob, e: ApiError) -> Admitted {
+    Admitted {
         request: job.request,
         req: job.req,
         started: job.started,
@@ -471,7 +471,7 @@ fn job_refused(job: BodyJob, e: ApiError) -> Pending {
 
 /// Reads the job's body within the limit and deadline and queues the request for the
 /// workers; a body that fails is answered with the connection closed.
-fn queue_with_body(job: BodyJob, limit: u64, deadline: Duration, ready: &Sender<Pending>) {
+fn queue_with_body(job: BodyJob, limit: u64, deadline: Duration, ready: &Sender<Admitted>) {
     let BodyJob {
         mut request,
         req,
@@ -489,14 +489,14 @@ fn queue_with_body(job: BodyJob, limit: u64, deadline: Duration, ready: &Sender<
         read_body(reader, declared, limit, deadline)
     };
     let pending = match read {
-        Ok(body) => Pending {
+        Ok(body) => Admitted {
             request,
             req: Req { body, ..req },
             started,
             close: upgrade,
             refused: None,
         },
-        Err(e) => Pending {
+        Err(e) => Admitted {
             request,
             req,
             started,
@@ -508,7 +508,7 @@ fn queue_with_body(job: BodyJob, limit: u64, deadline: Duration, ready: &Sender<
 }
 
 /// Hands a request to the workers; answers it here when they are gone.
-fn queue(pending: Pending, ready: &Sender<Pending>) {
+fn queue(pending: Admitted, ready: &Sender<Admitted>) {
     if let Err(crossbeam_channel::SendError(p)) = ready.send(pending) {
         answer(
             p.request,
@@ -521,8 +521,8 @@ fn queue(pending: Pending, ready: &Sender<Pending>) {
 }
 
 fn work(
-    incoming: &Receiver<Pending>,
-    ready: &Receiver<Pending>,
+    incoming: &Receiver<Admitted>,
+    ready: &Receiver<Admitted>,
     app: &App,
     handler: Handler,
     stop: &AtomicBool,
@@ -545,7 +545,7 @@ fn work(
 }
 
 /// Runs the handler on a complete request (or takes its refusal), and answers.
-fn dispatch(app: &App, handler: Handler, p: Pending) {
+fn dispatch(app: &App, handler: Handler, p: Admitted) {
     let _serving = telemetry::context::enter(&p.req.request_id);
     let outcome = match p.refused {
         Some(e) => Err(e),

@@ -414,7 +414,9 @@ fn projection_nice_lowers_the_publishers_threads_only() {
         ms: 1500,
         count: None,
     });
-    let own = scanstore::projection::thread_nice(scanstore::projection::thread_id()).unwrap();
+    let own =
+        scanstore::projection::priority::thread_nice(scanstore::projection::priority::thread_id())
+            .unwrap();
     let lowered = (own + 7).min(19);
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 25, t0());
     // Other tests' stacks run here too, all at the process's nice value: a heartbeat at
@@ -430,7 +432,8 @@ fn projection_nice_lowers_the_publishers_threads_only() {
     assert!(!http.is_empty());
     assert!(http.iter().all(|n| *n == own), "{http:?}");
     assert_eq!(
-        scanstore::projection::thread_nice(scanstore::projection::thread_id()).unwrap(),
+        scanstore::projection::priority::thread_nice(scanstore::projection::priority::thread_id())
+            .unwrap(),
         own,
         "the rest of the process keeps its priority"
     );
