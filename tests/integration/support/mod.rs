@@ -1,6 +1,7 @@
-//! Shared test support: throwaway databases, in-process scanstore servers, captured logs,
-//! the ES emulator process and its control client.
-#![allow(dead_code)]
+//! Shared test support: throwaway databases, in-process scanstore servers and whole stacks,
+//! captured logs, the ES emulator process and its control client, the workspace's test
+//! tools as programs, the suite's TLS material, publication helpers, scans, temp files and
+//! waits.
 
 pub mod db;
 pub mod emulator;
