@@ -52,9 +52,10 @@ impl EsError {
     pub fn class(&self) -> ErrorClass {
         match self {
             EsError::Transport(_) | EsError::BadResponse(_) => ErrorClass::Transient,
-            EsError::Status { status, .. } | EsError::ItemsFailed { status, .. } => {
-                status_class(*status)
-            }
+            EsError::Status { status, .. } => status_class(*status),
+            EsError::ItemsFailed {
+                status, error_type, ..
+            } => item_class(*status, error_type),
             EsError::Refused(_) => ErrorClass::Permanent,
         }
     }
@@ -71,6 +72,17 @@ impl EsError {
                 ..
             }
         )
+    }
+}
+
+/// A failed bulk item's class: as its status says, except a version conflict that outlasted
+/// the item's `retry_on_conflict` — another writer merged the same document at that moment
+/// (two publishers on one global asset), and merging again later succeeds.
+pub fn item_class(status: u16, error_type: &str) -> ErrorClass {
+    if status == 409 && error_type == "version_conflict_engine_exception" {
+        ErrorClass::Transient
+    } else {
+        status_class(status)
     }
 }
 
@@ -96,6 +108,15 @@ mod tests {
         assert_eq!(status_class(400), ErrorClass::Permanent);
         assert_eq!(status_class(404), ErrorClass::Permanent);
         assert_eq!(status_class(409), ErrorClass::Permanent);
+        assert_eq!(
+            item_class(409, "version_conflict_engine_exception"),
+            ErrorClass::Transient
+        );
+        assert_eq!(item_class(409, "other_exception"), ErrorClass::Permanent);
+        assert_eq!(
+            item_class(400, "mapper_parsing_exception"),
+            ErrorClass::Permanent
+        );
         assert_eq!(
             EsError::Transport("reset".into()).class(),
             ErrorClass::Transient

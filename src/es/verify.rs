@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::bulk::{BulkOp, OpKind};
 use super::client;
-use super::error::{status_class, ErrorClass, EsError};
+use super::error::{item_class, ErrorClass, EsError};
 
 /// What a verified bulk did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -179,7 +179,7 @@ pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
 fn worst(failed: &[(u16, String, String)]) -> Option<(u16, String, String)> {
     failed
         .iter()
-        .find(|(s, ..)| status_class(*s) == ErrorClass::Permanent)
+        .find(|(s, t, _)| item_class(*s, t) == ErrorClass::Permanent)
         .or(failed.first())
         .cloned()
 }

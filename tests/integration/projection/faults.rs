@@ -258,6 +258,38 @@ fn errors_are_classified_and_backed_off() {
     assert!(row["processed_at"].is_null(), "never dropped");
 }
 
+// Two publishers merging one global asset at the same moment can exhaust an update's
+// `retry_on_conflict`: the 409 item is transient, backed off briefly and merged again, and
+// no page is skipped.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_version_conflict_item_is_retried_not_given_up() {
+    let Some(s) = manual("projection_conflict") else {
+        return;
+    };
+    scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 3, 3, t0());
+    let w = worker(&s);
+    s.emulator().add_fault(FaultSpec::BulkItemFail {
+        id: "*".into(),
+        status: 409,
+        error_type: Some("version_conflict_engine_exception".into()),
+        reason: Some("version conflict, required seqNo [4]".into()),
+        count: Some(1),
+    });
+    assert_eq!(
+        w.tick().unwrap(),
+        TickOutcome::Failed {
+            class: ErrorClass::Transient
+        }
+    );
+    let row = outbox_row(&s, s.execution());
+    assert_eq!(row["last_error_class"], "transient", "{row}");
+    assert!(due_in(&s) < 2.0, "a conflict is retried soon");
+    make_due(&s);
+    assert_eq!(w.tick().unwrap(), TickOutcome::Completed { pages: 1 });
+    assert_published(&s, 3);
+}
+
 // The next page is read while the current one is written; a failed read-ahead is redone
 // in line and costs the row nothing (no error, no attempt, no skipped page).
 #[test]
