@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
-use chrono::{DateTime, NaiveDate, NaiveTime, TimeZone, Utc};
+use chrono::{DateTime, NaiveDate, NaiveTime, TimeZone, Timelike, Utc};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 
@@ -133,16 +133,17 @@ pub fn parse_date_str(s: &str) -> Option<i64> {
         return s.parse().ok();
     }
     if let Ok(dt) = DateTime::parse_from_rfc3339(s) {
-        return Some(dt.timestamp_millis());
+        // chrono reads a leap second (`:60`); Elasticsearch's java.time parser refuses it.
+        return (dt.nanosecond() < 1_000_000_000).then(|| dt.timestamp_millis());
     }
     let (date, time) = match s.split_once('T') {
         Some((d, t)) => (d, Some(t)),
         None => (s, None),
     };
     let mut parts = date.split('-');
-    let year: i32 = parts.next()?.parse().ok()?;
-    let month: u32 = parts.next().map(str::parse).transpose().ok()?.unwrap_or(1);
-    let day: u32 = parts.next().map(str::parse).transpose().ok()?.unwrap_or(1);
+    let year: i32 = digits(parts.next()?, 4)?;
+    let month: u32 = parts.next().map(|p| digits(p, 2)).unwrap_or(Some(1))?;
+    let day: u32 = parts.next().map(|p| digits(p, 2)).unwrap_or(Some(1))?;
     if parts.next().is_some() {
         return None;
     }
@@ -176,8 +177,8 @@ fn parse_time(t: &str) -> Option<(NaiveTime, i64)> {
         (t, 0)
     };
     let mut it = clock.split(':');
-    let h: u32 = it.next()?.parse().ok()?;
-    let m: u32 = it.next().map(str::parse).transpose().ok()?.unwrap_or(0);
+    let h: u32 = digits(it.next()?, 2)?;
+    let m: u32 = it.next().map(|p| digits(p, 2)).unwrap_or(Some(0))?;
     let (s, nanos) = match it.next() {
         None => (0, 0),
         Some(sec) => {
@@ -189,10 +190,18 @@ fn parse_time(t: &str) -> Option<(NaiveTime, i64)> {
             while f.len() < 9 {
                 f.push('0');
             }
-            (whole.parse().ok()?, f.parse().ok()?)
+            (digits(whole, 2)?, f.parse().ok()?)
         }
     };
     Some((NaiveTime::from_hms_nano_opt(h, m, s, nanos)?, offset_ms))
+}
+
+/// A field of exactly `n` ASCII digits, as the strict formats require (`2026-1-2` is not a
+/// date to them).
+fn digits<T: std::str::FromStr>(field: &str, n: usize) -> Option<T> {
+    (field.len() == n && field.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| field.parse().ok())
+        .flatten()
 }
 
 pub fn fmt_date(ms: i64) -> String {
@@ -214,6 +223,13 @@ mod tests {
         assert_eq!(parse_date_str("1234567890123"), Some(1_234_567_890_123));
         assert_eq!(parse_date_str("not a date"), None);
         assert_eq!(parse_date_str("2026-13-01"), None);
+        // strict_date_optional_time: fixed-width fields, no leap second.
+        assert_eq!(parse_date_str("1970-1-2"), None);
+        assert_eq!(parse_date_str("1970-01-01T1:00:00Z"), None);
+        assert_eq!(parse_date_str("2016-12-31T23:59:60Z"), None);
+        assert_eq!(parse_date_str("2016-12-31T23:59:60"), None);
+        assert_eq!(parse_date_str("1970-01-01T00:00"), Some(0));
+        assert_eq!(parse_date_str("1970"), Some(0));
         assert_eq!(fmt_date(1000), "1970-01-01T00:00:01.000Z");
     }
 
