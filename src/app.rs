@@ -39,6 +39,8 @@ pub struct App {
     /// Set once the index templates and indices are installed (at start, or lazily by
     /// the first write when ES was down at start).
     indices_ready: AtomicBool,
+    /// The last installation failed because the cluster would not compile the merge script.
+    script_rejected: AtomicBool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +71,7 @@ impl App {
             limiter,
             projection_wake: Wake::default(),
             indices_ready: AtomicBool::new(false),
+            script_rejected: AtomicBool::new(false),
         })
     }
 
@@ -96,9 +99,19 @@ impl App {
         if self.indices_ready.load(Ordering::Acquire) {
             return Ok(());
         }
-        setup::install(&self.es, &self.config.elasticsearch.index_prefix)?;
+        let installed = setup::install(&self.es, &self.config.elasticsearch.index_prefix);
+        self.script_rejected.store(
+            installed.as_ref().is_err_and(EsError::is_script_rejected),
+            Ordering::Release,
+        );
+        installed?;
         self.indices_ready.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// The cluster refused to compile the merge script at the last installation.
+    pub fn script_rejected(&self) -> bool {
+        self.script_rejected.load(Ordering::Acquire)
     }
 }
 

@@ -62,6 +62,18 @@ impl EsError {
 }
 
 impl EsError {
+    /// The cluster refused to compile a stored script (`PUT _scripts/{id}/{context}`).
+    pub fn is_script_rejected(&self) -> bool {
+        matches!(
+            self,
+            EsError::Status {
+                status: 400,
+                error_type,
+                ..
+            } if error_type == "script_exception"
+        )
+    }
+
     /// The cluster refused scanstore's credentials (401) or their rights (403): a
     /// configuration problem, permanent until an operator fixes it.
     pub fn is_unauthorized(&self) -> bool {

@@ -66,6 +66,9 @@ pub fn assets_mapping() -> Value {
 /// The version a fresh install creates behind the asset aliases (a rebuild adds the next).
 pub const ASSETS_VERSION: u32 = 1;
 
+/// The Painless context the merge script runs in: an update (`scripted_upsert`).
+const MERGE_CONTEXT: &str = "update";
+
 /// Installs templates and indices; safe to run on every start and from several instances.
 pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
     let template = json!({
@@ -101,9 +104,12 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
         let actions = json!({ "actions": [ { "add": { "index": physical, "alias": alias } } ] });
         es.json("POST", "/_aliases", &actions)?.ok()?;
     }
+    // Stored with its context, so that the cluster compiles it now: a script the
+    // cluster refuses fails the installation (and `/readyz`) instead of the first
+    // publication's items.
     es.json(
         "PUT",
-        &format!("/_scripts/{}", painless::ASSET_MERGE_ID),
+        &format!("/_scripts/{}/{MERGE_CONTEXT}", painless::ASSET_MERGE_ID),
         &json!({ "script": { "lang": "painless", "source": painless::ASSET_MERGE_SOURCE } }),
     )?
     .ok()?;

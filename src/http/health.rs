@@ -1,5 +1,6 @@
 //! Probes: `/healthz` says the process serves requests; `/readyz` says it can do its job
-//! (PostgreSQL reachable with the current schema, Elasticsearch reachable); `/metrics`
+//! (PostgreSQL reachable with the current schema, Elasticsearch reachable, accepting
+//! scanstore's credentials and its merge script); `/metrics`
 //! exposes the Prometheus metrics, with the backlog sampled fresh for the scrape.
 
 use serde_json::json;
@@ -25,6 +26,11 @@ pub fn readyz(app: &App) -> Reply {
         Err(e) => not_ready("postgres", "unavailable", &e),
     };
     let elasticsearch = match app.es_probe.ping() {
+        Ok(_) if app.script_rejected() => not_ready(
+            "elasticsearch",
+            "script_rejected",
+            &"the cluster would not compile the asset merge script",
+        ),
         Ok(_) => "ok",
         Err(e) if e.is_unauthorized() => not_ready("elasticsearch", "unauthorized", &e),
         Err(e) => not_ready("elasticsearch", "unavailable", &e),

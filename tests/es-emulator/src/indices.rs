@@ -243,7 +243,39 @@ pub fn delete_template(app: &App, name: &str) -> HandlerResult {
     Ok(Reply::ok(&json!({"acknowledged": true})))
 }
 
-pub fn put_script(app: &App, req: &Req, id: &str) -> HandlerResult {
+/// Painless contexts a stored script may name (Elasticsearch's `_script_context`, those a
+/// stored script can be compiled for).
+const SCRIPT_CONTEXTS: &[&str] = &[
+    "update",
+    "score",
+    "filter",
+    "field",
+    "aggs",
+    "aggs_combine",
+    "aggs_init",
+    "aggs_map",
+    "aggs_reduce",
+    "bucket_aggregation",
+    "bucket_selector",
+    "ingest",
+    "processor_conditional",
+    "number_sort",
+    "string_sort",
+    "terms_set",
+    "similarity",
+    "similarity_weight",
+    "template",
+    "painless_test",
+    "update_by_query",
+    "reindex",
+    "search",
+];
+
+/// `PUT _scripts/{id}[/{context}]`. Without a context any source is stored, as
+/// Elasticsearch does. With one, Elasticsearch compiles it now and refuses it with 400
+/// `script_exception` (`compile error`); the emulator compiles only the sources it has a
+/// native twin for, in that twin's context, and refuses every other the same way.
+pub fn put_script(app: &App, req: &Req, id: &str, context: Option<&str>) -> HandlerResult {
     let body = req.json_body()?.unwrap_or(json!({}));
     let Some(script) = body.get("script") else {
         return Err(EsError::parsing(
@@ -268,11 +300,33 @@ pub fn put_script(app: &App, req: &Req, id: &str) -> HandlerResult {
             "must specify source for stored script",
         ));
     };
+    let native = crate::painless::native_for_source(&source);
+    if let Some(context) = context {
+        if !SCRIPT_CONTEXTS.contains(&context) {
+            return Err(EsError::new(
+                400,
+                "illegal_argument_exception",
+                format!("script context [{context}] not supported"),
+            ));
+        }
+        if lang != "painless" || !native.is_some_and(|n| n.context == context) {
+            return Err(EsError::new(400, "script_exception", "compile error")
+                .with("lang", lang)
+                .caused_by(EsError::new(
+                    400,
+                    "illegal_argument_exception",
+                    format!(
+                        "the emulator compiles only the scripts it has a native twin for \
+                         (in that twin's context), not this one for context [{context}]"
+                    ),
+                )));
+        }
+    }
     app.lock_store().scripts.insert(
         id.to_owned(),
         StoredScript {
             lang: lang.to_owned(),
-            native: crate::painless::native_for_source(&source),
+            native,
             source,
         },
     );

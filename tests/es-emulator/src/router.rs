@@ -42,9 +42,8 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
         ("GET" | "HEAD", [i, "_alias"]) => aliases::get(app, req, Some(i), None),
         ("GET" | "HEAD", [i, "_alias", n]) => aliases::get(app, req, Some(i), Some(n)),
         (_, [i, "_alias" | "_aliases", n]) if write => aliases::put(app, req, i, n),
-        (_, ["_scripts", id]) | (_, ["_scripts", id, _]) if write => {
-            indices::put_script(app, req, id)
-        }
+        (_, ["_scripts", id]) if write => indices::put_script(app, req, id, None),
+        (_, ["_scripts", id, context]) if write => indices::put_script(app, req, id, Some(context)),
         ("GET", ["_scripts", id]) => indices::get_script(app, id),
         ("DELETE", ["_scripts", id]) => indices::delete_script(app, id),
         (_, [i, "_doc", id]) if write => doc_api::write(app, req, OpKind::Index, i, Some(id)),

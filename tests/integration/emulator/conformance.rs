@@ -16,8 +16,6 @@ pub const SKIPS: &[(&str, &str, &str)] = &[
      "expects a Painless runtime error (self-referencing map); there is no Painless interpreter in the emulator"),
     ("painless/15_update.yml", "Update script supports sha1() and sha256() method for strings",
      "inline Painless string methods; no Painless interpreter in the emulator"),
-    ("painless/16_update2.yml", "Stored script",
-     "expects Painless compile errors at PUT _scripts; the emulator stores any source and cannot compile Painless"),
     ("search.aggregation/170_cardinality_metric.yml", "profiler int",
      "search profiling (`profile: true`) is not emulated"),
     ("search.aggregation/170_cardinality_metric.yml", "profiler double",

@@ -110,3 +110,60 @@ fn any_order_and_repetition_gives_the_twins_document() {
     assert_eq!(expected["banner"], "d");
     es.delete(&format!("/{index}"));
 }
+
+/// The merge script is stored with its `update` context, so the backend compiles it when
+/// it is stored; a broken script is refused then, with `compile error`, on the emulator
+/// and on a real cluster alike.
+#[test]
+fn the_merge_script_compiles_in_its_context_and_a_broken_one_is_refused() {
+    let target = target();
+    let es = target.es();
+    let id = unique("merge-compile");
+    let (status, body) = es.put(
+        &format!("/_scripts/{id}/update"),
+        &json!({"script": {"lang": "painless", "source": painless::ASSET_MERGE_SOURCE}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let broken = painless::ASSET_MERGE_SOURCE.replacen("ctx._source", "ctx._source foo bar", 1);
+    let (status, body) = es.put(
+        &format!("/_scripts/{id}-broken/update"),
+        &json!({"script": {"lang": "painless", "source": broken}}),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["type"], "script_exception", "{body}");
+    assert_eq!(body["error"]["reason"], "compile error", "{body}");
+}
+
+/// A cluster that will not compile the merge script: scanstore's installation fails and
+/// `/readyz` says why, instead of the first publication's items failing.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_refused_merge_script_is_a_readiness_failure() {
+    use crate::support::emulator::{emulator_for_faults, FaultSpec, Target};
+    use crate::support::server::{got, http};
+    let Some(emulator) = emulator_for_faults("a_refused_merge_script_is_a_readiness_failure")
+    else {
+        return;
+    };
+    emulator.add_fault(FaultSpec::fail(
+        "/_scripts/*",
+        1000,
+        400,
+        "script_exception",
+    ));
+    let s = crate::support::stack::Stack::build(Target::Emulator(emulator), "port_scan", |_| {});
+    let r = got(http().get(format!("{}/readyz", s.base())).call());
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(r.body["elasticsearch"], "script_rejected");
+    assert!(!crate::support::logs::lines_with(&[
+        "event=ReadinessFailed",
+        "component=elasticsearch",
+        "state=script_rejected"
+    ])
+    .is_empty());
+    // Once the cluster takes it, installation succeeds and readiness follows.
+    s.emulator().clear_faults();
+    s.server.app().ensure_indices().unwrap();
+    let r = got(http().get(format!("{}/readyz", s.base())).call());
+    assert_eq!(r.status, 200, "{}", r.body);
+}

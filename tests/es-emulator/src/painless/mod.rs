@@ -35,6 +35,8 @@ pub struct NativeScript {
     pub name: &'static str,
     /// Hex SHA-256 of the Painless source this twin implements.
     pub source_sha256: &'static str,
+    /// The Painless context the source compiles in.
+    pub context: &'static str,
     run: fn(&mut ScriptCtx, &Map<String, Value>) -> Result<(), ScriptError>,
 }
 
@@ -48,6 +50,7 @@ impl NativeScript {
 const REGISTRY: &[NativeScript] = &[NativeScript {
     name: ASSET_MERGE_ID,
     source_sha256: asset_merge::SOURCE_SHA256,
+    context: "update",
     run: asset_merge::run,
 }];
 
