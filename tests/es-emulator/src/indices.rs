@@ -18,8 +18,20 @@ pub fn create(app: &App, req: &Req, name: &str) -> HandlerResult {
     ))
 }
 
+/// `DELETE /{indices}`: concrete names only, as Elasticsearch 8's default
+/// `action.destructive_requires_name: true` demands — no wildcard, `_all` or alias.
 pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let opts = IndicesOptions::from_req(req)?;
+    if expr
+        .split(',')
+        .any(|part| part.contains('*') || part == "_all" || part.starts_with('-'))
+    {
+        return Err(EsError::new(
+            400,
+            "illegal_argument_exception",
+            "Wildcard expressions or all indices are not allowed",
+        ));
+    }
     let mut store = app.lock_store();
     for part in expr.split(',') {
         if !part.contains('*') && !store.indices.contains_key(part) && store.alias_exists(part) {
