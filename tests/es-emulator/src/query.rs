@@ -202,12 +202,17 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
                 msm: Some(0),
             }
         }
+        // Ids are strings; a number is read as its decimal text, as Elasticsearch does.
         "ids" => Query::Ids(
             body.get("values")
                 .and_then(Value::as_array)
                 .map(|a| {
                     a.iter()
-                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .filter_map(|v| match v {
+                            Value::String(s) => Some(s.clone()),
+                            Value::Number(n) => Some(n.to_string()),
+                            _ => None,
+                        })
                         .collect()
                 })
                 .unwrap_or_default(),

@@ -69,6 +69,16 @@ fn queries_select_the_right_documents() {
     let idx = seed(&es);
     let q = |query: Value| ids(&es, &idx, json!({"query": query}));
     assert_eq!(q(json!({"match_all": {}})).len(), 5);
+    // Numeric ids match their decimal text, as ES reads them.
+    let numbered = unique("numeric-ids");
+    es.put(
+        &format!("/{numbered}/_doc/7?refresh=true"),
+        &json!({"n": 7}),
+    );
+    assert_eq!(
+        ids(&es, &numbered, json!({"query": {"ids": {"values": [7]}}})),
+        ["7"]
+    );
     assert_eq!(q(json!({"term": {"host": "a.example"}})), ["d1", "d2"]);
     assert_eq!(q(json!({"terms": {"port": [22, 8080]}})), ["d3", "d4"]);
     assert_eq!(
