@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod bench;
+mod client;
 mod emulator;
 mod foundation;
 mod observability;

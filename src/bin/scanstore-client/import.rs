@@ -1,0 +1,185 @@
+//! `scanstore-client import`: scanner output files into one execution, exactly once. The
+//! journal names the execution, the upload and every batch, so a re-run after a crash
+//! goes on where the confirmed batches end and re-sends the one in flight unchanged.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::api::{Limits, Server};
+use crate::batches::Uploader;
+use crate::error::Error;
+use crate::formats::{self, Format};
+use crate::journal::{self, Header, InputFile, Journal, Position};
+use crate::lease::Heartbeat;
+use crate::progress::{Counts, Progress};
+
+pub struct ImportArgs {
+    pub format: Format,
+    pub execution: Option<Uuid>,
+    pub files: Vec<PathBuf>,
+    pub journal_dir: PathBuf,
+    pub batch_size: usize,
+    pub max_body_bytes: usize,
+    pub quiet: bool,
+}
+
+/// The lease assumed for an execution the client did not claim (and so whose lease it was
+/// not told); the server's default is longer, so heartbeats come early rather than late.
+const GIVEN_EXECUTION_LEASE: Duration = Duration::from_secs(180);
+
+/// Refusals that mean the execution was taken from us while the client was away: its lease
+/// lapsed, so it was queued again (or failed) and its upload abandoned.
+const LOST_CODES: [&str; 3] = ["upload_abandoned", "execution_not_running", "forbidden"];
+
+pub fn run(server: &Server, server_url: &str, args: &ImportArgs) -> Result<(), Error> {
+    let mut inputs = Vec::with_capacity(args.files.len());
+    for f in &args.files {
+        let path =
+            std::fs::canonicalize(f).map_err(|e| Error::Usage(format!("{}: {e}", f.display())))?;
+        let size = std::fs::metadata(&path)
+            .map_err(|e| Error::Usage(format!("{}: {e}", f.display())))?
+            .len();
+        inputs.push(InputFile { path, size });
+    }
+    let paths: Vec<PathBuf> = inputs.iter().map(|i| i.path.clone()).collect();
+    let path = journal::path_for(
+        &args.journal_dir,
+        server_url,
+        args.format,
+        args.execution,
+        &paths,
+    );
+    if let Some(mut j) = Journal::open(&path)? {
+        if j.done {
+            println!(
+                "already imported into execution {} (journal {})",
+                j.header.execution_id,
+                path.display()
+            );
+            return Ok(());
+        }
+        if j.header.inputs != inputs {
+            return Err(Error::Journal(format!(
+                "the input files changed since the interrupted import; remove {} to import them anew",
+                path.display()
+            )));
+        }
+        log::info!(
+            "resuming the import into execution {} (journal {})",
+            j.header.execution_id,
+            path.display()
+        );
+        match send(server, &mut j, args.quiet) {
+            Err(e) if j.header.claimed && e.code().is_some_and(|c| LOST_CODES.contains(&c)) => {
+                log::warn!(
+                    "execution {} was lost while the import was interrupted ({e}); claiming again",
+                    j.header.execution_id
+                );
+            }
+            other => return other,
+        }
+    }
+    let (execution_id, limits, lease) = match args.execution {
+        Some(id) => (
+            id,
+            Limits {
+                max_observations: args.batch_size,
+                max_body_bytes: args.max_body_bytes,
+            },
+            GIVEN_EXECUTION_LEASE,
+        ),
+        None => {
+            let claim = server.claim()?.ok_or_else(|| {
+                Error::Usage(
+                    "no execution is queued for this scanner: create a task for it first".into(),
+                )
+            })?;
+            (
+                claim.execution_id,
+                Limits {
+                    max_observations: claim.limits.max_observations.min(args.batch_size),
+                    max_body_bytes: claim.limits.max_body_bytes,
+                },
+                Duration::from_secs(claim.lease_seconds),
+            )
+        }
+    };
+    let header = Header {
+        execution_id,
+        upload_id: Uuid::new_v4(),
+        claimed: args.execution.is_none(),
+        format: args.format,
+        inputs,
+        max_observations: limits.max_observations,
+        max_body_bytes: limits.max_body_bytes,
+        lease_seconds: lease.as_secs(),
+    };
+    let mut j = Journal::create(&path, header)?;
+    send(server, &mut j, args.quiet)
+}
+
+/// Sends every batch the journal does not have confirmed, then the final.
+fn send(server: &Server, journal: &mut Journal, quiet: bool) -> Result<(), Error> {
+    let h = journal.header.clone();
+    let Some((index, start)) = journal.resume_point() else {
+        journal.finish()?;
+        return summary(&h, Counts::default());
+    };
+    let total: u64 = h.inputs.iter().map(|i| i.size).sum();
+    let before: u64 = h.inputs[..start.file].iter().map(|i| i.size).sum();
+    let progress = Progress::new(Some(total), quiet);
+    let heartbeat = Heartbeat::start(server, h.execution_id, Duration::from_secs(h.lease_seconds));
+    let limits = Limits {
+        max_observations: h.max_observations,
+        max_body_bytes: h.max_body_bytes,
+    };
+    let mut up = Uploader::new(
+        server,
+        h.execution_id,
+        h.upload_id,
+        limits,
+        Some(journal),
+        &progress,
+        index,
+        start,
+    );
+    let mut end = start;
+    let mut done_before = before;
+    for (file, input) in h.inputs.iter().enumerate().skip(start.file) {
+        let (offset, mut skip) = if file == start.file {
+            (start.offset, start.skip)
+        } else {
+            (0, 0)
+        };
+        let mut source = formats::open(h.format, &input.path, offset)?;
+        while let Some(unit) = source.next_unit()? {
+            up.push(&unit, file, skip)?;
+            skip = 0;
+            progress.update(Some(done_before + source.position()), &up.counts);
+            if let Some(why) = heartbeat.lost() {
+                return Err(Error::Lost(why));
+            }
+        }
+        end = Position {
+            file,
+            offset: source.position(),
+            skip: 0,
+        };
+        done_before += input.size;
+    }
+    let counts = up.finish(end)?;
+    drop(heartbeat);
+    progress.finish();
+    journal.finish()?;
+    summary(&h, counts)
+}
+
+fn summary(h: &Header, c: Counts) -> Result<(), Error> {
+    println!(
+        "execution {}: {} hosts, {} ports, {} DNS records in {} batches; {} observations saved now",
+        h.execution_id, c.hosts, c.ports, c.records, c.batches, c.saved
+    );
+    Ok(())
+}
