@@ -50,6 +50,17 @@ if [ ! -x /usr/sbin/nginx ] && [ "$(id -u)" -eq 0 ]; then
   pkill -x nginx 2>/dev/null || true
 fi
 
+# nmap for the scanner agent's test (client::agent), which scans only loopback.
+if ! command -v nmap >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "Installing nmap from Debian's packages..." >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nmap >/dev/null
+  else
+    echo "nmap not installed (Debian package 'nmap'); the agent test will fail." >&2
+  fi
+fi
+
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
 if [ $# -eq 0 ]; then

@@ -4,8 +4,11 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use scanstore::http::tls::TlsFiles;
+
 use super::{client, client_for, endpoints, execution_status, fixture, queued, run};
-use crate::support::secure::temp_dir;
+use crate::support::emulator;
+use crate::support::secure::{suite_ca, temp_dir};
 use crate::support::stack::Stack;
 
 /// Seconds since the epoch an hour ago: inside the server's observation window.
@@ -210,4 +213,43 @@ fn refusals_are_one_clear_message_and_leave_nothing_written() {
         .arg(&file));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("SCANSTORE_SCANNER_TOKEN"));
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn over_https_the_client_trusts_the_ca_it_is_given_and_only_that() {
+    let (cert, key) = suite_ca().issue(&temp_dir("client-https"), "server");
+    let s = Stack::build(emulator::target(), "port_scan", |c| {
+        c.server.tls = Some(TlsFiles { cert, key });
+    });
+    assert!(s.base().starts_with("https://"), "{}", s.base());
+    let file = fixture("scan.txt", &masscan_list(an_hour_ago()));
+    let import = |cmd: &mut std::process::Command| {
+        run(cmd
+            .args(["import", "--format", "masscan-list", "--execution"])
+            .arg(s.execution().to_string())
+            .arg(&file))
+    };
+
+    // Without the CA the server's certificate is refused at once, with what to do.
+    let out = import(client(&s, &temp_dir("client-journal")).env_remove("SCANSTORE_CA_FILE"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("SCANSTORE_CA_FILE"), "{stderr}");
+    assert!(
+        !stderr.contains("retrying"),
+        "a certificate refusal is not retried: {stderr}"
+    );
+    assert_eq!(execution_status(&s, s.execution()).0, "running");
+
+    // With it (also as --ca-file), the import goes through.
+    let out = import(
+        client(&s, &temp_dir("client-journal"))
+            .env_remove("SCANSTORE_CA_FILE")
+            .arg("--ca-file")
+            .arg(&suite_ca().pem),
+    );
+    assert!(out.status.success());
+    assert_eq!(execution_status(&s, s.execution()).0, "succeeded");
+    assert_eq!(endpoints(&s, s.run.task_id).len(), 3);
 }
