@@ -10,56 +10,91 @@ use super::error::EsError;
 use super::index;
 use super::painless;
 
+fn typed(kind: &str) -> Value {
+    json!({ "type": kind })
+}
+
+/// An object field (an array of objects, as `hostnames` or `scripts`) of `fields`.
+fn object(fields: &[(&str, &str)]) -> Value {
+    let properties: serde_json::Map<String, Value> = fields
+        .iter()
+        .map(|(name, kind)| (name.to_string(), typed(kind)))
+        .collect();
+    json!({ "properties": properties })
+}
+
 /// A strict mapping of the endpoint fields every document kind shares, plus `extra`
-/// fields given as (name, type) pairs.
-fn strict_mapping(extra: &[(&str, &str)]) -> Value {
+/// fields given as (name, type) pairs. The service details (state to scripts) came with
+/// protocol 2's optional fields; [`install`] adds them to indices made before.
+fn strict_mapping(extra: &[(&str, Value)]) -> Value {
     let shared = [
-        ("ip", "ip"),
-        ("port", "integer"),
-        ("transport", "keyword"),
-        ("service", "keyword"),
-        ("product", "keyword"),
-        ("version", "keyword"),
-        ("banner", "text"),
-        ("execution_id", "keyword"),
-        ("owner_id", "keyword"),
-        ("tags", "keyword"),
+        ("ip", typed("ip")),
+        ("port", typed("integer")),
+        ("transport", typed("keyword")),
+        ("service", typed("keyword")),
+        ("product", typed("keyword")),
+        ("version", typed("keyword")),
+        ("banner", typed("text")),
+        ("state", typed("keyword")),
+        (
+            "hostnames",
+            object(&[("name", "keyword"), ("source", "keyword")]),
+        ),
+        ("cpe", typed("keyword")),
+        ("extra_info", typed("keyword")),
+        ("tunnel", typed("keyword")),
+        ("confidence", typed("integer")),
+        ("scripts", object(&[("id", "keyword"), ("output", "text")])),
+        // The last tie-break between observations of one endpoint at one time.
+        ("details_digest", typed("keyword")),
+        ("execution_id", typed("keyword")),
+        ("owner_id", typed("keyword")),
+        ("tags", typed("keyword")),
     ];
     let properties: serde_json::Map<String, Value> = shared
-        .iter()
-        .chain(extra)
-        .map(|(name, kind)| (name.to_string(), json!({ "type": kind })))
+        .into_iter()
+        .chain(extra.iter().cloned())
+        .map(|(name, v)| (name.to_string(), v))
         .collect();
     json!({ "dynamic": "strict", "properties": properties })
 }
 
-/// Mapping of a raw fact (an endpoint or a DNS record, one document per observation).
+/// Mapping of a raw fact (an endpoint, a host or a DNS record, one document per
+/// observation).
 pub fn facts_mapping() -> Value {
     strict_mapping(&[
-        ("type", "keyword"),
-        ("task_id", "keyword"),
-        ("scanner_id", "keyword"),
-        ("upload_id", "keyword"),
-        ("stream", "keyword"),
-        ("batch_index", "integer"),
-        ("name", "keyword"),
-        ("record_type", "keyword"),
-        ("value", "keyword"),
-        ("observed_at", "date"),
+        ("type", typed("keyword")),
+        ("task_id", typed("keyword")),
+        ("scanner_id", typed("keyword")),
+        ("upload_id", typed("keyword")),
+        ("stream", typed("keyword")),
+        ("batch_index", typed("integer")),
+        ("name", typed("keyword")),
+        ("record_type", typed("keyword")),
+        ("value", typed("keyword")),
+        (
+            "os",
+            object(&[("name", "keyword"), ("accuracy", "integer")]),
+        ),
+        ("observed_at", typed("date")),
     ])
 }
 
 /// Mapping of the execution endpoint projection (one document per endpoint per execution).
 pub fn execution_endpoints_mapping() -> Value {
-    strict_mapping(&[("task_id", "keyword"), ("observed_at", "date")])
+    strict_mapping(&[
+        ("task_id", typed("keyword")),
+        ("observed_at", typed("date")),
+    ])
 }
 
 /// Mapping of a current-asset document (global and per-owner views alike).
 pub fn assets_mapping() -> Value {
     strict_mapping(&[
-        ("first_seen", "date"),
-        ("last_seen", "date"),
-        ("service_observed_at", "date"),
+        ("first_seen", typed("date")),
+        ("last_seen", typed("date")),
+        ("service_observed_at", typed("date")),
+        ("state_observed_at", typed("date")),
     ])
 }
 
@@ -103,6 +138,24 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
         create_assets_index(es, &physical)?;
         let actions = json!({ "actions": [ { "add": { "index": physical, "alias": alias } } ] });
         es.json("POST", "/_aliases", &actions)?.ok()?;
+    }
+    // Indices made by an earlier release gain the fields added since (mappings only ever
+    // gain fields, which Elasticsearch allows on a live index).
+    for (target, mapping) in [
+        (index::facts_pattern(prefix), facts_mapping()),
+        (
+            index::execution_endpoints(prefix),
+            execution_endpoints_mapping(),
+        ),
+        (index::assets_global_alias(prefix), assets_mapping()),
+        (index::assets_user_alias(prefix), assets_mapping()),
+    ] {
+        es.json(
+            "PUT",
+            &format!("/{}/_mapping", index::encode_path(&target)),
+            &mapping,
+        )?
+        .ok()?;
     }
     // Stored with its context, so that the cluster compiles it now: a script the
     // cluster refuses fails the installation (and `/readyz`) instead of the first
@@ -156,7 +209,11 @@ mod tests {
     fn mappings_are_strict_and_complete() {
         let f = facts_mapping();
         assert_eq!(f["dynamic"], "strict");
-        assert_eq!(f["properties"].as_object().unwrap().len(), 20);
+        assert_eq!(f["properties"].as_object().unwrap().len(), 29);
+        assert_eq!(
+            f["properties"]["hostnames"]["properties"]["name"]["type"],
+            "keyword"
+        );
         assert_eq!(f["properties"]["ip"]["type"], "ip");
         assert_eq!(f["properties"]["batch_index"]["type"], "integer");
         assert_eq!(
@@ -164,10 +221,10 @@ mod tests {
                 .as_object()
                 .unwrap()
                 .len(),
-            12
+            20
         );
         let a = assets_mapping();
-        assert_eq!(a["properties"].as_object().unwrap().len(), 13);
+        assert_eq!(a["properties"].as_object().unwrap().len(), 22);
         assert_eq!(a["properties"]["first_seen"]["type"], "date");
         assert_eq!(a["properties"]["banner"]["type"], "text");
     }

@@ -43,7 +43,7 @@ pub struct Doc<'a> {
 }
 
 /// The fields an asset merge needs from an execution-projection document.
-const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 17] = [
     "ip",
     "port",
     "transport",
@@ -51,6 +51,14 @@ const FIELDS: [&str; 9] = [
     "product",
     "version",
     "banner",
+    "state",
+    "hostnames",
+    "cpe",
+    "extra_info",
+    "tunnel",
+    "confidence",
+    "scripts",
+    "details_digest",
     "observed_at",
     "execution_id",
 ];

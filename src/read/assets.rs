@@ -12,25 +12,35 @@ use chrono::SecondsFormat;
 use serde_json::{json, Value};
 
 use super::error::ReadError;
-use super::{params, search, with_owner, SEARCH_TIMEOUT};
+use super::{endpoint_json, params, search, with_owner, SEARCH_TIMEOUT};
 use crate::app::App;
 use crate::es::index;
 use crate::es::EsError;
 use crate::http::request::{Reply, Req};
+use crate::upload::batch::domain;
+use crate::upload::details::PortState;
 
 pub const DEFAULT_SIZE: usize = 50;
 pub const MAX_SIZE: usize = 200;
 
-const FIELDS: [&str; 12] = [
+const FIELDS: [&str; 20] = [
     "ip",
     "port",
     "transport",
     "first_seen",
     "last_seen",
+    "state",
+    "state_observed_at",
     "service",
     "product",
     "version",
     "banner",
+    "hostnames",
+    "cpe",
+    "extra_info",
+    "tunnel",
+    "confidence",
+    "scripts",
     "service_observed_at",
     "execution_id",
     "tags",
@@ -55,8 +65,21 @@ pub fn filters(req: &Req) -> Result<Vec<Value>, ReadError> {
         }
         out.push(json!({"term": {"transport": t}}));
     }
-    if let Some(s) = params::text(req, "service")? {
-        out.push(json!({"term": {"service": s}}));
+    for key in ["service", "product", "version"] {
+        if let Some(v) = params::text(req, key)? {
+            out.push(json!({"term": {key: v}}));
+        }
+    }
+    if let Some(s) = params::text(req, "state")? {
+        out.push(state_filter(&s)?);
+    }
+    if let Some(c) = params::text(req, "cpe")? {
+        // A CPE or the start of one: `cpe:/a:openbsd:openssh` finds every version.
+        out.push(json!({"prefix": {"cpe": c.to_ascii_lowercase()}}));
+    }
+    if let Some(h) = params::text(req, "hostname")? {
+        let name = domain(&h).map_err(|m| ReadError::invalid("bad_parameter", m))?;
+        out.push(json!({"term": {"hostnames.name": name}}));
     }
     if let Some(t) = params::text(req, "tag")? {
         out.push(json!({"term": {"tags": t}}));
@@ -66,6 +89,18 @@ pub fn filters(req: &Req) -> Result<Vec<Value>, ReadError> {
         out.push(json!({"range": {"last_seen": {"gte": t.to_rfc3339_opts(SecondsFormat::Millis, true)}}}));
     }
     Ok(out)
+}
+
+/// The filter of a port state; open is stored as no state at all.
+fn state_filter(s: &str) -> Result<Value, ReadError> {
+    match serde_json::from_value::<PortState>(Value::from(s)) {
+        Ok(PortState::Open) => Ok(json!({"bool": {"must_not": [{"exists": {"field": "state"}}]}})),
+        Ok(_) => Ok(json!({"term": {"state": s}})),
+        Err(_) => Err(ReadError::invalid(
+            "bad_parameter",
+            "state must be open, closed, filtered, unfiltered, open|filtered or closed|filtered",
+        )),
+    }
 }
 
 /// `GET /api/v1/assets`
@@ -81,6 +116,7 @@ pub fn search_assets(app: &App, req: &Req) -> Result<Reply, ReadError> {
         {"match": {"service": q}},
         {"match": {"product": q}},
         {"match": {"banner": q}},
+        {"match": {"scripts.output": q}},
     ], "minimum_should_match": 1}});
     run(app, req, Some(text))
 }
@@ -131,7 +167,10 @@ fn run(app: &App, req: &Req, text: Option<Value>) -> Result<Reply, ReadError> {
         .ok_or_else(|| ReadError::Es(EsError::BadResponse("missing hits".into())))?;
     let more = hits.len() > size;
     let shown = &hits[..hits.len().min(size)];
-    let assets: Vec<Value> = shown.iter().map(|h| asset_json(&h["_source"])).collect();
+    let assets: Vec<Value> = shown
+        .iter()
+        .map(|h| endpoint_json(&h["_source"], &FIELDS))
+        .collect();
     let next = match (more, shown.last()) {
         (true, Some(h)) => {
             let sort = h["sort"].as_array().cloned().unwrap_or_default();
@@ -151,15 +190,4 @@ fn run(app: &App, req: &Req, text: Option<Value>) -> Result<Reply, ReadError> {
         "scope": if global { "global" } else { "owner" },
         "assets": assets, "total": total, "next": next,
     })))
-}
-
-fn asset_json(src: &Value) -> Value {
-    let mut a = serde_json::Map::new();
-    for f in FIELDS {
-        a.insert(f.to_string(), src.get(f).cloned().unwrap_or(Value::Null));
-    }
-    if a["tags"].is_null() {
-        a.insert("tags".into(), json!([]));
-    }
-    Value::Object(a)
 }

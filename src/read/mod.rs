@@ -53,6 +53,21 @@ pub fn with_owner<T>(
 /// answer (and say `timed_out`).
 pub const SEARCH_TIMEOUT: &str = "20s";
 
+/// A stored endpoint or asset document as the API shows it: every one of `fields`, `null`
+/// when absent, `tags` an empty list and `state` `open` (how it is stored) when absent.
+pub fn endpoint_json(src: &Value, fields: &[&str]) -> Value {
+    let mut e = serde_json::Map::new();
+    for f in fields {
+        let v = match (src.get(*f), *f) {
+            (None | Some(Value::Null), "tags") => Value::Array(Vec::new()),
+            (None | Some(Value::Null), "state") => Value::from("open"),
+            (v, _) => v.cloned().unwrap_or(Value::Null),
+        };
+        e.insert(f.to_string(), v);
+    }
+    Value::Object(e)
+}
+
 /// `POST /<index>/_search` with `body`; an error status is an `EsError`, an incomplete
 /// answer (`timed_out`, failed shards) is [`ReadError::Partial`].
 pub fn search(app: &App, index: &str, body: &Value) -> Result<Value, ReadError> {

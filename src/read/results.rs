@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::error::ReadError;
-use super::{params, search, tasks, with_owner, SEARCH_TIMEOUT};
+use super::{endpoint_json, params, search, tasks, with_owner, SEARCH_TIMEOUT};
 use crate::app::App;
 use crate::es::index;
 use crate::es::EsError;
@@ -42,7 +42,7 @@ pub const MAX_COUNT_PAGES: usize = 200;
 /// Most succeeded executions of one task the default scope covers.
 const MAX_EXECUTIONS: i64 = 10_000;
 
-const ENDPOINT_FIELDS: [&str; 10] = [
+const ENDPOINT_FIELDS: [&str; 17] = [
     "ip",
     "port",
     "transport",
@@ -50,6 +50,13 @@ const ENDPOINT_FIELDS: [&str; 10] = [
     "product",
     "version",
     "banner",
+    "state",
+    "hostnames",
+    "cpe",
+    "extra_info",
+    "tunnel",
+    "confidence",
+    "scripts",
     "observed_at",
     "execution_id",
     "tags",
@@ -285,7 +292,7 @@ fn fetch(
             .as_array()
             .ok_or_else(|| bad("missing hits"))?;
         for h in hits {
-            out.push(endpoint_json(&h["_source"]));
+            out.push(endpoint_json(&h["_source"], &ENDPOINT_FIELDS));
         }
         if (hits.len() as u64) < FETCH_CHUNK {
             return Ok(out);
@@ -293,15 +300,4 @@ fn fetch(
         after = hits.last().map(|h| h["sort"].clone());
     }
     Ok(out)
-}
-
-fn endpoint_json(src: &Value) -> Value {
-    let mut e = serde_json::Map::new();
-    for f in ENDPOINT_FIELDS {
-        e.insert(f.to_string(), src.get(f).cloned().unwrap_or(Value::Null));
-    }
-    if e["tags"].is_null() {
-        e.insert("tags".into(), json!([]));
-    }
-    Value::Object(e)
 }

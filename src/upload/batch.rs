@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::details::{self, Details, Hostname, OsGuess, RawDetails, Script};
 use super::error::UploadError;
 
 pub const PROTOCOL_VERSION: u32 = 2;
@@ -48,6 +49,17 @@ pub struct Endpoint {
     pub product: Option<String>,
     pub version: Option<String>,
     pub banner: Option<String>,
+    pub details: Details,
+    pub observed_at: DateTime<Utc>,
+}
+
+/// What a scanner knows of a host as a whole: its OS guesses and names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Host {
+    /// Canonical text form, as an endpoint's.
+    pub ip: String,
+    pub os: Vec<OsGuess>,
+    pub hostnames: Vec<Hostname>,
     pub observed_at: DateTime<Utc>,
 }
 
@@ -64,6 +76,7 @@ pub struct DnsRecord {
 pub enum Observation {
     Endpoint(Endpoint),
     Dns(DnsRecord),
+    Host(Host),
 }
 
 impl Observation {
@@ -71,6 +84,16 @@ impl Observation {
         match self {
             Observation::Endpoint(e) => &e.observed_at,
             Observation::Dns(d) => &d.observed_at,
+            Observation::Host(h) => &h.observed_at,
+        }
+    }
+
+    /// The address an endpoint or host observation is about.
+    pub fn ip(&self) -> Option<&str> {
+        match self {
+            Observation::Endpoint(e) => Some(&e.ip),
+            Observation::Host(h) => Some(&h.ip),
+            Observation::Dns(_) => None,
         }
     }
 }
@@ -119,7 +142,10 @@ impl Batch {
     }
 
     pub fn dns_count(&self) -> usize {
-        self.observations.len() - self.endpoint_count()
+        self.observations
+            .iter()
+            .filter(|o| matches!(o, Observation::Dns(_)))
+            .count()
     }
 
     /// The distinct A/AAAA answers to names `wanted` keeps, in address order, IPv4-mapped
@@ -156,6 +182,8 @@ struct Envelope<'a> {
     observations: &'a RawValue,
 }
 
+// One value lives at a time, for one observation being parsed: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 enum RawObservation {
@@ -167,6 +195,19 @@ enum RawObservation {
         product: Option<String>,
         version: Option<String>,
         banner: Option<String>,
+        observed_at: String,
+        state: Option<String>,
+        hostnames: Option<Vec<Hostname>>,
+        cpe: Option<Vec<String>>,
+        extra_info: Option<String>,
+        tunnel: Option<String>,
+        confidence: Option<i64>,
+        scripts: Option<Vec<Script>>,
+    },
+    Host {
+        ip: String,
+        os: Option<Vec<OsGuess>>,
+        hostnames: Option<Vec<Hostname>>,
         observed_at: String,
     },
     Dns {
@@ -280,7 +321,7 @@ pub fn parse(body: &[u8], max_observations: usize, window: Window) -> Result<Bat
         if !window.contains(o.observed_at()) {
             out_of_window.push(i);
         }
-        if stream == Stream::Dns && matches!(o, Observation::Endpoint(_)) {
+        if stream == Stream::Dns && !matches!(o, Observation::Dns(_)) {
             return Err(invalid(
                 "bad_field",
                 format!("observations[{i}]: the dns stream carries only dns records"),
@@ -390,12 +431,15 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
             version,
             banner,
             observed_at,
+            state,
+            hostnames,
+            cpe,
+            extra_info,
+            tunnel,
+            confidence,
+            scripts,
         } => {
-            // An IPv4-mapped IPv6 address is the IPv4 host it maps, one endpoint either way.
-            let ip: IpAddr = ip
-                .parse::<IpAddr>()
-                .map_err(|_| format!("ip {ip:?} is not an IP address"))?
-                .to_canonical();
+            let ip = address(&ip)?;
             let port = u16::try_from(port)
                 .ok()
                 .filter(|p| *p > 0)
@@ -403,17 +447,39 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
             if !matches!(transport.as_str(), "tcp" | "udp" | "sctp") {
                 return Err(format!("transport {transport:?} is not tcp, udp or sctp"));
             }
+            let details = RawDetails {
+                state,
+                hostnames,
+                cpe,
+                extra_info,
+                tunnel,
+                confidence,
+                scripts,
+            }
+            .validate()?;
             Ok(Observation::Endpoint(Endpoint {
-                ip: ip.to_string(),
+                ip,
                 port,
                 transport,
                 service: text("service", service, MAX_SHORT_TEXT)?,
                 product: text("product", product, MAX_SHORT_TEXT)?,
                 version: text("version", version, MAX_SHORT_TEXT)?,
                 banner: text("banner", banner, MAX_BANNER)?,
+                details,
                 observed_at: time(&observed_at)?,
             }))
         }
+        RawObservation::Host {
+            ip,
+            os,
+            hostnames,
+            observed_at,
+        } => Ok(Observation::Host(Host {
+            ip: address(&ip)?,
+            os: details::os_guesses(os)?,
+            hostnames: details::hostnames(hostnames)?,
+            observed_at: time(&observed_at)?,
+        })),
         RawObservation::Dns {
             name,
             record_type,
@@ -444,6 +510,14 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
             }))
         }
     }
+}
+
+/// An endpoint's or host's address in canonical text form. An IPv4-mapped IPv6 address
+/// is the IPv4 host it maps, one endpoint either way.
+fn address(ip: &str) -> Result<String, String> {
+    ip.parse::<IpAddr>()
+        .map(|a| a.to_canonical().to_string())
+        .map_err(|_| format!("ip {ip:?} is not an IP address"))
 }
 
 fn canonical_ip(value: &str, v4: bool) -> Result<String, String> {

@@ -302,3 +302,68 @@ fn ipv4_mapped_addresses_are_their_ipv4_host() {
         vec!["198.51.100.10".parse::<IpAddr>().unwrap()]
     );
 }
+
+#[test]
+fn protocol_2_details_are_validated_and_normalised() {
+    let obs = endpoint(json!({
+        "state": "open",
+        "hostnames": [{"name": "WWW.Example.com.", "source": "user"}, {"name": "www.example.com", "source": "user"}],
+        "cpe": ["cpe:/a:nginx:nginx:1.24.0"], "tunnel": "ssl", "confidence": 10,
+        "scripts": [{"id": "http-title", "output": "Welcome"}]
+    }));
+    let b = parse(&body_with(&obs, ""), 100, now()).unwrap();
+    let Observation::Endpoint(e) = &b.observations[0] else {
+        panic!()
+    };
+    assert!(
+        e.details.is_open() && e.details.state.is_none(),
+        "open is stored as no state"
+    );
+    assert_eq!(e.details.hostnames.len(), 1, "one name once, lower case");
+    assert_eq!(e.details.hostnames[0].name, "www.example.com");
+    assert!(e.details.digest().is_some());
+    let plain = parse(&body_with(&endpoint(json!({})), ""), 100, now()).unwrap();
+    let Observation::Endpoint(p) = &plain.observations[0] else {
+        panic!()
+    };
+    assert_eq!(
+        p.details.digest(),
+        None,
+        "no details, no digest: ranks as before"
+    );
+    for bad in [
+        json!({"state": "half-open"}),
+        json!({"confidence": -1}),
+        json!({"cpe": "cpe:/a:x"}),
+        json!({"scripts": [{"id": "x"}]}),
+        json!({"hostnames": [{"name": "a.example.com"}]}),
+    ] {
+        assert_eq!(
+            err_code(&body_with(&endpoint(bad.clone()), "")),
+            "bad_field",
+            "{bad}"
+        );
+    }
+}
+
+#[test]
+fn a_host_observation_carries_os_guesses_and_counts_as_neither_endpoint_nor_dns() {
+    let obs = r#"[{"type":"host","ip":"::ffff:203.0.113.7","os":[{"name":"Linux 5.X","accuracy":95}],"observed_at":"2026-11-29T10:00:00Z"}]"#;
+    let b = parse(&body_with(obs, ""), 100, now()).unwrap();
+    let Observation::Host(h) = &b.observations[0] else {
+        panic!()
+    };
+    assert_eq!(h.ip, "203.0.113.7");
+    assert_eq!(h.os[0].accuracy, 95);
+    assert_eq!((b.endpoint_count(), b.dns_count()), (0, 0));
+    assert_eq!(b.observations[0].ip(), Some("203.0.113.7"));
+    let in_dns = String::from_utf8(body_with(obs, ""))
+        .unwrap()
+        .replace(r#""stream":"main""#, r#""stream":"dns""#)
+        .into_bytes();
+    assert_eq!(
+        err_code(&in_dns),
+        "bad_field",
+        "the dns stream carries only dns records"
+    );
+}

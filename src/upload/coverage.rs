@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use uuid::Uuid;
 
-use super::batch::{refuse_positions, Batch, Observation};
+use super::batch::{refuse_positions, Batch};
 use super::error::UploadError;
 use crate::db::{Queries, Tx};
 
@@ -97,7 +97,7 @@ impl Coverage {
         }
     }
 
-    /// Refuses the batch when any endpoint lies outside, naming every such position. The
+    /// Refuses the batch when any endpoint or host lies outside, naming every such position. The
     /// batch's own answers to names within the domain targets count, as they will be
     /// recorded with it.
     pub fn check(&self, batch: &Batch) -> Result<(), UploadError> {
@@ -109,12 +109,9 @@ impl Coverage {
             .observations
             .iter()
             .enumerate()
-            .filter_map(|(i, o)| match o {
-                Observation::Endpoint(e) => {
-                    let ip: IpAddr = e.ip.parse().ok()?;
-                    (!self.covers(ip) && !own.covers(ip)).then_some(i)
-                }
-                Observation::Dns(_) => None,
+            .filter_map(|(i, o)| {
+                let ip: IpAddr = o.ip()?.parse().ok()?;
+                (!self.covers(ip) && !own.covers(ip)).then_some(i)
             })
             .collect();
         if outside.is_empty() {

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::batch::{Batch, Endpoint, Observation};
+use super::details::{Details, DETAIL_FIELDS};
 use crate::es::bulk::BulkOp;
 use crate::es::index;
 use crate::tags::Tags;
@@ -68,6 +69,17 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
                 doc["tags"] = json!(tags.for_ip(&e.ip));
                 endpoint_fields(&mut doc, e);
                 keep_newest(&mut newest, e);
+            }
+            Observation::Host(h) => {
+                doc["type"] = json!("host");
+                doc["tags"] = json!(tags.for_ip(&h.ip));
+                doc["ip"] = json!(h.ip);
+                if !h.os.is_empty() {
+                    doc["os"] = json!(h.os);
+                }
+                if !h.hostnames.is_empty() {
+                    doc["hostnames"] = json!(h.hostnames);
+                }
             }
             Observation::Dns(d) => {
                 doc["type"] = json!("dns");
@@ -132,6 +144,7 @@ pub fn endpoint_of_fact(source: &Value) -> Option<(Endpoint, Vec<String>)> {
         product: text("product"),
         version: text("version"),
         banner: text("banner"),
+        details: details_of(source),
         observed_at: chrono::DateTime::parse_from_rfc3339(source["observed_at"].as_str()?)
             .ok()?
             .with_timezone(&chrono::Utc),
@@ -145,6 +158,16 @@ pub fn endpoint_of_fact(source: &Value) -> Option<(Endpoint, Vec<String>)> {
         })
         .unwrap_or_default();
     Some((endpoint, tags))
+}
+
+/// The details a stored endpoint document carries (none when it has none, or when they
+/// cannot be read back: the document was written by scanstore, so that does not happen).
+fn details_of(source: &Value) -> Details {
+    let fields: serde_json::Map<String, Value> = DETAIL_FIELDS
+        .iter()
+        .filter_map(|k| source.get(*k).map(|v| (k.to_string(), v.clone())))
+        .collect();
+    serde_json::from_value(Value::Object(fields)).unwrap_or_default()
 }
 
 /// Whether `a` outranks `b` as the observation an endpoint's document shows.
@@ -166,11 +189,26 @@ fn endpoint_fields(doc: &mut Value, e: &Endpoint) {
             doc[k] = json!(v);
         }
     }
+    if let (Value::Object(d), Some(digest)) = (json!(e.details), e.details.digest()) {
+        if let Some(doc) = doc.as_object_mut() {
+            doc.extend(d);
+            doc.insert("details_digest".into(), json!(digest));
+        }
+    }
 }
 
 /// The order deciding which observation of one endpoint wins: newest time, then the
-/// service fields (the same total order as the asset merge).
-fn rank(e: &Endpoint) -> (&chrono::DateTime<chrono::Utc>, &str, &str, &str, &str) {
+/// service fields, then the details' digest (the same total order as the asset merge).
+fn rank(
+    e: &Endpoint,
+) -> (
+    &chrono::DateTime<chrono::Utc>,
+    &str,
+    &str,
+    &str,
+    &str,
+    String,
+) {
     fn s(v: &Option<String>) -> &str {
         v.as_deref().unwrap_or("")
     }
@@ -180,6 +218,7 @@ fn rank(e: &Endpoint) -> (&chrono::DateTime<chrono::Utc>, &str, &str, &str, &str
         s(&e.product),
         s(&e.version),
         s(&e.banner),
+        e.details.digest().unwrap_or_default(),
     )
 }
 

@@ -15,6 +15,7 @@ pub mod children;
 pub mod claim;
 pub mod confirm;
 pub mod coverage;
+pub mod details;
 pub mod error;
 pub mod facts;
 pub mod final_scope;

@@ -251,6 +251,7 @@ fn batch_tags(
     for o in &batch.observations {
         match o {
             Observation::Endpoint(e) => ips.push(e.ip.as_str()),
+            Observation::Host(h) => ips.push(h.ip.as_str()),
             Observation::Dns(d) => names.push(d.name.as_str()),
         }
     }

@@ -107,6 +107,8 @@ impl<'a> Uploader<'a> {
             match o {
                 Observation::Endpoint { .. } => self.counts.ports += 1,
                 Observation::Dns { .. } => self.counts.records += 1,
+                // Counted as the unit's host.
+                Observation::Host { .. } => {}
             }
         }
         Ok(())

@@ -8,6 +8,10 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 
 use scanstore::upload::batch::{domain, MAX_BANNER, MAX_SHORT_TEXT};
+use scanstore::upload::details::{
+    Hostname, NameSource, OsGuess, PortState, Script, MAX_CONFIDENCE, MAX_CPE, MAX_LIST,
+    MAX_OS_GUESSES, MAX_SCRIPT_ID, MAX_SCRIPT_OUTPUT, MAX_TUNNEL,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -44,6 +48,28 @@ pub enum Observation {
         version: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         banner: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        state: Option<PortState>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        hostnames: Vec<Hostname>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        cpe: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        extra_info: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tunnel: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        confidence: Option<u8>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        scripts: Vec<Script>,
+        observed_at: Time,
+    },
+    Host {
+        ip: IpAddr,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        os: Vec<OsGuess>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        hostnames: Vec<Hostname>,
         observed_at: Time,
     },
     Dns {
@@ -92,21 +118,44 @@ pub fn fitted(text: Option<&str>, max: usize) -> Option<String> {
     Some(t[..end].to_string())
 }
 
-/// An endpoint with what a scanner knows of its service.
+/// An endpoint with what a scanner knows of it and its service.
+#[derive(Default)]
 pub struct Service<'a> {
     pub name: Option<&'a str>,
     pub product: Option<&'a str>,
     pub version: Option<&'a str>,
     pub banner: Option<&'a str>,
+    pub state: Option<PortState>,
+    pub hostnames: &'a [Hostname],
+    pub cpe: &'a [String],
+    pub extra_info: Option<&'a str>,
+    pub tunnel: Option<&'a str>,
+    pub confidence: Option<u8>,
+    pub scripts: &'a [Script],
 }
 
-impl Service<'_> {
-    pub const NONE: Service<'static> = Service {
-        name: None,
-        product: None,
-        version: None,
-        banner: None,
-    };
+/// A short lower-case word as the server takes it (a tunnel or script id), or `None`.
+fn word(v: &str, max: usize) -> Option<String> {
+    let ok = !v.is_empty()
+        && v.len() <= max
+        && v.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        });
+    ok.then(|| v.to_string())
+}
+
+/// Hostnames as the server takes them: DNS names only, no duplicates, at most
+/// [`MAX_LIST`].
+pub fn hostnames<'a>(names: impl IntoIterator<Item = (&'a str, NameSource)>) -> Vec<Hostname> {
+    let mut out: Vec<Hostname> = Vec::new();
+    for (name, source) in names {
+        let Ok(name) = domain(name) else { continue };
+        let h = Hostname { name, source };
+        if out.len() < MAX_LIST && !out.contains(&h) {
+            out.push(h);
+        }
+    }
+    out
 }
 
 pub fn endpoint(
@@ -116,6 +165,28 @@ pub fn endpoint(
     service: Service<'_>,
     at: Time,
 ) -> Observation {
+    let cpe = service
+        .cpe
+        .iter()
+        .map(|c| c.trim().to_string())
+        .filter(|c| {
+            (c.starts_with("cpe:/") || c.starts_with("cpe:2.3:"))
+                && c.len() <= MAX_CPE
+                && c.bytes().all(|b| b.is_ascii_graphic())
+        })
+        .take(MAX_LIST)
+        .collect();
+    let scripts = service
+        .scripts
+        .iter()
+        .filter_map(|s| {
+            Some(Script {
+                id: word(&s.id, MAX_SCRIPT_ID)?,
+                output: fitted(Some(&s.output), MAX_SCRIPT_OUTPUT).unwrap_or_default(),
+            })
+        })
+        .take(MAX_LIST)
+        .collect();
     Observation::Endpoint {
         ip: ip.to_canonical(),
         port,
@@ -124,8 +195,41 @@ pub fn endpoint(
         product: fitted(service.product, MAX_SHORT_TEXT),
         version: fitted(service.version, MAX_SHORT_TEXT),
         banner: fitted(service.banner, MAX_BANNER),
+        // Absent is open: an open port's observation reads as it always did.
+        state: service.state.filter(|s| *s != PortState::Open),
+        hostnames: service.hostnames.iter().take(MAX_LIST).cloned().collect(),
+        cpe,
+        extra_info: fitted(service.extra_info, MAX_SHORT_TEXT),
+        tunnel: service.tunnel.and_then(|t| word(t, MAX_TUNNEL)),
+        confidence: service.confidence.map(|c| c.min(MAX_CONFIDENCE)),
+        scripts,
         observed_at: at,
     }
+}
+
+/// A host's OS guesses and names; `None` when it has neither.
+pub fn host(ip: IpAddr, os: &[(String, u8)], names: &[Hostname], at: Time) -> Option<Observation> {
+    let os: Vec<OsGuess> = os
+        .iter()
+        .filter_map(|(name, accuracy)| {
+            Some(OsGuess {
+                name: fitted(Some(name), MAX_SHORT_TEXT)?,
+                accuracy: (*accuracy).min(100),
+            })
+        })
+        .take(MAX_OS_GUESSES)
+        .collect();
+    (!os.is_empty() || !names.is_empty()).then(|| Observation::Host {
+        ip: ip.to_canonical(),
+        os,
+        hostnames: names.to_vec(),
+        observed_at: at,
+    })
+}
+
+/// nmap's and masscan's name of a port state.
+pub fn port_state(s: &str) -> Option<PortState> {
+    serde_json::from_value(serde_json::Value::from(s)).ok()
 }
 
 /// The A or AAAA record that a scanner resolved `name` to `ip`, or `None` when `name` is
@@ -163,13 +267,15 @@ mod tests {
             Transport::Tcp,
             Service {
                 name: Some("https"),
-                ..Service::NONE
+                state: Some(PortState::Open),
+                cpe: &["cpe:/a:nginx:nginx:1.24.0".into(), "not a cpe".into()],
+                ..Service::default()
             },
             at,
         );
         assert_eq!(
             serde_json::to_string(&o).unwrap(),
-            r#"{"type":"endpoint","ip":"192.0.2.1","port":443,"transport":"tcp","service":"https","observed_at":"2025-11-29T10:00:00.000Z"}"#
+            r#"{"type":"endpoint","ip":"192.0.2.1","port":443,"transport":"tcp","service":"https","cpe":["cpe:/a:nginx:nginx:1.24.0"],"observed_at":"2025-11-29T10:00:00.000Z"}"#
         );
         assert!(address_record("not a name", "192.0.2.1".parse().unwrap(), at).is_none());
         assert_eq!(

@@ -205,9 +205,31 @@
     renderResults(resultsPanel, id, gen);
   }
 
+  // nmap's notation for a service reached through TLS: ssl/http.
+  function serviceName(e) { return e.service ? (e.tunnel ? e.tunnel + "/" + e.service : e.service) : null; }
+  function stateBadge(state) { return h("span", { class: "state " + (state || "open") }, state || "open"); }
   function endpointChip(e) {
-    const what = [e.service, e.product, e.version].filter(Boolean).join(" ");
-    return h("span", { class: "chip", title: e.banner || "" }, h("b", {}, e.port + "/" + e.transport), what ? " " + what : "");
+    const what = [serviceName(e), e.product, e.version].filter(Boolean).join(" ");
+    const title = [e.banner, (e.cpe || []).join(" ")].filter(Boolean).join("\n");
+    return h("span", { class: "chip", title: title },
+      h("b", {}, e.port + "/" + e.transport), what ? " " + what : "",
+      e.state && e.state !== "open" ? [" ", stateBadge(e.state)] : null);
+  }
+  // What a scanner knew beyond the service: CPEs, hostnames, extra info, and script output
+  // collapsed. Text nodes only, whatever the scanner wrote.
+  function detailsCell(a) {
+    const parts = [];
+    if (a.cpe && a.cpe.length) parts.push(h("div", { "data-cpe": "" }, a.cpe.map((c) => h("span", { class: "chip mono" }, c))));
+    if (a.hostnames && a.hostnames.length) {
+      parts.push(h("div", { class: "muted", "data-hostnames": "" }, a.hostnames.map((n) => n.name + (n.source === "ptr" ? " (PTR)" : "")).join(", ")));
+    }
+    if (a.extra_info) parts.push(h("div", { class: "muted" }, a.extra_info));
+    if (a.scripts && a.scripts.length) {
+      parts.push(h("details", { "data-scripts": "" },
+        h("summary", {}, a.scripts.length === 1 ? "1 script" : a.scripts.length + " scripts"),
+        a.scripts.map((x) => h("pre", {}, x.id + ": " + x.output))));
+    }
+    return h("td", { class: "details" }, parts.length ? parts : "—");
   }
   async function renderResults(panel, id, gen) {
     const summary = h("span", { class: "muted", id: "results-summary" });
@@ -216,7 +238,7 @@
     clear(panel).append(
       h("div", { class: "panel-head" }, h("h2", {}, "Results by IP"), summary),
       h("table", { id: "results-table" },
-        h("thead", {}, h("tr", {}, h("th", {}, "IP"), h("th", { class: "num" }, "Endpoints"), h("th", {}, "Open ports and services"))),
+        h("thead", {}, h("tr", {}, h("th", {}, "IP"), h("th", { class: "num" }, "Endpoints"), h("th", {}, "Ports and services"))),
         tbody),
       h("div", { class: "actions" }, more));
     let next = null;
@@ -251,12 +273,18 @@
       const input = h("input", Object.assign({ type: "text", name: name, id: "f-" + name }, attrs || {}));
       return [h("label", {}, label, input), input];
     };
-    const [qL, q] = field("q", "Text (service, product, banner)", { placeholder: "nginx" });
+    const [qL, q] = field("q", "Text (service, product, banner, scripts)", { placeholder: "nginx" });
     const [ipL, ip] = field("ip", "IP or CIDR", { placeholder: "10.0.0.0/8" });
     const [portL, port] = field("port", "Port", { placeholder: "443", inputmode: "numeric" });
     const [svcL, svc] = field("service", "Service", { placeholder: "https" });
     const [tagL, tag] = field("tag", "Tag");
     const [seenL, seen] = field("seen_since", "Seen since", { placeholder: "2026-11-01T00:00:00Z" });
+    const [prodL, prod] = field("product", "Product", { placeholder: "OpenSSH" });
+    const [cpeL, cpe] = field("cpe", "CPE (or its start)", { placeholder: "cpe:/a:openbsd:openssh" });
+    const [hostL, host] = field("hostname", "Hostname", { placeholder: "www.example.com" });
+    const state = h("select", { name: "state", id: "f-state" },
+      ["", "open", "closed", "filtered", "unfiltered", "open|filtered", "closed|filtered"].map((v) => h("option", { value: v }, v || "any")));
+    const stateL = h("label", {}, "State", state);
     const global = h("input", { type: "checkbox", id: "f-global" });
     const tbody = h("tbody");
     const summary = h("span", { class: "muted", id: "search-summary" });
@@ -274,13 +302,15 @@
           tbody.appendChild(h("tr", { "data-asset": a.ip + ":" + a.port + "/" + a.transport },
             h("td", { class: "mono ipcell" }, a.ip),
             h("td", {}, h("b", {}, a.port + "/" + a.transport)),
-            h("td", {}, a.service || "—"),
+            h("td", { "data-state": a.state }, stateBadge(a.state)),
+            h("td", {}, serviceName(a) || "—"),
             h("td", {}, [a.product, a.version].filter(Boolean).join(" ") || "—"),
             h("td", { class: "muted mono", title: a.banner || "" }, (a.banner || "").slice(0, 80)),
+            detailsCell(a),
             h("td", { class: "tags" }, (a.tags || []).map((x) => h("span", { class: "chip" }, x))),
             h("td", { class: "muted" }, when(a.last_seen))));
         }
-        if (!tbody.firstChild) tbody.appendChild(h("tr", {}, h("td", { colspan: 7, class: "empty" }, "No matching assets.")));
+        if (!tbody.firstChild) tbody.appendChild(h("tr", {}, h("td", { colspan: 9, class: "empty" }, "No matching assets.")));
         next = body.next;
         more.hidden = !next;
       } catch (e) { if (e.status !== 401) errors.appendChild(failure(e)); }
@@ -289,7 +319,8 @@
       ev.preventDefault();
       const p = new URLSearchParams();
       p.set("size", "50");
-      for (const [k, input] of [["q", q], ["ip", ip], ["port", port], ["service", svc], ["tag", tag], ["seen_since", seen]]) {
+      for (const [k, input] of [["q", q], ["ip", ip], ["port", port], ["service", svc], ["tag", tag], ["seen_since", seen],
+        ["product", prod], ["cpe", cpe], ["hostname", host], ["state", state]]) {
         if (input.value.trim()) p.set(k, input.value.trim());
       }
       if (global.checked) p.set("scope", "global");
@@ -298,7 +329,7 @@
       clear(tbody);
       summary.textContent = "";
       load();
-    } }, qL, ipL, portL, svcL, tagL, seenL,
+    } }, qL, ipL, portL, svcL, tagL, seenL, prodL, cpeL, hostL, stateL,
       h("label", { class: "check" }, global, "Global view (admins)"),
       h("div", {}, h("button", { class: "primary", type: "submit" }, "Search")));
     more.addEventListener("click", load);
@@ -310,8 +341,8 @@
       h("div", { class: "panel" },
         h("div", { class: "panel-head" }, h("h2", {}, "Assets"), summary),
         h("table", { id: "assets" },
-          h("thead", {}, h("tr", {}, h("th", {}, "IP"), h("th", {}, "Port"), h("th", {}, "Service"), h("th", {}, "Product"),
-            h("th", {}, "Banner"), h("th", {}, "Tags"), h("th", {}, "Last seen"))),
+          h("thead", {}, h("tr", {}, h("th", {}, "IP"), h("th", {}, "Port"), h("th", {}, "State"), h("th", {}, "Service"),
+            h("th", {}, "Product"), h("th", {}, "Banner"), h("th", {}, "Details"), h("th", {}, "Tags"), h("th", {}, "Last seen"))),
           tbody),
         h("div", { class: "actions" }, more)));
     q.focus();

@@ -18,6 +18,34 @@ pub fn create(app: &App, req: &Req, name: &str) -> HandlerResult {
     ))
 }
 
+/// `PUT /{indices}/_mapping`: adds fields to every index the expression names (aliases
+/// and wildcards included); a field that exists keeps its type or the whole update is
+/// refused, on every index alike.
+pub fn put_mapping(app: &App, req: &Req, expr: &str) -> HandlerResult {
+    let opts = IndicesOptions::from_req(req)?;
+    let body = req.json_body()?.ok_or_else(|| {
+        EsError::new(
+            400,
+            "action_request_validation_exception",
+            "Validation Failed: 1: mapping source is missing;",
+        )
+    })?;
+    let update = crate::mapping::Mapping::parse(&body)?;
+    let mut store = app.lock_store();
+    let names = resolve_read(&store, expr, opts)?;
+    for n in &names {
+        if let Some(i) = store.indices.get(n) {
+            i.mapping.clone().add_fields(&update)?;
+        }
+    }
+    for n in &names {
+        if let Some(i) = store.indices.get_mut(n) {
+            i.mapping.add_fields(&update)?;
+        }
+    }
+    Ok(Reply::ok(&json!({"acknowledged": true})))
+}
+
 /// `DELETE /{indices}`: concrete names only, as Elasticsearch 8's default
 /// `action.destructive_requires_name: true` demands — no wildcard, `_all` or alias.
 pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {

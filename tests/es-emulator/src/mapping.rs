@@ -260,6 +260,58 @@ impl Mapping {
         Ok(m)
     }
 
+    /// Adds the fields of `other` that this mapping lacks, as `PUT _mapping` does: a field
+    /// both have must keep its type (objects gain sub-fields); on a conflict nothing
+    /// changes and the error names the field.
+    pub fn add_fields(&mut self, other: &Mapping) -> Result<(), EsError> {
+        fn check(
+            have: &BTreeMap<String, Field>,
+            add: &BTreeMap<String, Field>,
+            at: &str,
+        ) -> Result<(), EsError> {
+            for (k, f) in add {
+                let path = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                if let Some(h) = have.get(k) {
+                    if h.type_name != f.type_name {
+                        return Err(EsError::new(
+                            400,
+                            "illegal_argument_exception",
+                            format!(
+                                "mapper [{path}] cannot be changed from type [{}] to [{}]",
+                                h.type_name, f.type_name
+                            ),
+                        ));
+                    }
+                    check(&h.props, &f.props, &path)?;
+                }
+            }
+            Ok(())
+        }
+        fn add(have: &mut BTreeMap<String, Field>, add: &BTreeMap<String, Field>) {
+            for (k, f) in add {
+                match have.get_mut(k) {
+                    Some(h) => add_props(h, f),
+                    None => {
+                        have.insert(k.clone(), f.clone());
+                    }
+                }
+            }
+        }
+        fn add_props(h: &mut Field, f: &Field) {
+            add(&mut h.props, &f.props);
+        }
+        check(&self.props, &other.props, "")?;
+        add(&mut self.props, &other.props);
+        if other.dynamic != Dynamic::True {
+            self.dynamic = other.dynamic;
+        }
+        Ok(())
+    }
+
     /// Overlays `other` (later wins), as template + request mappings compose.
     pub fn merge(&mut self, other: &Mapping) {
         if other.dynamic != Dynamic::True {
@@ -382,6 +434,34 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn added_fields_join_and_a_changed_type_is_refused() {
+        let mut m = strict();
+        let more = Mapping::parse(&json!({"dynamic": "strict", "properties": {
+            "ip": {"type": "ip"}, "state": {"type": "keyword"},
+            "svc": {"properties": {"cpe": {"type": "keyword"}}}}}))
+        .unwrap();
+        m.add_fields(&more).unwrap();
+        assert_eq!(m.resolve("state").map(|r| r.field.ty), Some(Ty::Keyword));
+        assert_eq!(m.resolve("svc.cpe").map(|r| r.field.ty), Some(Ty::Keyword));
+        assert_eq!(m.resolve("svc.name").map(|r| r.field.ty), Some(Ty::Keyword));
+        let clash = Mapping::parse(
+            &json!({"properties": {"ip": {"type": "keyword"}, "x": {"type": "long"}}}),
+        )
+        .unwrap();
+        let e = m.add_fields(&clash).unwrap_err();
+        assert!(
+            e.reason
+                .contains("mapper [ip] cannot be changed from type [ip] to [keyword]"),
+            "{}",
+            e.reason
+        );
+        assert!(
+            m.resolve("x").is_none(),
+            "nothing of a refused update is applied"
+        );
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
         )),
         ("GET", [i, "_source", id]) => doc_api::get(app, req, i, id, true),
         ("GET", [i, what @ ("_mapping" | "_settings")]) => indices::get(app, req, i, Some(what)),
+        ("PUT" | "POST", [i, "_mapping"]) => indices::put_mapping(app, req, i),
         ("PUT", [i]) => indices::create(app, req, i),
         ("DELETE", [i]) => indices::delete(app, req, i),
         ("HEAD", [i]) => indices::exists(app, req, i),

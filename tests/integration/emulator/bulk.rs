@@ -270,11 +270,10 @@ fn asset_merge_stored_script_runs_through_bulk() {
     let t = target();
     let es = t.es();
     let idx = unique("assets");
-    es.put(&format!("/{idx}"), &json!({"mappings": {"dynamic": "strict", "properties": {
-        "ip": {"type": "ip"}, "port": {"type": "long"}, "transport": {"type": "keyword"}, "owner_id": {"type": "keyword"},
-        "first_seen": {"type": "date"}, "last_seen": {"type": "date"}, "service_observed_at": {"type": "date"},
-        "service": {"type": "keyword"}, "product": {"type": "keyword"}, "version": {"type": "keyword"},
-        "banner": {"type": "text"}, "execution_id": {"type": "keyword"}}}}));
+    es.put(
+        &format!("/{idx}"),
+        &json!({"mappings": scanstore::es::setup::assets_mapping()}),
+    );
     let (status, v) = es.put(
         &format!("/_scripts/{ASSET_MERGE_ID}"),
         &json!({"script": {"lang": "painless", "source": ASSET_MERGE_SOURCE}}),

@@ -4,6 +4,9 @@
 //! second start skips the backfill through the schema marker.
 
 use postgres::Client;
+use serde_json::{json, Value};
+
+use scanstore::es::index;
 
 use super::{config_file, Served};
 use crate::support::{db, emulator};
@@ -146,4 +149,114 @@ fn starting_the_new_binary_upgrades_a_legacy_database_without_losing_rows() {
         );
     }
     served.stop();
+}
+
+/// The strict mapping of scanstore's indices before protocol 2's optional fields.
+fn mapping_before_details(extra: Value) -> Value {
+    let mut properties = json!({
+        "ip": {"type": "ip"}, "port": {"type": "integer"}, "transport": {"type": "keyword"},
+        "service": {"type": "keyword"}, "product": {"type": "keyword"},
+        "version": {"type": "keyword"}, "banner": {"type": "text"},
+        "execution_id": {"type": "keyword"}, "owner_id": {"type": "keyword"},
+        "tags": {"type": "keyword"}
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        properties[k] = v.clone();
+    }
+    json!({"mappings": {"dynamic": "strict", "properties": properties}})
+}
+
+#[test]
+fn indices_of_an_earlier_release_gain_the_new_fields_at_start() {
+    let t = emulator::target();
+    let es = t.es();
+    let prefix = emulator::unique("upg");
+    let date = json!({"type": "date"});
+    let keyword = json!({"type": "keyword"});
+    let facts = format!("{prefix}-facts-2026.11");
+    let endpoints = index::execution_endpoints(&prefix);
+    let global = index::versioned(&index::assets_global_alias(&prefix), 1);
+    let user = index::versioned(&index::assets_user_alias(&prefix), 1);
+    es.put(
+        &format!("/{facts}"),
+        &mapping_before_details(json!({
+        "type": keyword, "task_id": keyword, "scanner_id": keyword, "upload_id": keyword,
+        "stream": keyword, "batch_index": {"type": "integer"}, "name": keyword,
+        "record_type": keyword, "value": keyword, "observed_at": date})),
+    );
+    es.put(
+        &format!("/{endpoints}"),
+        &mapping_before_details(json!({"task_id": keyword, "observed_at": date})),
+    );
+    for (physical, alias) in [
+        (&global, index::assets_global_alias(&prefix)),
+        (&user, index::assets_user_alias(&prefix)),
+    ] {
+        es.put(
+            &format!("/{physical}"),
+            &mapping_before_details(json!({
+            "first_seen": date, "last_seen": date, "service_observed_at": date})),
+        );
+        es.post(
+            "/_aliases",
+            &json!({"actions": [{"add": {"index": physical, "alias": alias}}]}),
+        );
+    }
+    // A document with the new fields is refused before.
+    let detailed = json!({"ip": "10.0.0.1", "port": 22, "transport": "tcp", "state": "closed",
+                          "cpe": ["cpe:/a:openbsd:openssh:8.9p1"],
+                          "hostnames": [{"name": "gate.example.com", "source": "ptr"}],
+                          "scripts": [{"id": "banner", "output": "SSH-2.0"}], "details_digest": "d"});
+    assert_eq!(es.put(&format!("/{endpoints}/_doc/x"), &detailed).0, 400);
+
+    // The suite's access to its cluster, as a scanstore configuration holds it.
+    let cfg = crate::support::server::config("postgresql://localhost/unused", es.url());
+    let e = &cfg.elasticsearch;
+    let client = scanstore::es::EsClient::with_access(
+        &e.url,
+        e.request_timeout,
+        &e.auth,
+        e.ca_roots.as_ref(),
+        e.ca_fingerprint,
+    );
+    scanstore::es::setup::install(&client, &prefix).unwrap();
+
+    for (idx, extra) in [
+        (
+            &facts,
+            json!({"os": [{"name": "Linux", "accuracy": 90}], "observed_at": "2026-11-29T10:00:00.000Z"}),
+        ),
+        (
+            &endpoints,
+            json!({"observed_at": "2026-11-29T10:00:00.000Z"}),
+        ),
+        (
+            &global,
+            json!({"state_observed_at": "2026-11-29T10:00:00.000Z"}),
+        ),
+        (
+            &user,
+            json!({"state_observed_at": "2026-11-29T10:00:00.000Z"}),
+        ),
+    ] {
+        let mut doc = detailed.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            doc[k] = v.clone();
+        }
+        let (status, body) = es.put(&format!("/{idx}/_doc/x"), &doc);
+        assert_eq!(status, 201, "{idx}: {body}");
+        let (_, m) = es.get(&format!("/{idx}/_mapping"));
+        let p = &m[idx.as_str()]["mappings"]["properties"];
+        assert_eq!(p["cpe"]["type"], "keyword", "{idx}");
+        assert_eq!(
+            p["hostnames"]["properties"]["name"]["type"], "keyword",
+            "{idx}"
+        );
+        assert_eq!(
+            p["ip"]["type"], "ip",
+            "{idx}: existing fields keep their type"
+        );
+    }
+    // Installing again changes nothing and fails nothing.
+    scanstore::es::setup::install(&client, &prefix).unwrap();
 }

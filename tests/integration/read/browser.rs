@@ -7,6 +7,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde_json::json;
+
 use super::cdp::{chromium_binary, Browser};
 use crate::support::emulator;
 use crate::support::publish::{tick_until_done, worker};
@@ -20,6 +22,9 @@ fn artifact(name: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
     target.join("console-screenshots").join(name)
 }
+
+/// Whether the navigation takes any room on the page.
+const NAV_SHOWN: &str = "getComputedStyle(document.getElementById('nav')).display !== 'none'";
 
 fn js(s: &str) -> String {
     serde_json::to_string(s).unwrap()
@@ -45,7 +50,28 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
             &[&task],
         )
         .unwrap();
-    scan::upload_execution(&base, &s.scanner.token, s.execution(), 0, 20, 10, t0());
+    // Twenty endpoints on twenty addresses; 10.0.0.7:443 with what nmap adds (script output
+    // with markup in it), and 10.0.0.7:8443 seen closed.
+    let mut observations = scan::endpoints(0, 20, t0());
+    observations[6]["cpe"] = json!(["cpe:/a:nginx:nginx:1.24.0"]);
+    observations[6]["hostnames"] = json!([{"name": "www.example.com", "source": "user"}]);
+    observations[6]["tunnel"] = json!("ssl");
+    observations[6]["scripts"] =
+        json!([{"id": "http-title", "output": "<img src=x onerror=\"window.__xss=3\"> Welcome"}]);
+    let mut closed = scan::endpoint("10.0.0.7", 8443, t0());
+    closed["state"] = json!("closed");
+    observations.push(closed);
+    let up = uuid::Uuid::new_v4();
+    let rest = observations.split_off(10);
+    for batch in [
+        scan::Batch::main(up, 0, observations),
+        scan::Batch::final_(up, 1, rest),
+    ] {
+        assert_eq!(
+            scan::post(&base, &s.scanner.token, s.execution(), &batch).status,
+            200
+        );
+    }
     // A second task whose execution its scanner failed, with a reason to show as text.
     let failed = {
         let mut c = s.sql();
@@ -64,6 +90,12 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
         "the sign-in form",
         long,
         "!!document.getElementById('token')",
+    );
+    // Signed out, the page shows the sign-in form and nothing else to click.
+    assert_eq!(
+        b.eval(NAV_SHOWN),
+        false,
+        "navigation visible while signed out"
     );
     b.eval(&format!(
         "document.getElementById('token').value = {}; document.getElementById('signin-form').requestSubmit(); true",
@@ -109,7 +141,7 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
         "document.querySelectorAll('#results-table tbody tr').length === 20",
     );
     let summary = b.eval("document.getElementById('results-summary').textContent");
-    assert_eq!(summary, "20 endpoints on 20 IPs");
+    assert_eq!(summary, "21 endpoints on 20 IPs");
     b.screenshot(&artifact("task-pending.png"));
 
     // Publish; the page notices by itself.
@@ -184,20 +216,75 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
         b.eval("document.getElementById('search-summary').textContent"),
         "1 asset"
     );
-    // The broader search lists all 20.
+    // Without filters, all 21 assets, the one only ever seen closed among them.
     b.eval(
-        "document.getElementById('f-ip').value = ''; document.getElementById('search-form').requestSubmit(); true",
+        "document.getElementById('f-ip').value = ''; document.getElementById('f-q').value = '';
+         document.getElementById('search-form').requestSubmit(); true",
     );
     b.wait_until(
         "all assets",
         long,
-        "document.querySelectorAll('#assets tbody tr').length === 20",
+        "document.querySelectorAll('#assets tbody tr').length === 21",
+    );
+    // What nmap added: the CPE, the hostname, the state, and the script output collapsed,
+    // all as text.
+    let row = "document.querySelector('[data-asset=\"10.0.0.7:443/tcp\"]')";
+    assert_eq!(
+        b.eval(&format!("{row}.querySelector('[data-cpe]').textContent")),
+        "cpe:/a:nginx:nginx:1.24.0"
+    );
+    assert_eq!(
+        b.eval(&format!(
+            "{row}.querySelector('[data-hostnames]').textContent"
+        )),
+        "www.example.com"
+    );
+    assert_eq!(
+        b.eval(&format!("{row}.children[3].textContent")),
+        "ssl/https"
+    );
+    assert_eq!(
+        b.eval(&format!(
+            "{row}.querySelector('details[data-scripts]').open"
+        )),
+        false
+    );
+    assert!(b
+        .eval(&format!(
+            "{row}.querySelector('details[data-scripts] pre').textContent"
+        ))
+        .as_str()
+        .unwrap()
+        .starts_with("http-title: <img src=x"));
+    assert_eq!(
+        b.eval("window.__xss === undefined && !document.querySelector('#assets img')"),
+        true
+    );
+    assert_eq!(
+        b.eval(
+            "document.querySelector('[data-asset=\"10.0.0.7:8443/tcp\"] [data-state]').textContent"
+        ),
+        "closed"
+    );
+    // The state filter.
+    b.eval(
+        "document.getElementById('f-state').value = 'closed'; document.getElementById('search-form').requestSubmit(); true",
+    );
+    b.wait_until(
+        "the closed asset alone",
+        long,
+        "document.querySelectorAll('#assets tbody tr').length === 1 && !!document.querySelector('[data-asset=\"10.0.0.7:8443/tcp\"]')",
     );
     b.screenshot(&artifact("asset-search.png"));
 
     // Signing out forgets the token.
     b.eval("document.getElementById('signout').click(); true");
     b.wait_until("signed out", long, "!!document.getElementById('token')");
+    assert_eq!(
+        b.eval(NAV_SHOWN),
+        false,
+        "navigation visible after signing out"
+    );
     assert_eq!(
         b.eval("sessionStorage.getItem('scanstore.token')"),
         serde_json::Value::Null

@@ -12,7 +12,7 @@ use crate::support::factory;
 use crate::support::scan::{self, endpoint, endpoints, Batch};
 use crate::support::server::Got;
 use crate::support::stack::Stack;
-use scanstore::upload::{batch, lifecycle};
+use scanstore::upload::{batch, details, lifecycle};
 
 /// The answer matches the documented schema of its status, and its error code is one the
 /// description lists for that status.
@@ -45,6 +45,19 @@ fn the_documented_limits_are_the_enforced_ones() {
         );
     }
     assert_eq!(endpoint["banner"]["maxLength"], batch::MAX_BANNER);
+    for list in ["hostnames", "cpe", "scripts"] {
+        assert_eq!(endpoint[list]["maxItems"], details::MAX_LIST, "{list}");
+    }
+    assert_eq!(endpoint["cpe"]["items"]["maxLength"], details::MAX_CPE);
+    assert_eq!(endpoint["extra_info"]["maxLength"], batch::MAX_SHORT_TEXT);
+    assert_eq!(endpoint["tunnel"]["maxLength"], details::MAX_TUNNEL);
+    assert_eq!(endpoint["confidence"]["maximum"], details::MAX_CONFIDENCE);
+    let script = &endpoint["scripts"]["items"]["properties"];
+    assert_eq!(script["id"]["maxLength"], details::MAX_SCRIPT_ID);
+    assert_eq!(script["output"]["maxLength"], details::MAX_SCRIPT_OUTPUT);
+    let host = &s["Observation"]["oneOf"][2]["properties"];
+    assert_eq!(host["type"]["enum"][0], "host");
+    assert_eq!(host["os"]["maxItems"], details::MAX_OS_GUESSES);
     assert_eq!(endpoint["port"]["minimum"], 1);
     assert_eq!(endpoint["port"]["maximum"], u16::MAX);
     assert_eq!(dns["value"]["maxLength"], batch::MAX_DNS_VALUE);

@@ -4,6 +4,7 @@
 mod abandon;
 mod commit;
 mod contract;
+mod details;
 mod dns_answers;
 mod faults;
 mod final_scope;

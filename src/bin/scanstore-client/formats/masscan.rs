@@ -1,12 +1,15 @@
 //! masscan's `-oJ` and `-oL` output (out-json.c, out-text.c in masscan's source): a status
-//! record per open port, and banner records that name the protocol masscan recognised.
+//! record per open (or, with `--show closed`, closed) port, and banner records that name
+//! the protocol masscan recognised.
 
 use std::net::IpAddr;
 
 use serde::Deserialize;
 
 use super::Unit;
-use crate::observation::{endpoint, Service, Time, Transport};
+use scanstore::upload::details::PortState;
+
+use crate::observation::{endpoint, port_state, Service, Time, Transport};
 
 /// What a masscan banner record says, by the protocol name masscan gives it.
 enum Banner<'a> {
@@ -26,25 +29,28 @@ fn banner_kind(app: &str) -> Banner<'_> {
     }
 }
 
-fn record(
-    ip: IpAddr,
-    port: u16,
-    transport: Transport,
-    at: Time,
-    banner: Option<(&str, &str)>,
-) -> Option<Unit> {
-    let service = match banner {
-        None => Service::NONE,
-        Some((app, text)) => match banner_kind(app) {
+/// What a record says of a port: its state (a status record), or a banner.
+enum Said<'a> {
+    State(PortState),
+    Banner { app: &'a str, text: &'a str },
+}
+
+fn record(ip: IpAddr, port: u16, transport: Transport, at: Time, said: Said<'_>) -> Option<Unit> {
+    let service = match said {
+        Said::State(state) => Service {
+            state: Some(state),
+            ..Service::default()
+        },
+        Said::Banner { app, text } => match banner_kind(app) {
             Banner::Skip => return None,
             Banner::Text => Service {
                 banner: Some(text),
-                ..Service::NONE
+                ..Service::default()
             },
             Banner::Service(name) => Service {
                 name: Some(name),
                 banner: Some(text),
-                ..Service::NONE
+                ..Service::default()
             },
         },
     };
@@ -108,12 +114,22 @@ pub fn json_line(line: &str) -> Result<Option<Unit>, String> {
         return Ok(None);
     };
     let port = port(p.port)?;
-    Ok(match (&p.service, p.status.as_deref()) {
-        (Some(s), _) => record(ip, port, transport, at, Some((&s.name, &s.banner))),
-        (None, Some("open")) => record(ip, port, transport, at, None),
-        // Closed ports (`--show closed`) are not stored.
-        (None, _) => None,
-    })
+    Ok(
+        match (&p.service, p.status.as_deref().and_then(port_state)) {
+            (Some(s), _) => record(
+                ip,
+                port,
+                transport,
+                at,
+                Said::Banner {
+                    app: &s.name,
+                    text: &s.banner,
+                },
+            ),
+            (None, Some(state)) => record(ip, port, transport, at, Said::State(state)),
+            (None, None) => None,
+        },
+    )
 }
 
 /// One `-oL` line: `open tcp 80 192.0.2.1 1764410400`,
@@ -148,13 +164,13 @@ pub fn list_line(line: &str) -> Result<Option<Unit>, String> {
     let at = Time::from_epoch(at_text)
         .ok_or_else(|| format!("timestamp {at_text:?} is not seconds since 1970"))?;
     Ok(match kind {
-        "open" => record(ip, port, transport, at, None),
         "banner" => {
             let app = next("protocol name")?;
             let text = fields.next().unwrap_or("");
-            record(ip, port, transport, at, Some((app, text)))
+            record(ip, port, transport, at, Said::Banner { app, text })
         }
-        _ => None,
+        // `open`, and `closed` with `--show closed`.
+        status => port_state(status).and_then(|s| record(ip, port, transport, at, Said::State(s))),
     })
 }
 
@@ -183,15 +199,11 @@ mod tests {
             (v["service"].as_str(), v["banner"].as_str()),
             (Some("ssh"), Some("SSH-2.0-OpenSSH_8.9p1"))
         );
-        for nothing in [
-            "[",
-            "]",
-            ",",
-            "",
-            r#"{"ip": "192.0.2.7", "timestamp": "1", "ports": [{"port": 1, "proto": "tcp", "status": "closed"}]}"#,
-        ] {
+        for nothing in ["[", "]", ",", ""] {
             assert!(json_line(nothing).unwrap().is_none(), "{nothing}");
         }
+        let closed = r#"{"ip": "192.0.2.7", "timestamp": "1764410400", "ports": [{"port": 1, "proto": "tcp", "status": "closed"}]}"#;
+        assert_eq!(one(json_line(closed).unwrap())["state"], "closed");
         let cert = r#"{"ip": "192.0.2.7", "timestamp": "1", "ports": [{"port": 443, "proto": "tcp", "service": {"name": "X509", "banner": "MIIB"}}]}"#;
         assert!(json_line(cert).unwrap().is_none());
         assert!(json_line(r#"{"ip": "nope", "timestamp": "1", "ports": []}"#).is_err());
@@ -212,6 +224,13 @@ mod tests {
         assert_eq!(v["banner"], "HTTP/1.0 200 OK\\x0d\\x0aServer: nginx");
         let v = one(list_line("banner tcp 80 192.0.2.1 1764410400 title Welcome").unwrap());
         assert!(v.get("service").is_none());
+        assert_eq!(
+            one(list_line("closed tcp 81 192.0.2.1 1764410400").unwrap())["state"],
+            "closed"
+        );
+        assert!(one(list_line("open tcp 81 192.0.2.1 1764410400").unwrap())
+            .get("state")
+            .is_none());
         assert!(list_line("#masscan").unwrap().is_none());
         assert!(list_line("# end").unwrap().is_none());
         assert!(list_line("open icmp 0 192.0.2.1 1764410400")

@@ -15,6 +15,9 @@ struct Record {
     port: u64,
     #[serde(default = "tcp")]
     protocol: String,
+    /// The port answered TLS.
+    #[serde(default)]
+    tls: bool,
     timestamp: String,
 }
 
@@ -47,7 +50,11 @@ pub fn line(line: &str) -> Result<Option<Unit>, String> {
         .and_then(|h| address_record(h, ip, at))
         .into_iter()
         .collect();
-    observations.push(endpoint(ip, port, transport, Service::NONE, at));
+    let service = Service {
+        tunnel: r.tls.then_some("ssl"),
+        ..Service::default()
+    };
+    observations.push(endpoint(ip, port, transport, service, at));
     Ok(Some(Unit {
         offset: 0,
         host: Some(ip),
@@ -73,6 +80,7 @@ mod tests {
         assert_eq!(v[0]["value"], "192.0.2.9");
         assert_eq!(v[1]["port"], 8443);
         assert_eq!(v[1]["observed_at"], "2025-11-29T10:00:00.123Z");
+        assert_eq!(v[1]["tunnel"], "ssl");
         let bare = line(r#"{"ip":"192.0.2.9","timestamp":"2025-11-29T10:00:00Z","port":22,"protocol":"tcp","tls":false}"#).unwrap().unwrap();
         assert_eq!(bare.observations.len(), 1);
         assert!(line(r#"{"ip":"192.0.2.9","timestamp":"yesterday","port":22}"#).is_err());

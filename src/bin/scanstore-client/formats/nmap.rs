@@ -1,5 +1,6 @@
-//! nmap's XML output (`-oX`, nmap.dtd), read one `<host>` at a time: its address, the
-//! names the user gave for it, and its open ports with their services.
+//! nmap's XML output (`-oX`, nmap.dtd), read one `<host>` at a time: its address and
+//! names, its OS guesses, and every port nmap lists with its state, service, CPEs and
+//! script output.
 
 use std::io::BufRead;
 use std::net::IpAddr;
@@ -7,9 +8,13 @@ use std::net::IpAddr;
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::{Reader, XmlVersion};
 
+use scanstore::upload::details::{Hostname, NameSource, PortState, Script};
+
 use super::{Source, Unit};
 use crate::error::Error;
-use crate::observation::{address_record, endpoint, Observation, Service, Time, Transport};
+use crate::observation::{
+    address_record, endpoint, host, hostnames, port_state, Observation, Service, Time, Transport,
+};
 
 pub struct NmapXml {
     name: String,
@@ -27,7 +32,10 @@ struct HostDraft {
     start: Option<Time>,
     end: Option<Time>,
     ip: Option<IpAddr>,
-    names: Vec<String>,
+    /// Hostnames and whether each is the user's (else a PTR record's).
+    names: Vec<(String, bool)>,
+    /// OS guesses: name and accuracy.
+    os: Vec<(String, u8)>,
     ports: Vec<PortDraft>,
     port: Option<PortDraft>,
 }
@@ -36,12 +44,18 @@ struct HostDraft {
 struct PortDraft {
     transport: Option<Transport>,
     port: Option<u16>,
-    open: bool,
+    state: Option<PortState>,
     service: Option<String>,
     /// `ssl` when nmap reached the service through TLS.
     tunnel: Option<String>,
     product: Option<String>,
     version: Option<String>,
+    extra_info: Option<String>,
+    confidence: Option<u8>,
+    cpe: Vec<String>,
+    /// Inside `<service><cpe>`: its text is a CPE.
+    in_cpe: bool,
+    scripts: Vec<Script>,
     banner: Option<String>,
 }
 
@@ -142,8 +156,15 @@ impl Source for NmapXml {
                                 h.ip = attr(&e, "addr").and_then(|a| a.parse().ok());
                             }
                         }
-                        (b"hostname", Some(h)) if attr(&e, "type").as_deref() == Some("user") => {
-                            h.names.extend(attr(&e, "name"));
+                        (b"hostname", Some(h)) => {
+                            let user = attr(&e, "type").as_deref() == Some("user");
+                            h.names.extend(attr(&e, "name").map(|n| (n, user)));
+                        }
+                        (b"osmatch", Some(h)) => {
+                            let accuracy = attr(&e, "accuracy").and_then(|a| a.parse().ok());
+                            if let (Some(name), Some(accuracy)) = (attr(&e, "name"), accuracy) {
+                                h.os.push((name, accuracy));
+                            }
                         }
                         (b"port", Some(h)) => {
                             h.port = Some(PortDraft {
@@ -153,23 +174,39 @@ impl Source for NmapXml {
                             })
                         }
                         (b"state", Some(HostDraft { port: Some(p), .. })) => {
-                            p.open = attr(&e, "state").as_deref() == Some("open");
+                            p.state = attr(&e, "state").and_then(|s| port_state(&s));
                         }
                         (b"service", Some(HostDraft { port: Some(p), .. })) => {
                             p.service = attr(&e, "name");
                             p.tunnel = attr(&e, "tunnel");
                             p.product = attr(&e, "product");
                             p.version = attr(&e, "version");
+                            p.extra_info = attr(&e, "extrainfo");
+                            p.confidence = attr(&e, "conf").and_then(|c| c.parse().ok());
                         }
-                        (b"script", Some(HostDraft { port: Some(p), .. }))
-                            if attr(&e, "id").as_deref() == Some("banner") =>
-                        {
-                            p.banner = attr(&e, "output");
+                        (b"cpe", Some(HostDraft { port: Some(p), .. })) => p.in_cpe = true,
+                        (b"script", Some(HostDraft { port: Some(p), .. })) => {
+                            if let (Some(id), Some(output)) = (attr(&e, "id"), attr(&e, "output")) {
+                                if id == "banner" {
+                                    p.banner = Some(output.clone());
+                                }
+                                p.scripts.push(Script { id, output });
+                            }
                         }
                         _ => {}
                     }
                 }
+                Event::Text(t) => {
+                    if let Some(HostDraft { port: Some(p), .. }) = host.as_mut() {
+                        if p.in_cpe {
+                            if let Ok(text) = t.decode() {
+                                p.cpe.push(text.trim().to_string());
+                            }
+                        }
+                    }
+                }
                 Event::End(e) => match (e.local_name().as_ref(), host.as_mut()) {
+                    (b"cpe", Some(HostDraft { port: Some(p), .. })) => p.in_cpe = false,
                     (b"port", Some(h)) => h.ports.extend(h.port.take()),
                     (b"host", Some(_)) => {
                         if let Some(h) = host.take() {
@@ -213,25 +250,39 @@ impl NmapXml {
                 self.name, h.offset
             ))
         })?;
+        let names: Vec<Hostname> = hostnames(h.names.iter().map(|(n, user)| {
+            let source = if *user {
+                NameSource::User
+            } else {
+                NameSource::Ptr
+            };
+            (n.as_str(), source)
+        }));
+        // The user's names as address records first: they put the address in a domain
+        // target's scope.
         let mut observations: Vec<Observation> = h
             .names
             .iter()
-            .filter_map(|n| address_record(n, ip, at))
+            .filter(|(_, user)| *user)
+            .filter_map(|(n, _)| address_record(n, ip, at))
             .collect();
-        for p in h.ports.iter().filter(|p| p.open) {
+        observations.extend(host(ip, &h.os, &names, at));
+        for p in &h.ports {
             let (Some(transport), Some(port)) = (p.transport, p.port.filter(|p| *p > 0)) else {
                 continue;
             };
-            // nmap's own notation for a service behind TLS: `ssl/http`.
-            let name = match (&p.tunnel, &p.service) {
-                (Some(t), Some(s)) => Some(format!("{t}/{s}")),
-                (_, s) => s.clone(),
-            };
             let service = Service {
-                name: name.as_deref(),
+                name: p.service.as_deref(),
                 product: p.product.as_deref(),
                 version: p.version.as_deref(),
                 banner: p.banner.as_deref(),
+                state: p.state,
+                hostnames: &names,
+                cpe: &p.cpe,
+                extra_info: p.extra_info.as_deref(),
+                tunnel: p.tunnel.as_deref(),
+                confidence: p.confidence,
+                scripts: &p.scripts,
             };
             observations.push(endpoint(ip, port, transport, service, at));
         }
@@ -268,9 +319,14 @@ mod tests {
 <ports><extraports state="closed" count="998">
 <extrareasons reason="conn-refused" count="998" proto="tcp" ports="1-21,23-79"/>
 </extraports>
-<port protocol="tcp" portid="22"><state state="open" reason="syn-ack" reason_ttl="0"/><service name="ssh" product="OpenSSH" version="8.9p1 Ubuntu 3ubuntu0.10" extrainfo="Ubuntu Linux; protocol 2.0" ostype="Linux" method="probed" conf="10"><cpe>cpe:/a:openbsd:openssh:8.9p1</cpe></service><script id="banner" output="SSH-2.0-OpenSSH_8.9p1 Ubuntu-3ubuntu0.10"/></port>
+<port protocol="tcp" portid="22"><state state="open" reason="syn-ack" reason_ttl="0"/><service name="ssh" product="OpenSSH" version="8.9p1 Ubuntu 3ubuntu0.10" extrainfo="Ubuntu Linux; protocol 2.0" ostype="Linux" method="probed" conf="10"><cpe>cpe:/a:openbsd:openssh:8.9p1</cpe><cpe>cpe:/o:linux:linux_kernel</cpe></service><script id="banner" output="SSH-2.0-OpenSSH_8.9p1 Ubuntu-3ubuntu0.10"/></port>
 <port protocol="tcp" portid="80"><state state="filtered" reason="no-response" reason_ttl="0"/><service name="http" method="table" conf="3"/></port>
 </ports>
+<os><portused state="open" proto="tcp" portid="22"/>
+<osmatch name="Linux 5.0 - 5.14" accuracy="98" line="67000">
+<osclass type="general purpose" vendor="Linux" osfamily="Linux" osgen="5.X" accuracy="98"><cpe>cpe:/o:linux:linux_kernel:5</cpe></osclass>
+</osmatch>
+</os>
 <times srtt="52" rttvar="21" to="100000"/>
 </host>
 <host><status state="up" reason="arp-response" reason_ttl="0"/>
@@ -278,7 +334,7 @@ mod tests {
 </host>
 <host starttime="1764410401" endtime="1764410470"><status state="up" reason="echo-reply" reason_ttl="0"/>
 <address addr="2001:db8::7" addrtype="ipv6"/>
-<ports><port protocol="udp" portid="53"><state state="open" reason="udp-response" reason_ttl="64"/><service name="domain" product="dnsmasq" version="2.90" method="probed" conf="10"/><script id="dns-nsid" output="&#xa;  bind.version: dnsmasq-2.90"/></port>
+<ports><port protocol="udp" portid="53"><state state="open" reason="udp-response" reason_ttl="64"/><service name="domain" product="dnsmasq" version="2.90" tunnel="ssl" method="probed" conf="10"/><script id="dns-nsid" output="&#xa;  bind.version: dnsmasq-2.90"/></port>
 </ports>
 </host>
 <runstats><finished time="1764410480" timestr="Sat Nov 29 10:01:20 2025" summary="Nmap done" elapsed="80.00" exit="success"/><hosts up="3" down="0" total="3"/>
@@ -298,25 +354,46 @@ mod tests {
     }
 
     #[test]
-    fn hosts_become_units_of_their_open_ports() {
+    fn hosts_become_units_of_their_ports() {
         let mut x = NmapXml::new("run.xml", Box::new(RUN.as_bytes()));
         let units = all(&mut x);
         assert_eq!(units.len(), 3);
         let first = json(&units[0]);
-        // The user's name for the host, then its one open port; the filtered port and the
-        // PTR name are not stored (yet), the hosthint is not a host.
-        assert_eq!(first.len(), 2);
+        // The user's name for the host as an address record, the host with its names and
+        // OS guess, then both ports; the hosthint is not a host.
+        assert_eq!(first.len(), 4, "{first:?}");
         assert_eq!(first[0]["name"], "www.example.com");
         assert_eq!(first[0]["value"], "192.0.2.1");
-        assert_eq!(first[1]["port"], 22);
-        assert_eq!(first[1]["service"], "ssh");
-        assert_eq!(first[1]["product"], "OpenSSH");
-        assert_eq!(first[1]["version"], "8.9p1 Ubuntu 3ubuntu0.10");
+        assert_eq!(first[1]["type"], "host");
         assert_eq!(
-            first[1]["banner"],
-            "SSH-2.0-OpenSSH_8.9p1 Ubuntu-3ubuntu0.10"
+            first[1]["os"],
+            serde_json::json!([{"name": "Linux 5.0 - 5.14", "accuracy": 98}])
         );
-        assert_eq!(first[1]["observed_at"], "2025-11-29T10:01:00.000Z");
+        assert_eq!(
+            first[1]["hostnames"],
+            serde_json::json!([
+                {"name": "www.example.com", "source": "user"},
+                {"name": "ptr.example.net", "source": "ptr"}
+            ])
+        );
+        let ssh = &first[2];
+        assert_eq!(ssh["port"], 22);
+        assert!(ssh.get("state").is_none(), "open is sent as no state");
+        assert_eq!(ssh["service"], "ssh");
+        assert_eq!(ssh["product"], "OpenSSH");
+        assert_eq!(ssh["version"], "8.9p1 Ubuntu 3ubuntu0.10");
+        assert_eq!(ssh["extra_info"], "Ubuntu Linux; protocol 2.0");
+        assert_eq!(ssh["confidence"], 10);
+        assert_eq!(
+            ssh["cpe"],
+            serde_json::json!(["cpe:/a:openbsd:openssh:8.9p1", "cpe:/o:linux:linux_kernel"])
+        );
+        assert_eq!(ssh["banner"], "SSH-2.0-OpenSSH_8.9p1 Ubuntu-3ubuntu0.10");
+        assert_eq!(ssh["scripts"][0]["id"], "banner");
+        assert_eq!(ssh["hostnames"], first[1]["hostnames"]);
+        assert_eq!(ssh["observed_at"], "2025-11-29T10:01:00.000Z");
+        assert_eq!(first[3]["port"], 80);
+        assert_eq!(first[3]["state"], "filtered");
         assert!(units[1].observations.is_empty() && units[1].host.is_none());
         let third = json(&units[2]);
         assert_eq!(
@@ -324,6 +401,11 @@ mod tests {
             (Some("udp"), Some("2001:db8::7"))
         );
         assert!(third[0].get("banner").is_none());
+        assert_eq!(
+            third[0]["scripts"][0]["output"],
+            "bind.version: dnsmasq-2.90"
+        );
+        assert_eq!(third[0]["tunnel"], "ssl");
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Native twin of `asset_merge.painless`: folds one endpoint observation into an asset document.
 //!
-//! Same semantics as the Painless text, statement by statement: a new document (`ctx.op ==
-//! "create"`) takes every field from the observation; an existing one keeps the earliest
-//! `first_seen` and the latest `last_seen`, and takes the service fields only from an
-//! observation that is newer under the total order (observed_at, execution_id, service,
-//! product, version, banner), missing = empty string. Strings compare as Java's
-//! `String.compareTo` does (UTF-16 code units). Nothing changed → `ctx.op = "noop"`.
+//! Same semantics as the Painless text, statement by statement. Every rule takes a maximum,
+//! so the result does not depend on the order observations arrive in: `state` follows the
+//! newest observation under (observed_at, state), missing state = open = "" (a document
+//! from before states were stored was open as of its `last_seen`); open observations alone
+//! move `first_seen` (earliest) and `last_seen` (latest), and the service fields follow the
+//! newest of them under (observed_at, execution_id, service, product, version, banner,
+//! details_digest), missing = empty string. A new document (`ctx.op == "create"`) takes what
+//! its one observation gives. Strings compare as Java's `String.compareTo` does (UTF-16 code
+//! units). Nothing changed → `ctx.op = "noop"`.
 
 use std::cmp::Ordering;
 
@@ -15,13 +18,33 @@ use super::{ScriptCtx, ScriptError};
 
 /// Hex SHA-256 of `asset_merge.painless`, pinned so an edit of the Painless text without the
 /// twin is caught by `pinned_hash_matches_the_painless_file`.
-pub const SOURCE_SHA256: &str = "9af948e0303c89402a0579a4845fdfc2fc15f3bea0e68ea6504702960c9c48fa";
+pub const SOURCE_SHA256: &str = "6552624bbd3e146f438803dc6da87224b146f41758b5ba7988b71ea14df2fe0d";
 
 /// Fields replaced together when an observation wins the service order (besides
 /// `service_observed_at`).
-const SERVICE_FIELDS: [&str; 5] = ["service", "product", "version", "banner", "execution_id"];
+const SERVICE_FIELDS: [&str; 12] = [
+    "service",
+    "product",
+    "version",
+    "banner",
+    "extra_info",
+    "tunnel",
+    "confidence",
+    "cpe",
+    "hostnames",
+    "scripts",
+    "details_digest",
+    "execution_id",
+];
 /// Tie-break keys after `observed_at`, in order.
-const ORDER_KEYS: [&str; 5] = ["execution_id", "service", "product", "version", "banner"];
+const ORDER_KEYS: [&str; 6] = [
+    "execution_id",
+    "service",
+    "product",
+    "version",
+    "banner",
+    "details_digest",
+];
 
 /// Painless `x == null ? '' : x.toString()` for JSON values.
 fn text(v: Option<&Value>) -> String {
@@ -41,6 +64,10 @@ fn field(obs: &Map<String, Value>, key: &str) -> Value {
     obs.get(key).cloned().unwrap_or(Value::Null)
 }
 
+fn present(v: Option<&Value>) -> Option<&Value> {
+    v.filter(|v| !v.is_null())
+}
+
 fn take_service(src: &mut Map<String, Value>, obs: &Map<String, Value>, at: &str) {
     for key in SERVICE_FIELDS {
         src.insert(key.to_owned(), field(obs, key));
@@ -51,6 +78,16 @@ fn take_service(src: &mut Map<String, Value>, obs: &Map<String, Value>, at: &str
     );
 }
 
+fn set_state(src: &mut Map<String, Value>, state: &str, at: &str) {
+    let v = if state.is_empty() {
+        Value::Null
+    } else {
+        Value::String(state.to_owned())
+    };
+    src.insert("state".to_owned(), v);
+    src.insert("state_observed_at".to_owned(), Value::String(at.to_owned()));
+}
+
 /// Runs the merge with `params.obs`.
 pub fn run(ctx: &mut ScriptCtx, params: &Map<String, Value>) -> Result<(), ScriptError> {
     let obs = match params.get("obs") {
@@ -58,46 +95,60 @@ pub fn run(ctx: &mut ScriptCtx, params: &Map<String, Value>) -> Result<(), Scrip
         _ => return Err(ScriptError("params.obs must be an object".to_owned())),
     };
     let at = text(obs.get("observed_at"));
+    let mut state = text(obs.get("state"));
+    if state == "open" {
+        state.clear();
+    }
+    let open = state.is_empty();
     let src = &mut ctx.source;
     if ctx.op == "create" {
         for key in ["ip", "port", "transport"] {
             src.insert(key.to_owned(), field(obs, key));
         }
-        if let Some(owner) = obs.get("owner_id").filter(|v| !v.is_null()) {
+        if let Some(owner) = present(obs.get("owner_id")) {
             src.insert("owner_id".to_owned(), owner.clone());
         }
-        src.insert("first_seen".to_owned(), Value::String(at.clone()));
-        src.insert("last_seen".to_owned(), Value::String(at.clone()));
-        take_service(src, obs, &at);
+        set_state(src, &state, &at);
+        if open {
+            src.insert("first_seen".to_owned(), Value::String(at.clone()));
+            src.insert("last_seen".to_owned(), Value::String(at.clone()));
+            take_service(src, obs, &at);
+        }
         return Ok(());
     }
     let mut changed = false;
-    let first_seen = src
-        .get("first_seen")
-        .filter(|v| !v.is_null())
-        .map(|v| text(Some(v)));
-    if first_seen.map_or(true, |fs| java_cmp(&at, &fs) == Ordering::Less) {
-        src.insert("first_seen".to_owned(), Value::String(at.clone()));
+    let state_seen =
+        present(src.get("state_observed_at")).or_else(|| present(src.get("last_seen")));
+    let mut state_order = java_cmp(&at, &text(state_seen));
+    if state_order == Ordering::Equal {
+        state_order = java_cmp(&state, &text(src.get("state")));
+    }
+    if state_order == Ordering::Greater {
+        set_state(src, &state, &at);
         changed = true;
     }
-    let last_seen = src
-        .get("last_seen")
-        .filter(|v| !v.is_null())
-        .map(|v| text(Some(v)));
-    if last_seen.map_or(true, |ls| java_cmp(&at, &ls) == Ordering::Greater) {
-        src.insert("last_seen".to_owned(), Value::String(at.clone()));
-        changed = true;
-    }
-    let mut order = java_cmp(&at, &text(src.get("service_observed_at")));
-    for key in ORDER_KEYS {
-        if order != Ordering::Equal {
-            break;
+    if open {
+        let first_seen = present(src.get("first_seen")).map(|v| text(Some(v)));
+        if first_seen.map_or(true, |fs| java_cmp(&at, &fs) == Ordering::Less) {
+            src.insert("first_seen".to_owned(), Value::String(at.clone()));
+            changed = true;
         }
-        order = java_cmp(&text(obs.get(key)), &text(src.get(key)));
-    }
-    if order == Ordering::Greater {
-        take_service(src, obs, &at);
-        changed = true;
+        let last_seen = present(src.get("last_seen")).map(|v| text(Some(v)));
+        if last_seen.map_or(true, |ls| java_cmp(&at, &ls) == Ordering::Greater) {
+            src.insert("last_seen".to_owned(), Value::String(at.clone()));
+            changed = true;
+        }
+        let mut order = java_cmp(&at, &text(src.get("service_observed_at")));
+        for key in ORDER_KEYS {
+            if order != Ordering::Equal {
+                break;
+            }
+            order = java_cmp(&text(obs.get(key)), &text(src.get(key)));
+        }
+        if order == Ordering::Greater {
+            take_service(src, obs, &at);
+            changed = true;
+        }
     }
     if !changed {
         ctx.op = "noop".to_owned();
@@ -211,6 +262,60 @@ mod tests {
         assert_eq!(Some(again), doc);
     }
 
+    fn with(mut o: Value, key: &str, v: Value) -> Value {
+        if let Some(m) = o.as_object_mut() {
+            m.insert(key.into(), v);
+        }
+        o
+    }
+
+    #[test]
+    fn a_closed_observation_moves_the_state_and_keeps_the_service() {
+        let doc = fold(&[obs("2026-11-29T10:00:00.000Z", "e1", Some("nginx"))]);
+        assert_eq!(doc.as_ref().unwrap()["state"], Value::Null);
+        let closed = with(
+            obs("2026-11-30T10:00:00.000Z", "e2", None),
+            "state",
+            json!("closed"),
+        );
+        let (doc, _) = apply(doc, &closed);
+        assert_eq!(doc["state"], json!("closed"));
+        assert_eq!(doc["state_observed_at"], json!("2026-11-30T10:00:00.000Z"));
+        assert_eq!(doc["product"], json!("nginx"));
+        assert_eq!(doc["last_seen"], json!("2026-11-29T10:00:00.000Z"));
+        // Open again later: state and service follow it; first_seen stays.
+        let again = with(
+            obs("2026-12-01T10:00:00.000Z", "e3", Some("apache")),
+            "cpe",
+            json!(["cpe:/a:apache:http_server:2.4.58"]),
+        );
+        let (doc, _) = apply(Some(doc), &again);
+        assert_eq!(doc["state"], Value::Null);
+        assert_eq!(doc["product"], json!("apache"));
+        assert_eq!(doc["cpe"], json!(["cpe:/a:apache:http_server:2.4.58"]));
+        assert_eq!(doc["first_seen"], json!("2026-11-29T10:00:00.000Z"));
+    }
+
+    #[test]
+    fn a_document_from_before_states_was_open_as_of_its_last_seen() {
+        let mut legacy = fold(&[obs("2026-11-29T10:00:00.000Z", "e1", Some("nginx"))]).unwrap();
+        legacy.remove("state");
+        legacy.remove("state_observed_at");
+        let replay = obs("2026-11-28T10:00:00.000Z", "e0", Some("nginx"));
+        let (doc, _) = apply(Some(legacy.clone()), &replay);
+        assert!(
+            !doc.contains_key("state"),
+            "an older observation leaves the state as it was"
+        );
+        let closed = with(
+            obs("2026-11-29T12:00:00.000Z", "e2", None),
+            "state",
+            json!("filtered"),
+        );
+        let (doc, _) = apply(Some(legacy), &closed);
+        assert_eq!(doc["state"], json!("filtered"));
+    }
+
     #[test]
     fn missing_obs_is_an_error() {
         let mut ctx = ScriptCtx {
@@ -234,8 +339,10 @@ mod tests {
             0u8..3,
             proptest::option::of(prop_oneof!["nginx", "apache"]),
             0u8..2,
+            proptest::option::of(prop_oneof!["open", "closed", "filtered"]),
+            proptest::option::of(prop_oneof!["d1", "d2"]),
         )
-            .prop_map(|(day, exec, product, svc)| {
+            .prop_map(|(day, exec, product, svc, state, digest)| {
                 let mut o = obs(
                     &format!("2026-11-2{day}T10:00:00.000Z"),
                     &format!("e{exec}"),
@@ -246,6 +353,13 @@ mod tests {
                         "service".into(),
                         json!(if svc == 0 { "http" } else { "https" }),
                     );
+                    if let Some(s) = state {
+                        m.insert("state".into(), json!(s));
+                    }
+                    if let Some(d) = digest {
+                        m.insert("details_digest".into(), json!(d));
+                        m.insert("cpe".into(), json!([format!("cpe:/a:{d}")]));
+                    }
                 }
                 o
             })
