@@ -14,6 +14,7 @@
 #
 # Lays out:
 #   DIR/usr/local/bin/scanstore                     0755
+#   DIR/usr/local/bin/scanstore-client              0755 (beside the binary, when built)
 #   DIR/etc/scanstore/                              0750 root:scanstore
 #   DIR/etc/scanstore/scanstore.toml                0640 root:scanstore (from the example)
 #   DIR/etc/scanstore/scanstore.env                 0600 root:root (template, secrets)
@@ -82,6 +83,11 @@ install -d -m 0750 "$etc"
 # The binary: replaced atomically (install writes a new file), so a running instance
 # keeps its old inode until it is restarted.
 install -m 0755 "$binary" "$prefix/usr/local/bin/scanstore"
+# The reference scanner client, built with it.
+client="$(dirname "$binary")/scanstore-client"
+if [ -x "$client" ]; then
+  install -m 0755 "$client" "$prefix/usr/local/bin/scanstore-client"
+fi
 
 if [ -e "$etc/scanstore.toml" ]; then
   echo "kept existing $etc/scanstore.toml"

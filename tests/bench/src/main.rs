@@ -7,6 +7,7 @@ mod attack;
 mod ceiling;
 mod cpu;
 mod factory;
+mod imports;
 mod logs;
 mod peer;
 mod plot;
@@ -153,6 +154,13 @@ pub struct Opts {
     /// 1 M endpoints when draining the backlog would take too long on this machine).
     #[arg(long)]
     pub no_publication: bool,
+    /// Open ports of each file the import scenario sends through `scanstore-client` (a
+    /// masscan `-oL` file and an nmap XML file). [default: 1000000; with `--quick`, 20000]
+    #[arg(long)]
+    pub import_ports: Option<usize>,
+    /// Skip the import scenario.
+    #[arg(long)]
+    pub no_imports: bool,
     /// Give up waiting for publication after this many seconds (the emulator's page reads
     /// grow with the execution size, so a 1 M drain there takes hours).
     #[arg(long, default_value_t = 6 * 3600)]
@@ -180,6 +188,11 @@ impl Opts {
             self.short_publication_runs = self.short_publication_runs.min(3);
             self.attack_endpoints = self.attack_endpoints.min(500);
         }
+        self.import_ports =
+            Some(
+                self.import_ports
+                    .unwrap_or(if self.quick { 20_000 } else { 1_000_000 }),
+            );
         let hostile = if self.quick { 70 } else { 500 };
         self.attack_connections = Some(self.attack_connections.unwrap_or(hostile));
     }
@@ -249,6 +262,11 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
         }
         _ => None,
     };
+    let imports = if opts.no_imports {
+        Vec::new()
+    } else {
+        imports::run(opts, &logs)?
+    };
     let mut sizes = Vec::new();
     for &size in &opts.sizes {
         eprintln!("== size {size}: ceiling, peer, upload, publication");
@@ -261,6 +279,7 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
         sizes,
         pools,
         attack,
+        imports,
     };
     let pngs = plot::all(&results, &opts.out);
     report::write(opts, &results, &pngs)

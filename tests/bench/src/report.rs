@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::attack::{AttackResult, Phase};
 use crate::ceiling::Sent;
 use crate::cpu;
+use crate::imports::ImportResult;
 use crate::logs::{pct, LogStats};
 use crate::scanner::{Latencies, CLASSES};
 use crate::scenario::{PoolResult, PublicationRun, SizeResult};
@@ -22,6 +23,7 @@ pub struct Results {
     pub sizes: Vec<SizeResult>,
     pub pools: Vec<PoolResult>,
     pub attack: Option<AttackResult>,
+    pub imports: Vec<ImportResult>,
 }
 
 /// (p50, p95, p99, max) in ms of a microsecond histogram.
@@ -591,6 +593,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     if let Some(a) = &r.attack {
         attack_section(&mut o, opts, a);
     }
+    imports_section(&mut o, &r.imports);
 
     if !pngs.is_empty() {
         let _ = writeln!(o, "\n## Plots\n");
@@ -677,6 +680,31 @@ fn phase_row(name: &str, hostile: usize, p: &Phase) -> String {
 }
 
 /// The headline numbers, machine-readable (the quick-mode test reads them).
+fn imports_section(o: &mut String, imports: &[ImportResult]) {
+    if imports.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\n## Scanner output imports\n");
+    let _ = writeln!(o, "`scanstore-client import --execution ID FILE` of a generated file, timed from start to exit, beside the raw upload of the same observations in the same batches of 1000 by one sequential sender (no parsing, no journal) into another execution of the same server. Peak memory and CPU are the client process's (`wait4`).\n");
+    let _ = writeln!(o, "| format | ports | file MiB | client s | ports/s | raw upload s | ports/s | ratio | client CPU s | client peak RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for i in imports {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.0} | {:.1} | {:.0} | {:.1} | {:.0} | {:.2} | {:.1} | {:.1} |",
+            i.format,
+            i.ports,
+            i.file_bytes as f64 / 1048576.0,
+            i.client_seconds,
+            i.ports_per_s(),
+            i.raw_seconds,
+            i.raw_ports_per_s(),
+            ratio(i.ports_per_s(), i.raw_ports_per_s()),
+            i.client_cpu_seconds,
+            i.client_peak_rss_kib as f64 / 1024.0
+        );
+    }
+}
+
 pub fn summary(r: &Results) -> Value {
     let lat = |l: &Latencies| -> Value {
         CLASSES
@@ -744,6 +772,17 @@ pub fn summary(r: &Results) -> Value {
                 "hostile_connections_made": a.kinds.iter().map(|(_, s)| s.connections).sum::<u64>(),
             })
         }),
+        "imports": r.imports.iter().map(|i| json!({
+            "format": i.format,
+            "ports": i.ports,
+            "file_bytes": i.file_bytes,
+            "client_seconds": i.client_seconds,
+            "client_ports_per_s": i.ports_per_s(),
+            "raw_seconds": i.raw_seconds,
+            "raw_ports_per_s": i.raw_ports_per_s(),
+            "client_cpu_seconds": i.client_cpu_seconds,
+            "client_peak_rss_kib": i.client_peak_rss_kib,
+        })).collect::<Vec<_>>(),
         "targets": targets(r).into_iter().map(|(t, m, ok)| json!({"target": t, "measured": m, "met": ok})).collect::<Vec<_>>(),
     })
 }

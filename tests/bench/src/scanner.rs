@@ -96,7 +96,7 @@ fn class_of(b: &Batch) -> &'static str {
 
 /// POSTs one body until it is not a 503; returns (status, saved, client latency of the
 /// answered attempt, 503s seen).
-fn post(
+pub fn post(
     agent: &ureq::Agent,
     url: &str,
     token: &str,

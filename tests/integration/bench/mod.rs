@@ -116,6 +116,24 @@ fn quick_mode_writes_a_sane_report() {
     }
     assert!(attack["hostile_connections_made"].as_u64().unwrap_or(0) >= 70);
     assert!(report.contains("## Front door under attack"), "{report}");
+    // The import scenario: both formats through the client, beside their raw upload.
+    let imports = summary["imports"].as_array().expect("imports");
+    assert_eq!(imports.len(), 2, "{summary:#}");
+    for i in imports {
+        assert_eq!(i["ports"], 20_000, "{summary:#}");
+        for key in [
+            "client_ports_per_s",
+            "raw_ports_per_s",
+            "client_cpu_seconds",
+        ] {
+            assert!(i[key].as_f64().unwrap_or(0.0) > 0.0, "{key}: {summary:#}");
+        }
+        assert!(
+            i["client_peak_rss_kib"].as_u64().unwrap_or(0) > 1024,
+            "{summary:#}"
+        );
+    }
+    assert!(report.contains("## Scanner output imports"), "{report}");
     // CPU per phase: the emulator (when it is ours) worked in every phase; scanstore only in
     // its own, not in the ceiling's.
     let phases = size["cpu_seconds"].as_array().expect("cpu_seconds");

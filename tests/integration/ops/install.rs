@@ -47,6 +47,7 @@ fn install_lays_out_binary_config_and_unit_with_modes_and_is_idempotent() {
     );
     let p = |rel: &str| root.0.join(rel);
     assert_eq!(mode(&p("usr/local/bin/scanstore")), 0o755);
+    assert_eq!(mode(&p("usr/local/bin/scanstore-client")), 0o755);
     assert_eq!(mode(&p("etc/scanstore")), 0o750);
     assert_eq!(mode(&p("etc/scanstore/scanstore.toml")), 0o640);
     assert_eq!(mode(&p("etc/scanstore/scanstore.env")), 0o600);

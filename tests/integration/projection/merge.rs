@@ -17,14 +17,28 @@ fn observations() -> Vec<Value> {
         json!({"ip": "203.0.113.9", "port": 443, "transport": "tcp", "service": service, "product": "nginx",
                "banner": banner, "observed_at": at, "execution_id": exec, "owner_id": "o1"})
     };
-    vec![
+    let mut list = vec![
         o("2026-11-01T00:00:00.000Z", "e1", "https", "a"),
         o("2026-11-03T00:00:00.000Z", "e3", "http", "c"),
         o("2026-11-02T00:00:00.000Z", "e2", "https", "b"),
         // A tie on time: the total order decides by execution id, then service fields.
         o("2026-11-03T00:00:00.000Z", "e3", "http", "d"),
         o("2026-10-30T00:00:00.000Z", "e0", "ssh", "z"),
-    ]
+    ];
+    // Protocol 2's details: the same tie again, decided by the details' digest; a newer
+    // closed observation that moves the state and nothing else; an older filtered one.
+    let mut detailed = o("2026-11-03T00:00:00.000Z", "e3", "http", "d");
+    detailed["cpe"] = json!(["cpe:/a:nginx:nginx:1.24.0"]);
+    detailed["hostnames"] = json!([{"name": "www.example.com", "source": "user"}]);
+    detailed["scripts"] = json!([{"id": "http-title", "output": "Welcome"}]);
+    detailed["confidence"] = json!(10);
+    detailed["details_digest"] = json!("5f1d");
+    let mut closed = o("2026-11-04T00:00:00.000Z", "e4", "http", "");
+    closed["state"] = json!("closed");
+    let mut filtered = o("2026-10-29T00:00:00.000Z", "e9", "http", "y");
+    filtered["state"] = json!("filtered");
+    list.extend([detailed, closed, filtered]);
+    list
 }
 
 /// The document the native twin builds from `seq`.
@@ -68,11 +82,12 @@ fn any_order_and_repetition_gives_the_twins_document() {
 
     let obs = observations();
     let orders: Vec<Vec<usize>> = vec![
-        vec![0, 1, 2, 3, 4],
-        vec![4, 3, 2, 1, 0],
-        vec![2, 0, 4, 1, 3],
-        vec![3, 3, 1, 0, 0, 4, 2, 2],
-        vec![1, 4, 1, 3, 0, 2, 4],
+        vec![0, 1, 2, 3, 4, 5, 6, 7],
+        vec![7, 6, 5, 4, 3, 2, 1, 0],
+        vec![2, 0, 6, 4, 1, 7, 3, 5],
+        vec![3, 3, 1, 0, 0, 4, 2, 2, 5, 6, 7],
+        vec![6, 1, 4, 5, 1, 7, 3, 0, 2, 4],
+        vec![7, 5, 6, 0, 1, 2, 3, 4],
     ];
     let expected = native(&obs);
     for (k, order) in orders.iter().enumerate() {
@@ -106,8 +121,14 @@ fn any_order_and_repetition_gives_the_twins_document() {
         );
     }
     assert_eq!(expected["first_seen"], "2026-10-30T00:00:00.000Z");
-    assert_eq!(expected["last_seen"], "2026-11-03T00:00:00.000Z");
+    assert_eq!(
+        expected["last_seen"], "2026-11-03T00:00:00.000Z",
+        "closed is not seen"
+    );
     assert_eq!(expected["banner"], "d");
+    assert_eq!(expected["cpe"], json!(["cpe:/a:nginx:nginx:1.24.0"]));
+    assert_eq!(expected["state"], "closed");
+    assert_eq!(expected["state_observed_at"], "2026-11-04T00:00:00.000Z");
     es.delete(&format!("/{index}"));
 }
 
