@@ -1,6 +1,7 @@
 //! The scanner API as the client calls it: claim, batches, heartbeat and fail, each retried
-//! through transient failures (no answer, 408, 429, 5xx) with capped, jittered backoff or
-//! the server's `Retry-After`, and refused for good on any other 4xx.
+//! through transient failures (no answer, 408, 429, 5xx, a final waiting for the clean-up
+//! of an abandoned upload) with capped, jittered backoff or the server's `Retry-After`, and
+//! refused for good on any other 4xx.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -224,7 +225,7 @@ impl Server {
         }
         let code = body["error"]["code"].as_str().unwrap_or("").to_string();
         let message = body["error"]["message"].as_str().unwrap_or("").to_string();
-        if matches!(status, 408 | 429) || status >= 500 {
+        if matches!(status, 408 | 429) || status >= 500 || waits_for_clean_up(&code, &body) {
             return Err(Failure::Transient {
                 reason: format!("{status} {code}"),
                 retry_after,
@@ -253,11 +254,21 @@ fn is_tls_refusal(e: &ureq::Error) -> bool {
     }
 }
 
+/// A final refused only because uploads the server abandoned (a lapsed lease's) still have
+/// a batch that may be in flight: the server removes it after a grace period, so the same
+/// final passes then.
+fn waits_for_clean_up(code: &str, body: &Value) -> bool {
+    code == "final_incomplete"
+        && body["error"]["details"]["incomplete_uploads"]
+            .as_array()
+            .is_some_and(|u| !u.is_empty() && u.iter().all(|x| x["abandoned"] == true))
+}
+
 /// Longest failure reason the server takes, in bytes.
 const MAX_REASON: usize = 1024;
 
 enum Failure {
-    /// Worth retrying: no answer, 408, 429 or 5xx.
+    /// Worth retrying: no answer, 408, 429, 5xx, or a final waiting for a clean-up.
     Transient {
         reason: String,
         retry_after: Option<Duration>,

@@ -2,7 +2,7 @@
 //! journal names the execution, the upload and every batch, so a re-run after a crash
 //! goes on where the confirmed batches end and re-sends the one in flight unchanged.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -71,17 +71,32 @@ pub fn run(server: &Server, server_url: &str, args: &ImportArgs) -> Result<(), E
             j.header.execution_id,
             path.display()
         );
-        match send(server, &mut j, args.quiet) {
-            Err(e) if j.header.claimed && e.code().is_some_and(|c| LOST_CODES.contains(&c)) => {
-                log::warn!(
-                    "execution {} was lost while the import was interrupted ({e}); claiming again",
-                    j.header.execution_id
-                );
-            }
+        let lost = match send(server, &mut j, args.quiet) {
+            Err(e) if j.header.claimed && e.code().is_some_and(|c| LOST_CODES.contains(&c)) => e,
             other => return other,
-        }
+        };
+        log::warn!(
+            "execution {} was lost while the import was interrupted ({lost}); claiming again",
+            j.header.execution_id
+        );
+        // The server kept the lost upload's confirmed batches: when the same execution
+        // comes back, a new upload takes over where they end.
+        let confirmed_to = j.resume_point().map(|(_, at)| at);
+        let (execution_id, limits, lease) = claim(server, args)?;
+        let start = match confirmed_to {
+            Some(at) if execution_id == j.header.execution_id => at,
+            _ => Position::START,
+        };
+        return fresh(
+            server,
+            &path,
+            args,
+            inputs,
+            (execution_id, limits, lease),
+            start,
+        );
     }
-    let (execution_id, limits, lease) = match args.execution {
+    let taken = match args.execution {
         Some(id) => (
             id,
             Limits {
@@ -90,22 +105,35 @@ pub fn run(server: &Server, server_url: &str, args: &ImportArgs) -> Result<(), E
             },
             GIVEN_EXECUTION_LEASE,
         ),
-        None => {
-            let claim = server.claim()?.ok_or_else(|| {
-                Error::Usage(
-                    "no execution is queued for this scanner: create a task for it first".into(),
-                )
-            })?;
-            (
-                claim.execution_id,
-                Limits {
-                    max_observations: claim.limits.max_observations.min(args.batch_size),
-                    max_body_bytes: claim.limits.max_body_bytes,
-                },
-                Duration::from_secs(claim.lease_seconds),
-            )
-        }
+        None => claim(server, args)?,
     };
+    fresh(server, &path, args, inputs, taken, Position::START)
+}
+
+/// The next execution queued for this scanner, its limits (within `--batch-size`) and lease.
+fn claim(server: &Server, args: &ImportArgs) -> Result<(Uuid, Limits, Duration), Error> {
+    let claim = server.claim()?.ok_or_else(|| {
+        Error::Usage("no execution is queued for this scanner: create a task for it first".into())
+    })?;
+    Ok((
+        claim.execution_id,
+        Limits {
+            max_observations: claim.limits.max_observations.min(args.batch_size),
+            max_body_bytes: claim.limits.max_body_bytes,
+        },
+        Duration::from_secs(claim.lease_seconds),
+    ))
+}
+
+/// A new upload into `execution`, from `start` in the input, under a new journal.
+fn fresh(
+    server: &Server,
+    path: &Path,
+    args: &ImportArgs,
+    inputs: Vec<InputFile>,
+    (execution_id, limits, lease): (Uuid, Limits, Duration),
+    start: Position,
+) -> Result<(), Error> {
     let header = Header {
         execution_id,
         upload_id: Uuid::new_v4(),
@@ -115,8 +143,9 @@ pub fn run(server: &Server, server_url: &str, args: &ImportArgs) -> Result<(), E
         max_observations: limits.max_observations,
         max_body_bytes: limits.max_body_bytes,
         lease_seconds: lease.as_secs(),
+        start,
     };
-    let mut j = Journal::create(&path, header)?;
+    let mut j = Journal::create(path, header)?;
     send(server, &mut j, args.quiet)
 }
 

@@ -27,6 +27,9 @@ pub struct Header {
     pub max_body_bytes: usize,
     /// The execution's lease, for the heartbeat period.
     pub lease_seconds: u64,
+    /// Where in the input this upload starts: past what an earlier, lost upload into the
+    /// same execution had confirmed.
+    pub start: Position,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,7 +226,7 @@ impl Journal {
             return Some((p.index, p.start));
         }
         match self.planned.values().next_back() {
-            None => Some((0, Position::START)),
+            None => Some((0, self.header.start)),
             Some(last) if last.is_final => None,
             Some(last) => Some((last.index + 1, last.end)),
         }
@@ -257,6 +260,7 @@ mod tests {
             max_observations: 1000,
             max_body_bytes: 1 << 20,
             lease_seconds: 600,
+            start: Position::START,
         }
     }
 

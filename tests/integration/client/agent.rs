@@ -205,3 +205,72 @@ fn a_scanner_that_fails_fails_its_execution_with_the_reason() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing queued"));
 }
+
+/// Answers every datagram, so that nmap sees the port open.
+fn udp_responder() -> u16 {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((_, from)) = socket.recv_from(&mut buf) {
+            let _ = socket.send_to(b"scanstore-test udp\n", from);
+        }
+    });
+    port
+}
+
+/// A TCP port nothing listens on: bound once, then released.
+fn closed_tcp_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, nmap and root (raw sockets)"]
+fn the_agent_reports_a_udp_responder_open_and_a_closed_port_closed() {
+    assert!(
+        nmap_installed(),
+        "nmap is not installed (scripts/test.sh installs it)"
+    );
+    if effective_uid() != 0 {
+        eprintln!("SKIPPED the UDP scan: nmap needs root for -sU (CI runs as root)");
+        return;
+    }
+    let s = Stack::new("port_scan");
+    let (udp, closed) = (udp_responder(), closed_tcp_port());
+    let task = queued(&s, "port_scan", &[("ip", "127.0.0.1")]);
+    let token_file = temp_dir("client-token").join("scanner.token");
+    std::fs::write(&token_file, format!("{}\n", s.scanner.token)).unwrap();
+    let out = run(client(&s, &temp_dir("client-journal"))
+        .env_remove("SCANSTORE_SCANNER_TOKEN")
+        .arg("--token-file")
+        .arg(&token_file)
+        .args(["run", "--once", "--scanner-args"])
+        .arg(format!("-sU -sS -Pn -n -p U:{udp},T:{closed}"))
+        .args(["--", "nmap"]));
+    assert!(out.status.success());
+    assert_eq!(execution_status(&s, task.execution_id).0, "succeeded");
+    let found = endpoints(&s, task.task_id);
+    let of = |port: u16, transport: &str| {
+        found
+            .iter()
+            .find(|e| e["port"] == port && e["transport"] == transport)
+            .unwrap_or_else(|| panic!("{port}/{transport} not in {found:?}"))
+            .clone()
+    };
+    assert_eq!(of(udp, "udp")["state"], "open");
+    assert_eq!(of(closed, "tcp")["state"], "closed");
+}
+
+fn effective_uid() -> u32 {
+    // The effective user, from the kernel's view of this process.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|u| u.parse().ok())
+        })
+        .unwrap_or(u32::MAX)
+}

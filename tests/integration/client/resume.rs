@@ -160,3 +160,56 @@ fn a_server_that_answers_503_for_a_while_is_waited_out() {
     assert_eq!(execution_status(&s, s.execution()).0, "succeeded");
     assert_eq!(endpoints(&s, s.run.task_id).len(), 2);
 }
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn an_execution_lost_while_the_client_was_down_is_claimed_again_and_goes_on_past_what_it_kept() {
+    let s = Stack::new("port_scan");
+    let task = super::queued(&s, "port_scan", &[("cidr", "10.0.0.0/8")]);
+    let file = fixture("big.xml", &nmap_xml(300, 5));
+    let journal = temp_dir("client-journal");
+    let import = || {
+        let mut cmd = client(&s, &journal);
+        cmd.args(["--batch-size", "10", "import", "--format", "nmap-xml"])
+            .arg(&file);
+        cmd
+    };
+    let mut child = import()
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("20 confirmed batches", Duration::from_secs(60), || {
+        confirmed(&journal) >= 20
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // The lease lapses while the client is down: the execution goes back to the queue and
+    // its upload is abandoned, its confirmed batches kept (and a batch the server was still
+    // writing removed after a grace period, which the final waits for).
+    s.sql()
+        .execute(
+            "UPDATE executions SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
+            &[&task.execution_id],
+        )
+        .unwrap();
+    scanstore::upload::lease::sweep(&s.server.app().db, 3).unwrap();
+    assert_eq!(execution_status(&s, task.execution_id).0, "queued");
+
+    let out = run(&mut import());
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("claiming again"));
+    assert_eq!(execution_status(&s, task.execution_id).0, "succeeded");
+    // The new upload started where the kept batches ended: every observation once.
+    let row = s
+        .sql()
+        .query_one(
+            "SELECT count(DISTINCT upload_id), sum(observation_count)::bigint
+               FROM scan_upload_receipts WHERE execution_id = $1 AND status = 'confirmed'",
+            &[&task.execution_id],
+        )
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (2, 1500));
+    assert_eq!(endpoints(&s, task.task_id).len(), 1500);
+}
