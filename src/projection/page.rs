@@ -15,6 +15,8 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+
+use crate::upload::details::with_detail_fields;
 use uuid::Uuid;
 
 use crate::es::alias::AssetIndices;
@@ -43,24 +45,9 @@ pub struct Doc<'a> {
 }
 
 /// The fields an asset merge needs from an execution-projection document.
-const FIELDS: [&str; 17] = [
-    "ip",
-    "port",
-    "transport",
-    "service",
-    "product",
-    "version",
-    "banner",
-    "state",
-    "hostnames",
-    "cpe",
-    "extra_info",
-    "tunnel",
-    "confidence",
-    "scripts",
-    "details_digest",
-    "observed_at",
-    "execution_id",
+const FIELDS: [&str; 17] = with_detail_fields![
+    "ip", "port", "transport", "service", "product", "version", "banner";
+    "details_digest", "observed_at", "execution_id"
 ];
 const IP: usize = 0;
 const PORT: usize = 1;

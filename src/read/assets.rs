@@ -11,6 +11,8 @@
 use chrono::SecondsFormat;
 use serde_json::{json, Value};
 
+use crate::upload::details::with_detail_fields;
+
 use super::error::ReadError;
 use super::{endpoint_json, params, search, with_owner, SEARCH_TIMEOUT};
 use crate::app::App;
@@ -23,27 +25,10 @@ use crate::upload::details::PortState;
 pub const DEFAULT_SIZE: usize = 50;
 pub const MAX_SIZE: usize = 200;
 
-const FIELDS: [&str; 20] = [
-    "ip",
-    "port",
-    "transport",
-    "first_seen",
-    "last_seen",
-    "state",
-    "state_observed_at",
-    "service",
-    "product",
-    "version",
-    "banner",
-    "hostnames",
-    "cpe",
-    "extra_info",
-    "tunnel",
-    "confidence",
-    "scripts",
-    "service_observed_at",
-    "execution_id",
-    "tags",
+const FIELDS: [&str; 20] = with_detail_fields![
+    "ip", "port", "transport", "first_seen", "last_seen", "state_observed_at", "service",
+    "product", "version", "banner";
+    "service_observed_at", "execution_id", "tags"
 ];
 
 /// The filters shared by assets and search, as ES filter clauses.

@@ -19,6 +19,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use serde_json::{json, Value};
+
+use crate::upload::details::with_detail_fields;
 use uuid::Uuid;
 
 use super::error::ReadError;
@@ -42,24 +44,9 @@ pub const MAX_COUNT_PAGES: usize = 200;
 /// Most succeeded executions of one task the default scope covers.
 const MAX_EXECUTIONS: i64 = 10_000;
 
-const ENDPOINT_FIELDS: [&str; 17] = [
-    "ip",
-    "port",
-    "transport",
-    "service",
-    "product",
-    "version",
-    "banner",
-    "state",
-    "hostnames",
-    "cpe",
-    "extra_info",
-    "tunnel",
-    "confidence",
-    "scripts",
-    "observed_at",
-    "execution_id",
-    "tags",
+const ENDPOINT_FIELDS: [&str; 17] = with_detail_fields![
+    "ip", "port", "transport", "service", "product", "version", "banner";
+    "observed_at", "execution_id", "tags"
 ];
 
 /// What PostgreSQL says the results cover.

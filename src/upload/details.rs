@@ -90,16 +90,18 @@ pub struct Details {
     pub scripts: Vec<Script>,
 }
 
+/// An array literal of the given field names with the fields of [`Details`] (as documents
+/// store them) between those before and after the `;`: every list of stored endpoint
+/// fields names them in one place.
+macro_rules! with_detail_fields {
+    ($($before:literal),* ; $($after:literal),*) => {
+        [$($before,)* "state", "hostnames", "cpe", "extra_info", "tunnel", "confidence", "scripts", $($after),*]
+    };
+}
+pub(crate) use with_detail_fields;
+
 /// The fields of [`Details`] as documents store them (besides `details_digest`).
-pub const DETAIL_FIELDS: [&str; 7] = [
-    "state",
-    "hostnames",
-    "cpe",
-    "extra_info",
-    "tunnel",
-    "confidence",
-    "scripts",
-];
+pub const DETAIL_FIELDS: [&str; 7] = with_detail_fields![;];
 
 impl Details {
     /// Whether the observation is of an open port (the only kind that has a service).
@@ -152,12 +154,25 @@ pub fn hostnames(v: Option<Vec<Hostname>>) -> Result<Vec<Hostname>, String> {
     Ok(out)
 }
 
-/// `cpe:/…` (2.2 URI) or `cpe:2.3:…` (formatted string), printable ASCII without spaces.
-fn cpe(c: String) -> Result<String, String> {
-    let shape = (c.starts_with("cpe:/") || c.starts_with("cpe:2.3:"))
+/// `cpe:/…` (2.2 URI) or `cpe:2.3:…` (formatted string) of at most [`MAX_CPE`] bytes,
+/// printable ASCII without spaces.
+pub fn is_cpe(c: &str) -> bool {
+    (c.starts_with("cpe:/") || c.starts_with("cpe:2.3:"))
         && c.len() <= MAX_CPE
-        && c.bytes().all(|b| b.is_ascii_graphic());
-    if !shape {
+        && c.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// 1..=`max` bytes of a-z, 0-9, `-`, `_` or `.`: a tunnel name or a script id.
+pub fn is_word(v: &str, max: usize) -> bool {
+    !v.is_empty()
+        && v.len() <= max
+        && v.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        })
+}
+
+fn cpe(c: String) -> Result<String, String> {
+    if !is_cpe(&c) {
         return Err(format!(
             "cpe entries must be cpe:/… or cpe:2.3:… of at most {MAX_CPE} printable bytes"
         ));
@@ -165,14 +180,8 @@ fn cpe(c: String) -> Result<String, String> {
     Ok(c)
 }
 
-/// A short lower-case word: a tunnel name or a script id.
 fn word(field: &str, v: String, max: usize) -> Result<String, String> {
-    let ok = !v.is_empty()
-        && v.len() <= max
-        && v.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
-        });
-    if !ok {
+    if !is_word(&v, max) {
         return Err(format!(
             "{field} must be 1..={max} bytes of a-z, 0-9, '-', '_' or '.'"
         ));

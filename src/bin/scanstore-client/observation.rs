@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use scanstore::upload::batch::{domain, MAX_BANNER, MAX_SHORT_TEXT};
 use scanstore::upload::details::{
-    Hostname, NameSource, OsGuess, PortState, Script, MAX_CONFIDENCE, MAX_CPE, MAX_LIST,
+    is_cpe, is_word, Hostname, NameSource, OsGuess, PortState, Script, MAX_CONFIDENCE, MAX_LIST,
     MAX_OS_GUESSES, MAX_SCRIPT_ID, MAX_SCRIPT_OUTPUT, MAX_TUNNEL,
 };
 
@@ -136,12 +136,7 @@ pub struct Service<'a> {
 
 /// A short lower-case word as the server takes it (a tunnel or script id), or `None`.
 fn word(v: &str, max: usize) -> Option<String> {
-    let ok = !v.is_empty()
-        && v.len() <= max
-        && v.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
-        });
-    ok.then(|| v.to_string())
+    is_word(v, max).then(|| v.to_string())
 }
 
 /// Hostnames as the server takes them: DNS names only, no duplicates, at most
@@ -169,11 +164,7 @@ pub fn endpoint(
         .cpe
         .iter()
         .map(|c| c.trim().to_string())
-        .filter(|c| {
-            (c.starts_with("cpe:/") || c.starts_with("cpe:2.3:"))
-                && c.len() <= MAX_CPE
-                && c.bytes().all(|b| b.is_ascii_graphic())
-        })
+        .filter(|c| is_cpe(c))
         .take(MAX_LIST)
         .collect();
     let scripts = service

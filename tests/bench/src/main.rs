@@ -154,8 +154,9 @@ pub struct Opts {
     /// 1 M endpoints when draining the backlog would take too long on this machine).
     #[arg(long)]
     pub no_publication: bool,
-    /// Open ports of each file the import scenario sends through `scanstore-client` (a
-    /// masscan `-oL` file and an nmap XML file). [default: 1000000; with `--quick`, 20000]
+    /// Open ports of the masscan `-oL` file the import scenario sends through
+    /// `scanstore-client`; its nmap XML file has a quarter of them. [default: 1000000; with
+    /// `--quick`, 20000]
     #[arg(long)]
     pub import_ports: Option<usize>,
     /// Skip the import scenario.

@@ -1,7 +1,8 @@
 //! An import killed with SIGKILL mid-way and run again ends exactly as an uninterrupted
 //! one; a server that answers 503 for a while is waited out.
 
-use std::process::Stdio;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::{client, endpoints, execution_status, fixture, run, scanned};
@@ -40,7 +41,22 @@ fn nmap_xml(hosts: usize, ports: u16) -> String {
     x
 }
 
-fn confirmed(journal: &std::path::Path) -> usize {
+/// Runs the import `cmd` (journal in `journal`) until 20 of its batches are confirmed, then
+/// kills it with SIGKILL.
+fn kill_mid_way(mut cmd: Command, journal: &Path) {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("20 confirmed batches", Duration::from_secs(60), || {
+        confirmed(journal) >= 20
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+fn confirmed(journal: &Path) -> usize {
     std::fs::read_dir(journal)
         .map(|d| {
             d.flatten()
@@ -64,8 +80,9 @@ fn an_import_killed_mid_way_and_run_again_ends_as_an_uninterrupted_one() {
 
     // Batches of 10 observations: 150 of them, so the kill lands in the middle.
     let journal = temp_dir("client-journal");
-    let mut child = client(&s, &journal)
-        .args([
+    let import = || {
+        let mut cmd = client(&s, &journal);
+        cmd.args([
             "--batch-size",
             "10",
             "import",
@@ -74,31 +91,15 @@ fn an_import_killed_mid_way_and_run_again_ends_as_an_uninterrupted_one() {
             "--execution",
         ])
         .arg(s.execution().to_string())
-        .arg(&file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("20 confirmed batches", Duration::from_secs(60), || {
-        confirmed(&journal) >= 20
-    });
-    child.kill().unwrap();
-    child.wait().unwrap();
+        .arg(&file);
+        cmd
+    };
+    kill_mid_way(import(), &journal);
     let before = confirmed(&journal);
     assert!(before < 150, "the import finished before it was killed");
     assert_eq!(execution_status(&s, s.execution()).0, "running");
 
-    let out = run(client(&s, &journal)
-        .args([
-            "--batch-size",
-            "10",
-            "import",
-            "--format",
-            "nmap-xml",
-            "--execution",
-        ])
-        .arg(s.execution().to_string())
-        .arg(&file));
+    let out = run(&mut import());
     assert!(out.status.success());
     assert_eq!(execution_status(&s, s.execution()).0, "succeeded");
 
@@ -174,16 +175,7 @@ fn an_execution_lost_while_the_client_was_down_is_claimed_again_and_goes_on_past
             .arg(&file);
         cmd
     };
-    let mut child = import()
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("20 confirmed batches", Duration::from_secs(60), || {
-        confirmed(&journal) >= 20
-    });
-    child.kill().unwrap();
-    child.wait().unwrap();
+    kill_mid_way(import(), &journal);
 
     // The lease lapses while the client is down: the execution goes back to the queue and
     // its upload is abandoned, its confirmed batches kept (and a batch the server was still
