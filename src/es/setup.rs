@@ -140,16 +140,33 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
         es.json("POST", "/_aliases", &actions)?.ok()?;
     }
     // Indices made by an earlier release gain the fields added since (mappings only ever
-    // gain fields, which Elasticsearch allows on a live index).
-    for (target, mapping) in [
-        (index::facts_pattern(prefix), facts_mapping()),
-        (
-            index::execution_endpoints(prefix),
-            execution_endpoints_mapping(),
+    // gain fields, which Elasticsearch allows on a live index). The monthly fact indices
+    // are named one by one: a PUT _mapping whose wildcard matches nothing is refused.
+    let facts = es.request(
+        "GET",
+        &format!(
+            "/{}/_mapping",
+            index::encode_path(&index::facts_pattern(prefix))
         ),
-        (index::assets_global_alias(prefix), assets_mapping()),
-        (index::assets_user_alias(prefix), assets_mapping()),
+        None,
+    )?;
+    let facts = facts.ok()?;
+    let mut targets: Vec<(String, Value)> = facts
+        .body
+        .as_object()
+        .map(|m| m.keys().map(|k| (k.clone(), facts_mapping())).collect())
+        .unwrap_or_default();
+    targets.push((
+        index::execution_endpoints(prefix),
+        execution_endpoints_mapping(),
+    ));
+    for alias in [
+        index::assets_global_alias(prefix),
+        index::assets_user_alias(prefix),
     ] {
+        targets.push((alias, assets_mapping()));
+    }
+    for (target, mapping) in targets {
         es.json(
             "PUT",
             &format!("/{}/_mapping", index::encode_path(&target)),

@@ -685,7 +685,7 @@ fn imports_section(o: &mut String, imports: &[ImportResult]) {
         return;
     }
     let _ = writeln!(o, "\n## Scanner output imports\n");
-    let _ = writeln!(o, "`scanstore-client import --execution ID FILE` of a generated file, timed from start to exit, beside the raw upload of the same observations in the same batches of 1000 by one sequential sender (no parsing, no journal) into another execution of the same server. Peak memory and CPU are the client process's (`wait4`).\n");
+    let _ = writeln!(o, "`scanstore-client import --execution ID FILE` of a generated file, timed from start to exit, beside the raw upload of the same observations in the same batches of 1000 by one sequential sender (no parsing, no journal); each run on a fresh stack of its own (database, emulator, scanstore without publishers). The nmap file carries a quarter of the masscan file's ports, each with service, CPE and script output. Peak memory and CPU are the client process's (`wait4`).\n");
     let _ = writeln!(o, "| format | ports | file MiB | client s | ports/s | raw upload s | ports/s | ratio | client CPU s | client peak RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for i in imports {
         let _ = writeln!(

@@ -20,9 +20,10 @@ pub fn create(app: &App, req: &Req, name: &str) -> HandlerResult {
 
 /// `PUT /{indices}/_mapping`: adds fields to every index the expression names (aliases
 /// and wildcards included); a field that exists keeps its type or the whole update is
-/// refused, on every index alike.
+/// refused, on every index alike. As in Elasticsearch, a wildcard that matches nothing is
+/// 404 unless `allow_no_indices=true`.
 pub fn put_mapping(app: &App, req: &Req, expr: &str) -> HandlerResult {
-    let opts = IndicesOptions::from_req(req)?;
+    let opts = IndicesOptions::from_req_or(req, false)?;
     let body = req.json_body()?.ok_or_else(|| {
         EsError::new(
             400,

@@ -15,9 +15,15 @@ pub struct IndicesOptions {
 
 impl IndicesOptions {
     pub fn from_req(req: &Req) -> Result<IndicesOptions, EsError> {
+        IndicesOptions::from_req_or(req, true)
+    }
+
+    /// As [`IndicesOptions::from_req`], for an API whose `allow_no_indices` defaults to
+    /// `allow_no_indices` (false for `PUT _mapping`).
+    pub fn from_req_or(req: &Req, allow_no_indices: bool) -> Result<IndicesOptions, EsError> {
         Ok(IndicesOptions {
             ignore_unavailable: req.flag("ignore_unavailable")?.unwrap_or(false),
-            allow_no_indices: req.flag("allow_no_indices")?.unwrap_or(true),
+            allow_no_indices: req.flag("allow_no_indices")?.unwrap_or(allow_no_indices),
         })
     }
 }

@@ -202,6 +202,13 @@ fn indices_of_an_earlier_release_gain_the_new_fields_at_start() {
             &json!({"actions": [{"add": {"index": physical, "alias": alias}}]}),
         );
     }
+    // As in Elasticsearch, a mapping update whose wildcard matches no index is refused:
+    // install names the fact indices one by one.
+    let (status, _) = es.put(
+        &format!("/{prefix}-nothing-*/_mapping"),
+        &json!({"properties": {}}),
+    );
+    assert_eq!(status, 404);
     // A document with the new fields is refused before.
     let detailed = json!({"ip": "10.0.0.1", "port": 22, "transport": "tcp", "state": "closed",
                           "cpe": ["cpe:/a:openbsd:openssh:8.9p1"],
