@@ -86,7 +86,7 @@ fn scan(server: &Server, args: &RunArgs, claim: &Claim) -> Result<(), Error> {
     log::info!("claimed execution {execution}");
     let line = match command_line(args, claim) {
         Ok(l) => l,
-        Err(why) => return server.fail(execution, &why),
+        Err(why) => return report_failure(server, execution, &why),
     };
     let mut child = match Command::new(&line[0])
         .args(&line[1..])
@@ -96,7 +96,9 @@ fn scan(server: &Server, args: &RunArgs, claim: &Claim) -> Result<(), Error> {
         .spawn()
     {
         Ok(c) => c,
-        Err(e) => return server.fail(execution, &format!("cannot start {}: {e}", line[0])),
+        Err(e) => {
+            return report_failure(server, execution, &format!("cannot start {}: {e}", line[0]))
+        }
     };
     let stderr = keep_stderr(&mut child);
     let heartbeat = Heartbeat::start(server, execution, Duration::from_secs(claim.lease_seconds));
@@ -112,29 +114,56 @@ fn scan(server: &Server, args: &RunArgs, claim: &Claim) -> Result<(), Error> {
         .map(|t| Vec::from(t.join().unwrap_or_default()).join(" | "))
         .unwrap_or_default();
     match (outcome, status) {
-        (Ok(pending), Ok(s)) if s.success() => {
-            let counts = pending.finish(Position::START)?;
-            println!(
-                "execution {execution}: {} hosts, {} ports in {} batches",
-                counts.hosts, counts.ports, counts.batches
-            );
-            Ok(())
-        }
+        (Ok(pending), Ok(s)) if s.success() => match pending.finish(Position::START) {
+            Ok(counts) => {
+                println!(
+                    "execution {execution}: {} hosts, {} ports in {} batches",
+                    counts.hosts, counts.ports, counts.batches
+                );
+                Ok(())
+            }
+            Err(e) => give_up(server, execution, e),
+        },
         (Ok(_), Ok(s)) => {
-            let reason = format!("{} exited with {s}: {tail}", line[0]);
             log::warn!("execution {execution} failed: {} exited with {s}", line[0]);
-            server.fail(execution, &reason)
+            report_failure(
+                server,
+                execution,
+                &format!("{} exited with {s}: {tail}", line[0]),
+            )
         }
-        (Ok(_), Err(e)) => server.fail(execution, &format!("waiting for {}: {e}", line[0])),
-        (Err(e @ Error::Unavailable(_)), _) => Err(e),
-        (Err(Error::Lost(why)), _) => {
+        (Ok(_), Err(e)) => {
+            report_failure(server, execution, &format!("waiting for {}: {e}", line[0]))
+        }
+        (Err(e), _) => give_up(server, execution, e),
+    }
+}
+
+/// Ends the execution after `e`. The agent itself stops only when the server cannot be
+/// reached; anything else ends this execution, and the agent claims the next.
+fn give_up(server: &Server, execution: Uuid, e: Error) -> Result<(), Error> {
+    match e {
+        Error::Unavailable(_) => Err(e),
+        Error::Lost(why) => {
             log::warn!("{why}; the scan was stopped");
             Ok(())
         }
-        (Err(e), _) => {
+        e => {
             log::warn!("execution {execution} failed: {e}");
-            server.fail(execution, &e.to_string())
+            report_failure(server, execution, &e.to_string())
         }
+    }
+}
+
+/// Fails the execution with `reason`; a refusal (it is no longer ours) is only logged.
+fn report_failure(server: &Server, execution: Uuid, reason: &str) -> Result<(), Error> {
+    match server.fail(execution, reason) {
+        Err(e @ Error::Unavailable(_)) => Err(e),
+        Err(e) => {
+            log::warn!("execution {execution} could not be failed: {e}");
+            Ok(())
+        }
+        Ok(()) => Ok(()),
     }
 }
 
