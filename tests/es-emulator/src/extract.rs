@@ -63,13 +63,6 @@ pub fn to_key(ty: Ty, v: &Value) -> Result<Option<Key>, String> {
     }))
 }
 
-/// Lower-cased alphanumeric tokens (a small stand-in for the standard analyzer).
-pub fn tokens(s: &str) -> impl Iterator<Item = String> + '_ {
-    s.split(|c: char| !c.is_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .map(str::to_lowercase)
-}
-
 /// Collects the JSON values at a dotted path (objects and dotted keys, arrays flattened).
 pub fn source_values<'a>(src: &'a Value, path: &str, out: &mut Vec<&'a Value>) {
     match src {

@@ -5,6 +5,7 @@
 
 mod aggs;
 mod aliases;
+mod analysis;
 pub mod app;
 pub mod bench;
 mod bulk;

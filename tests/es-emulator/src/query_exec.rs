@@ -3,9 +3,10 @@
 
 use serde_json::Value;
 
+use crate::analysis::terms;
 use crate::error::EsError;
 use crate::extract::FieldRef;
-use crate::extract::{source_values, to_key, tokens};
+use crate::extract::{source_values, to_key};
 use crate::mapping::{Mapping, Ty};
 use crate::query::Query;
 use crate::store::DocVersion;
@@ -146,7 +147,7 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                     .unwrap_or_else(|| text.to_string());
                 Compiled::Tokens {
                     field: f,
-                    tokens: tokens(&s).collect(),
+                    tokens: terms(&s).collect(),
                     and: *and,
                 }
             }
@@ -249,7 +250,7 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
             let mut have: Vec<String> = Vec::new();
             field.any(src, &mut |v| {
                 if let Some(s) = v.as_str() {
-                    have.extend(tokens(s));
+                    have.extend(terms(s));
                 }
                 false
             });
@@ -301,7 +302,7 @@ fn value_in(ty: Ty, v: &Value, keys: &[Key], cidrs: &[(u128, u128)]) -> bool {
     match (ty, v) {
         (Ty::Keyword, Value::String(s)) => keys.iter().any(|k| matches!(k, Key::Str(x) if x == s)),
         (Ty::Text, Value::String(s)) => {
-            tokens(s).any(|t| keys.iter().any(|k| matches!(k, Key::Str(x) if *x == t)))
+            terms(s).any(|t| keys.iter().any(|k| matches!(k, Key::Str(x) if *x == t)))
         }
         _ => match to_key(ty, v) {
             Ok(Some(h)) => {

@@ -6,7 +6,7 @@ use crate::app::App;
 use crate::docs::OpKind;
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
-use crate::{aliases, bulk, cluster, doc_api, faults, indices, search};
+use crate::{aliases, analysis, bulk, cluster, doc_api, faults, indices, search};
 
 pub fn route(app: &App, req: &Req) -> HandlerResult {
     let segs: Vec<&str> = req.segments.iter().map(String::as_str).collect();
@@ -27,6 +27,8 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
         (_, [i, "_refresh"]) if read => indices::refresh(app, req, i),
         (_, ["_count"]) if read => search::count(app, req, ""),
         (_, [i, "_count"]) if read => search::count(app, req, i),
+        (_, ["_analyze"]) if read => analysis::analyze(app, req, None),
+        (_, [i, "_analyze"]) if read => analysis::analyze(app, req, Some(i)),
         (_, ["_search"]) if read => search::search(app, req, ""),
         (_, [i, "_search"]) if read => search::search(app, req, i),
         ("GET", ["_index_template"]) => indices::get_template(app, None),

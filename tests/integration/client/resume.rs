@@ -180,14 +180,19 @@ fn an_execution_lost_while_the_client_was_down_is_claimed_again_and_goes_on_past
     // The lease lapses while the client is down: the execution goes back to the queue and
     // its upload is abandoned, its confirmed batches kept (and a batch the server was still
     // writing removed after a grace period, which the final waits for).
-    s.sql()
-        .execute(
-            "UPDATE executions SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
-            &[&task.execution_id],
-        )
-        .unwrap();
-    scanstore::upload::lease::sweep(&s.server.app().db, 3).unwrap();
-    assert_eq!(execution_status(&s, task.execution_id).0, "queued");
+    // A batch the killed client had in flight may still be accepted, renewing the lease,
+    // or hold the execution while the sweep passes: lapse and sweep until it is queued.
+    wait_for("the lapsed lease swept", Duration::from_secs(30), || {
+        s.sql()
+            .execute(
+                "UPDATE executions SET lease_expires_at = now() - interval '1 second'
+                  WHERE id = $1 AND status = 'running'",
+                &[&task.execution_id],
+            )
+            .unwrap();
+        scanstore::upload::lease::sweep(&s.server.app().db, 3).unwrap();
+        execution_status(&s, task.execution_id).0 == "queued"
+    });
 
     let out = run(&mut import());
     assert!(out.status.success());

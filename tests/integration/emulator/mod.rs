@@ -1,6 +1,7 @@
 //! Tests of the ES protocol emulator. Each test starts its own emulator process (or uses
 //! `STORAGE_TEST_ES_URL` when it needs no fault injection), so they run in parallel.
 
+mod analysis;
 mod bulk;
 mod conformance;
 mod faults;
