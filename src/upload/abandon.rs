@@ -69,7 +69,7 @@ const STILL_PENDING: &str = "
      WHERE execution_id = $1 AND upload_id = $2 AND status = 'pending'";
 
 /// A pending batch whose facts are to be removed.
-struct Pending {
+struct PendingBatch {
     stream: String,
     batch_index: u32,
     observations: usize,
@@ -137,7 +137,7 @@ pub fn clean(
         let rows = tx.query(PENDING, &[&execution_id, &upload_id])?;
         Ok::<_, UploadError>(
             rows.iter()
-                .map(|r| Pending {
+                .map(|r| PendingBatch {
                     stream: r.get(0),
                     batch_index: r.get::<_, i32>(1) as u32,
                     observations: r.get::<_, i32>(2) as usize,
