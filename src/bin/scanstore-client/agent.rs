@@ -184,7 +184,7 @@ fn stream<'a>(
     let mut source = NmapXml::new("nmap output", Box::new(BufReader::new(stdout)));
     let limits = Limits {
         max_observations: claim.limits.max_observations.min(args.batch_size),
-        max_body_bytes: claim.limits.max_body_bytes,
+        ..claim.limits
     };
     let mut up = Uploader::new(
         server,

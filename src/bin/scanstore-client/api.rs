@@ -51,6 +51,11 @@ pub struct Target {
 pub struct Limits {
     pub max_observations: usize,
     pub max_body_bytes: usize,
+    /// The observation window (seconds back, seconds ahead of now), when a claim said it.
+    #[serde(default)]
+    pub max_observation_age_seconds: Option<i64>,
+    #[serde(default)]
+    pub max_clock_skew_seconds: Option<i64>,
 }
 
 /// An answer the client acts on: status and JSON body (`Null` when empty).

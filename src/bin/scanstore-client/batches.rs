@@ -6,6 +6,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use chrono::{Duration as ChronoDuration, Utc};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -13,7 +14,7 @@ use crate::api::{Limits, Server};
 use crate::error::Error;
 use crate::formats::Unit;
 use crate::journal::{Journal, Planned, Position};
-use crate::observation::Observation;
+use crate::observation::{Observation, Time};
 use crate::progress::{Counts, Progress};
 
 /// Room kept in a body for everything around the observations array.
@@ -34,6 +35,8 @@ pub struct Uploader<'a> {
     start: Position,
     /// When the oldest pending observation was added.
     since: Option<Instant>,
+    /// The earliest and latest observation time of the pending batch.
+    span: Option<(Time, Time)>,
     last_host: Option<IpAddr>,
     pub counts: Counts,
 }
@@ -63,6 +66,7 @@ impl<'a> Uploader<'a> {
             count: 0,
             start,
             since: None,
+            span: None,
             last_host: None,
             counts: Counts::default(),
         }
@@ -104,6 +108,11 @@ impl<'a> Uploader<'a> {
             }
             self.array.extend_from_slice(&bytes);
             self.count += 1;
+            let at = *o.observed_at();
+            self.span = Some(match self.span {
+                None => (at, at),
+                Some((a, b)) => (a.min(at), b.max(at)),
+            });
             match o {
                 Observation::Endpoint { .. } => self.counts.ports += 1,
                 Observation::Dns { .. } => self.counts.records += 1,
@@ -134,6 +143,35 @@ impl<'a> Uploader<'a> {
         Ok(self.counts)
     }
 
+    /// Refuses a batch the server would refuse as `out_of_window`, saying why and what to
+    /// change, before anything of it is sent.
+    fn check_window(&self) -> Result<(), Error> {
+        let (Some((earliest, latest)), Some(age), Some(skew)) = (
+            self.span,
+            self.limits.max_observation_age_seconds,
+            self.limits.max_clock_skew_seconds,
+        ) else {
+            return Ok(());
+        };
+        let now = Utc::now();
+        if earliest.0 < now - ChronoDuration::seconds(age) {
+            return Err(Error::Input(format!(
+                "an observation of {} is older than the server keeps ({} days, the claim's \
+                 max_observation_age_seconds); raise upload.max_observation_age_days to import it",
+                earliest.0.format("%Y-%m-%d %H:%M:%S UTC"),
+                age / 86_400
+            )));
+        }
+        if latest.0 > now + ChronoDuration::seconds(skew) {
+            return Err(Error::Input(format!(
+                "an observation of {} lies in the future beyond the server's clock skew ({skew} s); \
+                 check the scanner's clock",
+                latest.0.format("%Y-%m-%d %H:%M:%S UTC")
+            )));
+        }
+        Ok(())
+    }
+
     /// Sends the pending observations as batch `self.index`; `end` is where the next
     /// batch starts.
     fn send(&mut self, is_final: bool, end: Position) -> Result<(), Error> {
@@ -151,6 +189,15 @@ impl<'a> Uploader<'a> {
             is_final,
             checksum,
         };
+        let known = self
+            .journal
+            .as_deref()
+            .is_some_and(|j| j.planned.contains_key(&planned.index));
+        // A batch sent before is answered as it was however its times have aged; only a
+        // new one must lie in the window the claim gave.
+        if !known {
+            self.check_window()?;
+        }
         if let Some(journal) = self.journal.as_deref_mut() {
             match journal.planned.get(&planned.index) {
                 None => journal.plan(planned.clone())?,
@@ -188,6 +235,7 @@ impl<'a> Uploader<'a> {
         self.index += 1;
         self.count = 0;
         self.since = None;
+        self.span = None;
         self.progress.update(None, &self.counts);
         Ok(())
     }

@@ -102,6 +102,8 @@ pub fn run(server: &Server, server_url: &str, args: &ImportArgs) -> Result<(), E
             Limits {
                 max_observations: args.batch_size,
                 max_body_bytes: args.max_body_bytes,
+                max_observation_age_seconds: None,
+                max_clock_skew_seconds: None,
             },
             GIVEN_EXECUTION_LEASE,
         ),
@@ -119,7 +121,7 @@ fn claim(server: &Server, args: &ImportArgs) -> Result<(Uuid, Limits, Duration),
         claim.execution_id,
         Limits {
             max_observations: claim.limits.max_observations.min(args.batch_size),
-            max_body_bytes: claim.limits.max_body_bytes,
+            ..claim.limits
         },
         Duration::from_secs(claim.lease_seconds),
     ))
@@ -142,6 +144,9 @@ fn fresh(
         inputs,
         max_observations: limits.max_observations,
         max_body_bytes: limits.max_body_bytes,
+        window: limits
+            .max_observation_age_seconds
+            .zip(limits.max_clock_skew_seconds),
         lease_seconds: lease.as_secs(),
         start,
     };
@@ -163,6 +168,8 @@ fn send(server: &Server, journal: &mut Journal, quiet: bool) -> Result<(), Error
     let limits = Limits {
         max_observations: h.max_observations,
         max_body_bytes: h.max_body_bytes,
+        max_observation_age_seconds: h.window.map(|w| w.0),
+        max_clock_skew_seconds: h.window.map(|w| w.1),
     };
     let mut up = Uploader::new(
         server,

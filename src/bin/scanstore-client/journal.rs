@@ -25,6 +25,9 @@ pub struct Header {
     pub inputs: Vec<InputFile>,
     pub max_observations: usize,
     pub max_body_bytes: usize,
+    /// The claim's observation window: seconds back and ahead of now.
+    #[serde(default)]
+    pub window: Option<(i64, i64)>,
     /// The execution's lease, for the heartbeat period.
     pub lease_seconds: u64,
     /// Where in the input this upload starts: past what an earlier, lost upload into the
@@ -259,6 +262,7 @@ mod tests {
             }],
             max_observations: 1000,
             max_body_bytes: 1 << 20,
+            window: None,
             lease_seconds: 600,
             start: Position::START,
         }

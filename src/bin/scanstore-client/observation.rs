@@ -80,8 +80,18 @@ pub enum Observation {
     },
 }
 
+impl Observation {
+    pub fn observed_at(&self) -> &Time {
+        match self {
+            Observation::Endpoint { observed_at, .. }
+            | Observation::Host { observed_at, .. }
+            | Observation::Dns { observed_at, .. } => observed_at,
+        }
+    }
+}
+
 /// An observation time in the strict form the server reads (`2026-11-29T10:00:00Z`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Time(pub DateTime<Utc>);
 
 impl Serialize for Time {

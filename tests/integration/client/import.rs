@@ -178,6 +178,31 @@ fn refusals_are_one_clear_message_and_leave_nothing_written() {
     assert_eq!(execution_status(&s, task.execution_id).0, "running");
     assert!(endpoints(&s, task.task_id).is_empty());
 
+    // Older than the window the claim gave: refused by the client, nothing sent, with
+    // what to change.
+    let old_task = queued(&s, "port_scan", &[("cidr", "192.0.2.0/24")]);
+    let forty_days = t - 40 * 86_400;
+    let old = fixture("old.txt", &format!("open tcp 22 192.0.2.9 {forty_days}\n"));
+    let out = run(client(&s, &journal)
+        .args(["import", "--format", "masscan-list"])
+        .arg(&old));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("older than the server keeps"), "{stderr}");
+    assert!(
+        stderr.contains("upload.max_observation_age_days"),
+        "{stderr}"
+    );
+    let sent: i64 = s
+        .sql()
+        .query_one(
+            "SELECT count(*) FROM scan_upload_receipts WHERE execution_id = $1",
+            &[&old_task.execution_id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(sent, 0);
+
     // Input that is no masscan output: refused before anything is sent for it.
     let garbage = fixture("garbage.txt", "open tcp eighty 192.0.2.1 1\n");
     let out = run(client(&s, &journal)
