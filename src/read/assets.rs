@@ -78,12 +78,14 @@ pub fn filters(req: &Req) -> Result<Vec<Value>, ReadError> {
 
 /// The filter of a port state; open is stored as no state at all.
 fn state_filter(s: &str) -> Result<Value, ReadError> {
-    match serde_json::from_value::<PortState>(Value::from(s)) {
-        Ok(PortState::Open) => Ok(json!({"bool": {"must_not": [{"exists": {"field": "state"}}]}})),
-        Ok(_) => Ok(json!({"term": {"state": s}})),
-        Err(_) => Err(ReadError::invalid(
+    match PortState::parse(s) {
+        Some(PortState::Open) => {
+            Ok(json!({"bool": {"must_not": [{"exists": {"field": "state"}}]}}))
+        }
+        Some(_) => Ok(json!({"term": {"state": s}})),
+        None => Err(ReadError::invalid(
             "bad_parameter",
-            "state must be open, closed, filtered, unfiltered, open|filtered or closed|filtered",
+            format!("state must be {}", PortState::NAMES),
         )),
     }
 }

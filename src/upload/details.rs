@@ -41,6 +41,17 @@ pub enum PortState {
     ClosedFiltered,
 }
 
+impl PortState {
+    /// The states, as a message lists them.
+    pub const NAMES: &'static str =
+        "open, closed, filtered, unfiltered, open|filtered or closed|filtered";
+
+    /// The state nmap (or masscan) names `s`.
+    pub fn parse(s: &str) -> Option<PortState> {
+        serde_json::from_value(serde_json::Value::from(s)).ok()
+    }
+}
+
 /// Where a hostname came from: the user's target, or the address's PTR record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -193,15 +204,11 @@ impl RawDetails {
     pub fn validate(self) -> Result<Details, String> {
         let state = match self.state.as_deref() {
             None => None,
-            Some(s) => match serde_json::from_value::<PortState>(serde_json::Value::from(s)) {
+            Some(s) => match PortState::parse(s) {
                 // Absent and open are one state: stored the same way.
-                Ok(PortState::Open) => None,
-                Ok(other) => Some(other),
-                Err(_) => {
-                    return Err(format!(
-                        "state {s:?} is not open, closed, filtered, unfiltered, open|filtered or closed|filtered"
-                    ))
-                }
+                Some(PortState::Open) => None,
+                Some(other) => Some(other),
+                None => return Err(format!("state {s:?} is not {}", PortState::NAMES)),
             },
         };
         let cpe = bounded("cpe", self.cpe, MAX_LIST)?

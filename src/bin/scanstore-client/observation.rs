@@ -228,11 +228,6 @@ pub fn host(ip: IpAddr, os: &[(String, u8)], names: &[Hostname], at: Time) -> Op
     })
 }
 
-/// nmap's and masscan's name of a port state.
-pub fn port_state(s: &str) -> Option<PortState> {
-    serde_json::from_value(serde_json::Value::from(s)).ok()
-}
-
 /// The A or AAAA record that a scanner resolved `name` to `ip`, or `None` when `name` is
 /// no DNS name (a user may have typed anything).
 pub fn address_record(name: &str, ip: IpAddr, at: Time) -> Option<Observation> {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::Unit;
 use scanstore::upload::details::PortState;
 
-use crate::observation::{endpoint, port_state, Service, Time, Transport};
+use crate::observation::{endpoint, Service, Time, Transport};
 
 /// What a masscan banner record says, by the protocol name masscan gives it.
 enum Banner<'a> {
@@ -115,7 +115,7 @@ pub fn json_line(line: &str) -> Result<Option<Unit>, String> {
     };
     let port = port(p.port)?;
     Ok(
-        match (&p.service, p.status.as_deref().and_then(port_state)) {
+        match (&p.service, p.status.as_deref().and_then(PortState::parse)) {
             (Some(s), _) => record(
                 ip,
                 port,
@@ -170,7 +170,9 @@ pub fn list_line(line: &str) -> Result<Option<Unit>, String> {
             record(ip, port, transport, at, Said::Banner { app, text })
         }
         // `open`, and `closed` with `--show closed`.
-        status => port_state(status).and_then(|s| record(ip, port, transport, at, Said::State(s))),
+        status => {
+            PortState::parse(status).and_then(|s| record(ip, port, transport, at, Said::State(s)))
+        }
     })
 }
 

@@ -13,7 +13,7 @@ use scanstore::upload::details::{Hostname, NameSource, PortState, Script};
 use super::{Source, Unit};
 use crate::error::Error;
 use crate::observation::{
-    address_record, endpoint, host, hostnames, port_state, Observation, Service, Time, Transport,
+    address_record, endpoint, host, hostnames, Observation, Service, Time, Transport,
 };
 
 pub struct NmapXml {
@@ -174,7 +174,7 @@ impl Source for NmapXml {
                             })
                         }
                         (b"state", Some(HostDraft { port: Some(p), .. })) => {
-                            p.state = attr(&e, "state").and_then(|s| port_state(&s));
+                            p.state = attr(&e, "state").and_then(|s| PortState::parse(&s));
                         }
                         (b"service", Some(HostDraft { port: Some(p), .. })) => {
                             p.service = attr(&e, "name");
