@@ -15,13 +15,25 @@ fn typed(kind: &str) -> Value {
 }
 
 /// An object field (an array of objects, as `hostnames` or `scripts`) of `fields`.
-fn object(fields: &[(&str, &str)]) -> Value {
+fn object(fields: &[(&str, Value)]) -> Value {
     let properties: serde_json::Map<String, Value> = fields
         .iter()
-        .map(|(name, kind)| (name.to_string(), typed(kind)))
+        .map(|(name, v)| (name.to_string(), v.clone()))
         .collect();
     json!({ "properties": properties })
 }
+
+/// Free text (a banner, a script's output), searchable two ways with analyzers every
+/// Elasticsearch and OpenSearch has built in: the field itself with `standard`, which keeps
+/// `2.4.41` and `example.com` whole, and `.words` with `simple`, the runs of letters, so
+/// that `openssh` finds `SSH-2.0-OpenSSH_8.9p1`, which `standard` keeps as one token
+/// `openssh_8.9p1`.
+fn searchable_text() -> Value {
+    json!({ "type": "text", "fields": { WORDS: { "type": "text", "analyzer": "simple" } } })
+}
+
+/// The multi-field of [`searchable_text`] that holds the runs of letters.
+pub const WORDS: &str = "words";
 
 /// A strict mapping of the endpoint fields every document kind shares, plus `extra`
 /// fields given as (name, type) pairs. The service details (state to scripts) came with
@@ -34,17 +46,20 @@ fn strict_mapping(extra: &[(&str, Value)]) -> Value {
         ("service", typed("keyword")),
         ("product", typed("keyword")),
         ("version", typed("keyword")),
-        ("banner", typed("text")),
+        ("banner", searchable_text()),
         ("state", typed("keyword")),
         (
             "hostnames",
-            object(&[("name", "keyword"), ("source", "keyword")]),
+            object(&[("name", typed("keyword")), ("source", typed("keyword"))]),
         ),
         ("cpe", typed("keyword")),
         ("extra_info", typed("keyword")),
         ("tunnel", typed("keyword")),
         ("confidence", typed("integer")),
-        ("scripts", object(&[("id", "keyword"), ("output", "text")])),
+        (
+            "scripts",
+            object(&[("id", typed("keyword")), ("output", searchable_text())]),
+        ),
         // The last tie-break between observations of one endpoint at one time.
         ("details_digest", typed("keyword")),
         ("execution_id", typed("keyword")),
@@ -74,7 +89,7 @@ pub fn facts_mapping() -> Value {
         ("value", typed("keyword")),
         (
             "os",
-            object(&[("name", "keyword"), ("accuracy", "integer")]),
+            object(&[("name", typed("keyword")), ("accuracy", typed("integer"))]),
         ),
         ("observed_at", typed("date")),
     ])
@@ -244,5 +259,13 @@ mod tests {
         assert_eq!(a["properties"].as_object().unwrap().len(), 22);
         assert_eq!(a["properties"]["first_seen"]["type"], "date");
         assert_eq!(a["properties"]["banner"]["type"], "text");
+        assert_eq!(
+            a["properties"]["banner"]["fields"][WORDS]["analyzer"],
+            "simple"
+        );
+        assert_eq!(
+            a["properties"]["scripts"]["properties"]["output"]["fields"][WORDS]["type"],
+            "text"
+        );
     }
 }

@@ -99,11 +99,18 @@ pub fn assets(app: &App, req: &Req) -> Result<Reply, ReadError> {
 pub fn search_assets(app: &App, req: &Req) -> Result<Reply, ReadError> {
     let q = params::text(req, "q")?
         .ok_or_else(|| ReadError::invalid("bad_parameter", "q (the text to search) is required"))?;
+    // Every word of `q` in one field: `openssh ubuntu` finds the banners with both.
+    // The `.words` fields hold runs of letters (see `es::setup`), so `openssh` finds
+    // `OpenSSH_8.9p1`; the fields themselves keep versions and names whole.
+    let all = |field: String| json!({"match": {field: {"query": q, "operator": "and"}}});
+    let words = crate::es::setup::WORDS;
     let text = json!({"bool": {"should": [
         {"match": {"service": q}},
         {"match": {"product": q}},
-        {"match": {"banner": q}},
-        {"match": {"scripts.output": q}},
+        all("banner".into()),
+        all(format!("banner.{words}")),
+        all("scripts.output".into()),
+        all(format!("scripts.output.{words}")),
     ], "minimum_should_match": 1}});
     run(app, req, Some(text))
 }

@@ -1,21 +1,23 @@
-//! Text analysis as Elasticsearch's `standard` analyzer does it — words at Unicode (UAX #29)
-//! word boundaries, as Lucene's StandardTokenizer finds them, lower-cased, a word longer
-//! than 255 characters split there — and the `_analyze` API over it and `keyword`.
+//! Text analysis as Elasticsearch's built-in analyzers do it — `standard` (words at Unicode
+//! UAX #29 word boundaries, as Lucene's StandardTokenizer finds them), `simple` (runs of
+//! letters, as Lucene's LetterTokenizer) and `keyword` (the whole text) — lower-cased code
+//! point by code point as Lucene's LowerCaseFilter does, a token longer than 255 characters
+//! split there, and the `_analyze` API over them. Other analyzers are refused by name.
 //!
 //! Known differences from Lucene: emoji and other words without a letter or digit are not
-//! tokens here (Lucene emits `<EMOJI>`), and token types are `<ALPHANUM>`, `<NUM>` and
-//! `<IDEOGRAPHIC>` only.
+//! standard tokens here (Lucene emits `<EMOJI>`), and standard token types are `<ALPHANUM>`,
+//! `<NUM>` and `<IDEOGRAPHIC>` only.
 
 use serde_json::{json, Value};
+use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
 use unicode_segmentation::UnicodeSegmentation;
 
 use crate::app::App;
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
-use crate::mapping::Ty;
 use crate::resolve::{resolve_read, IndicesOptions};
 
-/// Longest token, in characters (the standard tokenizer's `max_token_length`).
+/// Longest token, in characters (`max_token_length` of the standard and letter tokenizers).
 const MAX_TOKEN_LENGTH: usize = 255;
 
 /// One token of an analysed text: offsets in UTF-16 code units, as Java counts them.
@@ -28,7 +30,60 @@ pub struct Token {
     pub position: usize,
 }
 
-fn kind(word: &str) -> &'static str {
+/// The built-in analyzers the emulator implements; a mapping or `_analyze` naming any other
+/// is refused rather than analysed some other way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Analyzer {
+    #[default]
+    Standard,
+    Simple,
+    Keyword,
+}
+
+impl Analyzer {
+    pub fn parse(name: &str) -> Option<Analyzer> {
+        match name {
+            "standard" | "default" => Some(Analyzer::Standard),
+            "simple" => Some(Analyzer::Simple),
+            "keyword" => Some(Analyzer::Keyword),
+            _ => None,
+        }
+    }
+
+    /// What the emulator says of an analyzer it does not have, whether Elasticsearch has it
+    /// built in (`whitespace`, `english`, …) or not at all.
+    pub const IMPLEMENTED: &'static str = "the emulator implements standard, simple and keyword";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Analyzer::Standard => "standard",
+            Analyzer::Simple => "simple",
+            Analyzer::Keyword => "keyword",
+        }
+    }
+
+    /// The tokens of `s` with offsets and types, as `_analyze` shows them.
+    pub fn tokens(self, s: &str) -> Vec<Token> {
+        match self {
+            Analyzer::Standard => split_long(s, s.unicode_word_indices(), standard_kind),
+            Analyzer::Simple => split_long(s, letter_runs(s), |_| "word"),
+            Analyzer::Keyword => vec![Token {
+                start: 0,
+                end: s.encode_utf16().count(),
+                text: s.to_owned(),
+                kind: "word",
+                position: 0,
+            }],
+        }
+    }
+
+    /// The terms of `s`: what a `text` field indexes and a `match` query looks for.
+    pub fn terms(self, s: &str) -> impl Iterator<Item = String> {
+        self.tokens(s).into_iter().map(|t| t.text)
+    }
+}
+
+fn standard_kind(word: &str) -> &'static str {
     if word.chars().all(|c| !c.is_alphabetic()) {
         "<NUM>"
     } else if word
@@ -41,11 +96,45 @@ fn kind(word: &str) -> &'static str {
     }
 }
 
-/// The standard analyzer's tokens of `s`.
-pub fn standard(s: &str) -> Vec<Token> {
+/// Maximal runs of letters (general category L, as Java's `Character.isLetter`).
+fn letter_runs(s: &str) -> impl Iterator<Item = (usize, &str)> {
+    let is_letter = |c: char| c.general_category_group() == GeneralCategoryGroup::Letter;
+    let mut rest = s.char_indices().peekable();
+    std::iter::from_fn(move || {
+        let (start, _) = rest.find(|&(_, c)| is_letter(c))?;
+        let mut end = s.len();
+        while let Some(&(i, c)) = rest.peek() {
+            if !is_letter(c) {
+                end = i;
+                break;
+            }
+            rest.next();
+        }
+        Some((start, &s[start..end]))
+    })
+}
+
+/// Lower-cases one code point at a time, as Java's `Character.toLowerCase(int)`: a simple
+/// one-to-one mapping, so a final sigma stays `σ` and `İ` becomes `i`.
+fn java_lowercase(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\u{130}' => 'i',
+            c => c.to_lowercase().next().unwrap_or(c),
+        })
+        .collect()
+}
+
+/// Tokens of the words found at their byte offsets, lower-cased, each word longer than
+/// [`MAX_TOKEN_LENGTH`] characters cut into pieces of at most that length.
+fn split_long<'a>(
+    s: &str,
+    words: impl Iterator<Item = (usize, &'a str)>,
+    kind: fn(&str) -> &'static str,
+) -> Vec<Token> {
     let mut out = Vec::new();
     let utf16_at = |byte: usize| s[..byte].encode_utf16().count();
-    for (at, word) in s.unicode_word_indices() {
+    for (at, word) in words {
         let mut rest = (at, word);
         loop {
             let (start, piece) = rest;
@@ -55,7 +144,7 @@ pub fn standard(s: &str) -> Vec<Token> {
                 .map_or(piece.len(), |(i, _)| i);
             let head = &piece[..cut];
             out.push(Token {
-                text: head.to_lowercase(),
+                text: java_lowercase(head),
                 start: utf16_at(start),
                 end: utf16_at(start + cut),
                 kind: kind(head),
@@ -70,19 +159,13 @@ pub fn standard(s: &str) -> Vec<Token> {
     out
 }
 
-/// The standard analyzer's terms of `s`: what a `text` field indexes and a `match` query
-/// looks for.
-pub fn terms(s: &str) -> impl Iterator<Item = String> {
-    standard(s).into_iter().map(|t| t.text)
-}
-
 fn bad(reason: impl Into<String>) -> EsError {
     EsError::new(400, "illegal_argument_exception", reason)
 }
 
-/// `GET|POST /_analyze` and `/{index}/_analyze`: `text` (one string) with `analyzer`
-/// (`standard`, `keyword`) or, on an index, `field` (a text field analyses as standard,
-/// any other as keyword). Anything else the API takes is refused, not ignored.
+/// `GET|POST /_analyze` and `/{index}/_analyze`: `text` (one string) with `analyzer` or,
+/// on an index, `field` (a text field analyses with its mapped analyzer, any other as
+/// keyword). Anything else the API takes is refused, not ignored.
 pub fn analyze(app: &App, req: &Req, index: Option<&str>) -> HandlerResult {
     let body = req.json_body()?.unwrap_or_else(|| json!({}));
     let Some(obj) = body.as_object() else {
@@ -111,7 +194,12 @@ pub fn analyze(app: &App, req: &Req, index: Option<&str>) -> HandlerResult {
                 "cannot define extra components on a field-specific analyzer",
             ))
         }
-        (Some(Value::String(a)), None) => a.clone(),
+        (Some(Value::String(a)), None) => Analyzer::parse(a).ok_or_else(|| {
+            bad(format!(
+                "failed to find global analyzer [{a}] ({})",
+                Analyzer::IMPLEMENTED
+            ))
+        })?,
         (Some(_), None) => return Err(bad("analyzer must be a string")),
         (None, Some(Value::String(f))) => {
             let Some(index) = index else {
@@ -119,35 +207,18 @@ pub fn analyze(app: &App, req: &Req, index: Option<&str>) -> HandlerResult {
             };
             let store = app.lock_store();
             let names = resolve_read(&store, index, IndicesOptions::from_req(req)?)?;
-            let ty = names
+            names
                 .first()
                 .and_then(|n| store.indices.get(n))
-                .and_then(|i| i.mapping.resolve(f).map(|r| r.field.ty));
-            if ty == Some(Ty::Text) {
-                "standard".into()
-            } else {
-                "keyword".into()
-            }
+                .and_then(|i| i.mapping.field_ref(f))
+                .and_then(|f| f.analyzers)
+                .map_or(Analyzer::Keyword, |(index, _)| index)
         }
         (None, Some(_)) => return Err(bad("field must be a string")),
-        (None, None) => "standard".into(),
+        (None, None) => Analyzer::Standard,
     };
-    let tokens = match analyzer.as_str() {
-        "standard" => standard(&text),
-        "keyword" => vec![Token {
-            start: 0,
-            end: text.encode_utf16().count(),
-            text,
-            kind: "word",
-            position: 0,
-        }],
-        other => {
-            return Err(bad(format!(
-                "failed to find global analyzer [{other}] (the emulator has standard and keyword)"
-            )))
-        }
-    };
-    let tokens: Vec<Value> = tokens
+    let tokens: Vec<Value> = analyzer
+        .tokens(&text)
         .into_iter()
         .map(|t| {
             json!({"token": t.text, "start_offset": t.start, "end_offset": t.end,
@@ -162,7 +233,15 @@ mod tests {
     use super::*;
 
     fn words(s: &str) -> Vec<String> {
-        terms(s).collect()
+        Analyzer::Standard.terms(s).collect()
+    }
+
+    fn letters(s: &str) -> Vec<String> {
+        Analyzer::Simple.terms(s).collect()
+    }
+
+    fn standard(s: &str) -> Vec<Token> {
+        Analyzer::Standard.tokens(s)
     }
 
     #[test]
@@ -203,5 +282,65 @@ mod tests {
         assert_eq!((t[0].end, t[1].start, t[1].end), (255, 255, 300));
         assert_eq!(standard("2.4")[0].kind, "<NUM>");
         assert_eq!(standard("中文")[0].kind, "<IDEOGRAPHIC>");
+    }
+
+    /// Elasticsearch's reference for the simple analyzer: "The 2 QUICK Brown-Foxes jumped
+    /// over the lazy dog's bone." gives `[the, quick, brown, foxes, jumped, over, the, lazy,
+    /// dog, s, bone]`.
+    #[test]
+    fn simple_the_documentations_example() {
+        assert_eq!(
+            letters("The 2 QUICK Brown-Foxes jumped over the lazy dog's bone."),
+            [
+                "the", "quick", "brown", "foxes", "jumped", "over", "the", "lazy", "dog", "s",
+                "bone"
+            ]
+        );
+    }
+
+    /// Lucene's `TestAnalyzers.testSimple` (lucene/analysis/common, core package).
+    #[test]
+    fn simple_as_lucenes_test_analyzers() {
+        let cases: &[(&str, &[&str])] = &[
+            ("foo bar FOO BAR", &["foo", "bar", "foo", "bar"]),
+            ("foo      bar .  FOO <> BAR", &["foo", "bar", "foo", "bar"]),
+            ("foo.bar.FOO.BAR", &["foo", "bar", "foo", "bar"]),
+            ("U.S.A.", &["u", "s", "a"]),
+            ("C++", &["c"]),
+            ("B2B", &["b", "b"]),
+            ("2B", &["b"]),
+            ("\"QUOTED\" word", &["quoted", "word"]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(letters(text), *want, "{text}");
+        }
+    }
+
+    /// What scanstore relies on: the letters of a banner's words are found on their own.
+    #[test]
+    fn simple_splits_banners_into_letter_runs() {
+        assert_eq!(
+            letters("SSH-2.0-OpenSSH_8.9p1 Ubuntu-3ubuntu0.1"),
+            ["ssh", "openssh", "p", "ubuntu", "ubuntu"]
+        );
+        assert!(letters("2.4.41").is_empty());
+        let t = Analyzer::Simple.tokens("ΣΟΦΟΣ İx");
+        assert_eq!(
+            t[0].text, "σοφοσ",
+            "code point by code point: no final sigma"
+        );
+        assert_eq!(t[1].text, "ix");
+        assert_eq!((t[1].start, t[1].end, t[1].kind), (6, 8, "word"));
+        let long = Analyzer::Simple.tokens(&"b".repeat(300));
+        assert_eq!((long.len(), long[1].start), (2, 255));
+    }
+
+    #[test]
+    fn keyword_keeps_the_text_whole_and_unknown_analyzers_are_refused() {
+        let t = Analyzer::Keyword.tokens("Foo Bar");
+        assert_eq!((t.len(), t[0].text.as_str()), (1, "Foo Bar"));
+        assert_eq!(Analyzer::parse("default"), Some(Analyzer::Standard));
+        assert_eq!(Analyzer::parse("whitespace"), None);
+        assert_eq!(Analyzer::parse("english"), None);
     }
 }

@@ -136,6 +136,9 @@ pub fn dynamic_field(v: &Value) -> Option<Field> {
         dynamic: None,
         fields: BTreeMap::new(),
         ignore_above: None,
+        analyzer: None,
+        search_analyzer: None,
+        since_seq: 0,
         extra: Map::new(),
     };
     match v {

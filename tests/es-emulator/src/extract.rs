@@ -1,10 +1,10 @@
-//! Reading typed values out of `_source`: JSON scalar → [`Key`] per field type, the
-//! tokeniser for `text`, dotted-path lookup (objects, dotted keys, arrays), and
+//! Reading typed values out of `_source`: JSON scalar → [`Key`] per field type, dotted-path lookup (objects, dotted keys, arrays), and
 //! [`FieldRef`], a field resolved once per index and request.
 
 use serde_json::Value;
 
-use crate::mapping::Ty;
+use crate::analysis::Analyzer;
+use crate::mapping::{Field, Ty};
 use crate::values::{parse_date, parse_ip, Key};
 
 /// Converts one JSON scalar to the field's key type; `Err` carries the cause message.
@@ -131,9 +131,28 @@ pub struct FieldRef {
     pub path: String,
     pub ty: Ty,
     pub ignore_above: Option<usize>,
+    /// A text field's index and search analyzers.
+    pub analyzers: Option<(Analyzer, Analyzer)>,
+    /// Documents with a lower sequence number were written before this field was mapped.
+    pub since_seq: i64,
 }
 
 impl FieldRef {
+    pub fn new(path: String, field: &Field) -> FieldRef {
+        FieldRef {
+            path,
+            ty: field.ty,
+            ignore_above: field.ignore_above,
+            analyzers: field.analyzers(),
+            since_seq: field.since_seq,
+        }
+    }
+
+    /// Whether this field indexed the document written with `seq_no`.
+    pub fn indexed(&self, seq_no: i64) -> bool {
+        seq_no >= self.since_seq
+    }
+
     fn admits(&self, v: &Value) -> bool {
         match (self.ignore_above, v.as_str()) {
             (Some(limit), Some(s)) => s.chars().count() <= limit,

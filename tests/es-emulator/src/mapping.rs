@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
+use crate::analysis::Analyzer;
 use crate::doc_check::{check_object, needs_new_fields};
 use crate::error::EsError;
 use crate::extract::FieldRef;
@@ -91,8 +92,25 @@ pub struct Field {
     /// Multi-fields (`fields: {keyword: {type: keyword}}`).
     pub fields: BTreeMap<String, Field>,
     pub ignore_above: Option<usize>,
+    /// A text field's declared `analyzer` and `search_analyzer` (`None`: the default).
+    pub analyzer: Option<Analyzer>,
+    pub search_analyzer: Option<Analyzer>,
+    /// The index's first sequence number this field indexes: a multi-field added to a live
+    /// index is not indexed for the documents written before (as in Elasticsearch, until
+    /// they are written again).
+    pub since_seq: i64,
     /// Other mapping parameters, echoed unchanged.
     pub extra: Map<String, Value>,
+}
+
+impl Field {
+    /// The analyzers a text field indexes and searches with; `None` for other types.
+    pub fn analyzers(&self) -> Option<(Analyzer, Analyzer)> {
+        (self.ty == Ty::Text).then(|| {
+            let index = self.analyzer.unwrap_or_default();
+            (index, self.search_analyzer.unwrap_or(index))
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -160,12 +178,38 @@ fn parse_field(name: &str, def: &Value) -> Result<Field, EsError> {
     for (k, v) in obj {
         if !matches!(
             k.as_str(),
-            "type" | "properties" | "dynamic" | "fields" | "ignore_above"
+            "type"
+                | "properties"
+                | "dynamic"
+                | "fields"
+                | "ignore_above"
+                | "analyzer"
+                | "search_analyzer"
         ) {
             extra.insert(k.clone(), v.clone());
         }
     }
+    let analyzer = |key: &str| -> Result<Option<Analyzer>, EsError> {
+        let Some(v) = obj.get(key) else {
+            return Ok(None);
+        };
+        if ty != Ty::Text {
+            return Err(mapper_error(format!(
+                "unknown parameter [{key}] on mapper [{name}] of type [{type_name}]"
+            )));
+        }
+        let named = v.as_str().unwrap_or_default();
+        Analyzer::parse(named).map(Some).ok_or_else(|| {
+            mapper_error(format!(
+                "analyzer [{named}] has not been configured in mappings ({})",
+                Analyzer::IMPLEMENTED
+            ))
+        })
+    };
     Ok(Field {
+        analyzer: analyzer("analyzer")?,
+        search_analyzer: analyzer("search_analyzer")?,
+        since_seq: 0,
         ty,
         type_name,
         props: parse_props(obj.get("properties"))?,
@@ -190,6 +234,12 @@ fn field_json(f: &Field) -> Value {
     if let Some(n) = f.ignore_above {
         m.insert("ignore_above".into(), json!(n));
     }
+    if let Some(a) = f.analyzer {
+        m.insert("analyzer".into(), json!(a.name()));
+    }
+    if let Some(a) = f.search_analyzer {
+        m.insert("search_analyzer".into(), json!(a.name()));
+    }
     m.extend(f.extra.clone());
     if !f.fields.is_empty() {
         m.insert("fields".into(), props_json(&f.fields));
@@ -210,6 +260,68 @@ fn dynamic_json(d: Dynamic) -> Value {
 
 fn props_json(p: &BTreeMap<String, Field>) -> Value {
     Value::Object(p.iter().map(|(k, f)| (k.clone(), field_json(f))).collect())
+}
+
+fn check_additions(
+    have: &BTreeMap<String, Field>,
+    add: &BTreeMap<String, Field>,
+    at: &str,
+) -> Result<(), EsError> {
+    for (k, f) in add {
+        let path = if at.is_empty() {
+            k.clone()
+        } else {
+            format!("{at}.{k}")
+        };
+        let Some(h) = have.get(k) else { continue };
+        let conflict =
+            |reason: String| Err(EsError::new(400, "illegal_argument_exception", reason));
+        if h.type_name != f.type_name {
+            return conflict(format!(
+                "mapper [{path}] cannot be changed from type [{}] to [{}]",
+                h.type_name, f.type_name
+            ));
+        }
+        for (param, was, now) in [
+            ("analyzer", h.analyzer, f.analyzer),
+            ("search_analyzer", h.search_analyzer, f.search_analyzer),
+        ] {
+            if was != now {
+                let name = |a: Option<Analyzer>| a.map_or("default", Analyzer::name);
+                return conflict(format!(
+                    "Mapper for [{path}] conflicts with existing mapper:\n\tCannot update parameter [{param}] from [{}] to [{}]",
+                    name(was),
+                    name(now)
+                ));
+            }
+        }
+        check_additions(&h.props, &f.props, &path)?;
+        check_additions(&h.fields, &f.fields, &path)?;
+    }
+    Ok(())
+}
+
+fn add_fields(have: &mut BTreeMap<String, Field>, add: &BTreeMap<String, Field>, next_seq: i64) {
+    for (k, f) in add {
+        match have.get_mut(k) {
+            Some(h) => {
+                add_fields(&mut h.props, &f.props, next_seq);
+                add_fields(&mut h.fields, &f.fields, next_seq);
+            }
+            None => {
+                let mut f = f.clone();
+                stamp(&mut f, next_seq);
+                have.insert(k.clone(), f);
+            }
+        }
+    }
+}
+
+fn stamp(f: &mut Field, since_seq: i64) {
+    f.since_seq = since_seq;
+    for sub in f.props.values_mut().chain(f.fields.values_mut()) {
+        stamp(sub, since_seq);
+    }
 }
 
 /// A resolved field: where its values live in `_source`, and its type.
@@ -261,51 +373,12 @@ impl Mapping {
     }
 
     /// Adds the fields of `other` that this mapping lacks, as `PUT _mapping` does: a field
-    /// both have must keep its type (objects gain sub-fields); on a conflict nothing
-    /// changes and the error names the field.
-    pub fn add_fields(&mut self, other: &Mapping) -> Result<(), EsError> {
-        fn check(
-            have: &BTreeMap<String, Field>,
-            add: &BTreeMap<String, Field>,
-            at: &str,
-        ) -> Result<(), EsError> {
-            for (k, f) in add {
-                let path = if at.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{at}.{k}")
-                };
-                if let Some(h) = have.get(k) {
-                    if h.type_name != f.type_name {
-                        return Err(EsError::new(
-                            400,
-                            "illegal_argument_exception",
-                            format!(
-                                "mapper [{path}] cannot be changed from type [{}] to [{}]",
-                                h.type_name, f.type_name
-                            ),
-                        ));
-                    }
-                    check(&h.props, &f.props, &path)?;
-                }
-            }
-            Ok(())
-        }
-        fn add(have: &mut BTreeMap<String, Field>, add: &BTreeMap<String, Field>) {
-            for (k, f) in add {
-                match have.get_mut(k) {
-                    Some(h) => add_props(h, f),
-                    None => {
-                        have.insert(k.clone(), f.clone());
-                    }
-                }
-            }
-        }
-        fn add_props(h: &mut Field, f: &Field) {
-            add(&mut h.props, &f.props);
-        }
-        check(&self.props, &other.props, "")?;
-        add(&mut self.props, &other.props);
+    /// both have must keep its type and analyzers (objects gain sub-fields, fields gain
+    /// multi-fields); on a conflict nothing changes and the error names the field. A field
+    /// added here indexes the documents from sequence number `next_seq` on.
+    pub fn add_fields(&mut self, other: &Mapping, next_seq: i64) -> Result<(), EsError> {
+        check_additions(&self.props, &other.props, "")?;
+        add_fields(&mut self.props, &other.props, next_seq);
         if other.dynamic != Dynamic::True {
             self.dynamic = other.dynamic;
         }
@@ -359,11 +432,8 @@ impl Mapping {
     }
 
     pub fn field_ref(&self, field: &str) -> Option<FieldRef> {
-        self.resolve(field).map(|r| FieldRef {
-            path: r.source_path,
-            ty: r.field.ty,
-            ignore_above: r.field.ignore_above,
-        })
+        self.resolve(field)
+            .map(|r| FieldRef::new(r.source_path, r.field))
     }
 
     /// Indexed keys of `field` in a document (empty for unmapped or object fields).
@@ -443,7 +513,7 @@ mod tests {
             "ip": {"type": "ip"}, "state": {"type": "keyword"},
             "svc": {"properties": {"cpe": {"type": "keyword"}}}}}))
         .unwrap();
-        m.add_fields(&more).unwrap();
+        m.add_fields(&more, 0).unwrap();
         assert_eq!(m.resolve("state").map(|r| r.field.ty), Some(Ty::Keyword));
         assert_eq!(m.resolve("svc.cpe").map(|r| r.field.ty), Some(Ty::Keyword));
         assert_eq!(m.resolve("svc.name").map(|r| r.field.ty), Some(Ty::Keyword));
@@ -451,7 +521,7 @@ mod tests {
             &json!({"properties": {"ip": {"type": "keyword"}, "x": {"type": "long"}}}),
         )
         .unwrap();
-        let e = m.add_fields(&clash).unwrap_err();
+        let e = m.add_fields(&clash, 0).unwrap_err();
         assert!(
             e.reason
                 .contains("mapper [ip] cannot be changed from type [ip] to [keyword]"),

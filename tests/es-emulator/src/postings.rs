@@ -236,25 +236,11 @@ fn walk(props: &BTreeMap<String, Field>, prefix: &str, out: &mut Vec<(String, Fi
             format!("{prefix}.{name}")
         };
         if f.ty == Ty::Keyword {
-            out.push((
-                full.clone(),
-                FieldRef {
-                    path: full.clone(),
-                    ty: Ty::Keyword,
-                    ignore_above: f.ignore_above,
-                },
-            ));
+            out.push((full.clone(), FieldRef::new(full.clone(), f)));
         }
         for (sub, sf) in &f.fields {
             if sf.ty == Ty::Keyword {
-                out.push((
-                    format!("{full}.{sub}"),
-                    FieldRef {
-                        path: full.clone(),
-                        ty: Ty::Keyword,
-                        ignore_above: sf.ignore_above,
-                    },
-                ));
+                out.push((format!("{full}.{sub}"), FieldRef::new(full.clone(), sf)));
             }
         }
         walk(&f.props, &full, out);

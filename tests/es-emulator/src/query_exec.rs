@@ -3,7 +3,6 @@
 
 use serde_json::Value;
 
-use crate::analysis::terms;
 use crate::error::EsError;
 use crate::extract::FieldRef;
 use crate::extract::{source_values, to_key};
@@ -145,9 +144,10 @@ pub fn compile(q: &Query, m: &Mapping) -> Result<Compiled, EsError> {
                     .as_str()
                     .map(str::to_owned)
                     .unwrap_or_else(|| text.to_string());
+                let search = f.analyzers.map(|(_, search)| search).unwrap_or_default();
                 Compiled::Tokens {
+                    tokens: search.terms(&s).collect(),
                     field: f,
-                    tokens: terms(&s).collect(),
                     and: *and,
                 }
             }
@@ -213,9 +213,9 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
         Compiled::Ids(ids) => ids.iter().any(|i| i == id).then_some(1.0),
         Compiled::Keys {
             field, keys, cidrs, ..
-        } => field
-            .any(src, &mut |v| value_in(field.ty, v, keys, cidrs))
-            .then_some(1.0),
+        } => (field.indexed(doc.seq_no)
+            && field.any(src, &mut |v| value_in(field, v, keys, cidrs)))
+        .then_some(1.0),
         Compiled::Range { field, lo, hi } => field
             .any(src, &mut |v| {
                 let ty = if field.ty == Ty::Text {
@@ -247,10 +247,14 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
             tokens: want,
             and,
         } => {
+            if !field.indexed(doc.seq_no) {
+                return None;
+            }
+            let index = field.analyzers.map(|(index, _)| index).unwrap_or_default();
             let mut have: Vec<String> = Vec::new();
             field.any(src, &mut |v| {
                 if let Some(s) = v.as_str() {
-                    have.extend(terms(s));
+                    have.extend(index.terms(s));
                 }
                 false
             });
@@ -298,11 +302,15 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
 
 /// Whether one raw `_source` value equals one of the term keys (or lies in a CIDR), without
 /// allocating for keyword strings.
-fn value_in(ty: Ty, v: &Value, keys: &[Key], cidrs: &[(u128, u128)]) -> bool {
+fn value_in(field: &FieldRef, v: &Value, keys: &[Key], cidrs: &[(u128, u128)]) -> bool {
+    let ty = field.ty;
     match (ty, v) {
         (Ty::Keyword, Value::String(s)) => keys.iter().any(|k| matches!(k, Key::Str(x) if x == s)),
         (Ty::Text, Value::String(s)) => {
-            terms(s).any(|t| keys.iter().any(|k| matches!(k, Key::Str(x) if *x == t)))
+            let index = field.analyzers.map(|(index, _)| index).unwrap_or_default();
+            index
+                .terms(s)
+                .any(|t| keys.iter().any(|k| matches!(k, Key::Str(x) if *x == t)))
         }
         _ => match to_key(ty, v) {
             Ok(Some(h)) => {

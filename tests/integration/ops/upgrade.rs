@@ -263,6 +263,15 @@ fn indices_of_an_earlier_release_gain_the_new_fields_at_start() {
             p["ip"]["type"], "ip",
             "{idx}: existing fields keep their type"
         );
+        assert_eq!(
+            p["banner"]["fields"]["words"]["analyzer"], "simple",
+            "{idx}: the banner gains its words"
+        );
+        let (_, t) = es.post(
+            &format!("/{idx}/_analyze"),
+            &json!({"field": "banner.words", "text": "SSH-2.0-OpenSSH_8.9p1"}),
+        );
+        assert_eq!(t["tokens"][1]["token"], "openssh", "{idx}: {t}");
     }
     // Installing again changes nothing and fails nothing.
     scanstore::es::setup::install(&client, &prefix).unwrap();

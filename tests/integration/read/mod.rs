@@ -8,6 +8,7 @@ mod cdp;
 mod isolation;
 pub mod openapi;
 mod paging;
+mod text_search;
 
 use serde_json::Value;
 
