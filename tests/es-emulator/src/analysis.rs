@@ -15,7 +15,9 @@ use unicode_segmentation::UnicodeSegmentation;
 use crate::app::App;
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
+use crate::mapping::Ty;
 use crate::resolve::{resolve_read, IndicesOptions};
+use crate::settings::setting;
 
 /// Longest token, in characters (`max_token_length` of the standard and letter tokenizers).
 const MAX_TOKEN_LENGTH: usize = 255;
@@ -163,9 +165,12 @@ fn bad(reason: impl Into<String>) -> EsError {
     EsError::new(400, "illegal_argument_exception", reason)
 }
 
+/// Most tokens `_analyze` returns, unless the index sets `index.analyze.max_token_count`.
+const MAX_TOKEN_COUNT: usize = 10_000;
+
 /// `GET|POST /_analyze` and `/{index}/_analyze`: `text` (one string) with `analyzer` or,
-/// on an index, `field` (a text field analyses with its mapped analyzer, any other as
-/// keyword). Anything else the API takes is refused, not ignored.
+/// on an index, `field`; at most `index.analyze.max_token_count` tokens. Anything else the API takes
+/// (`explain` once the count is checked) is refused, not ignored.
 pub fn analyze(app: &App, req: &Req, index: Option<&str>) -> HandlerResult {
     let body = req.json_body()?.unwrap_or_else(|| json!({}));
     let Some(obj) = body.as_object() else {
@@ -173,7 +178,7 @@ pub fn analyze(app: &App, req: &Req, index: Option<&str>) -> HandlerResult {
     };
     if let Some(k) = obj
         .keys()
-        .find(|k| !matches!(k.as_str(), "text" | "analyzer" | "field"))
+        .find(|k| !matches!(k.as_str(), "text" | "analyzer" | "field" | "explain"))
     {
         return Err(bad(format!(
             "[_analyze] parameter [{k}] is not supported by the emulator"
@@ -188,6 +193,34 @@ pub fn analyze(app: &App, req: &Req, index: Option<&str>) -> HandlerResult {
         }
         _ => return Err(bad("text is missing")),
     };
+    // The index's field analyzer and token limit, read under one short lock.
+    let (field_analyzer, limit) = match index {
+        None => (None, MAX_TOKEN_COUNT),
+        Some(index) => {
+            let store = app.lock_store();
+            let names = resolve_read(&store, index, IndicesOptions::from_req(req)?)?;
+            let idx = names.first().and_then(|n| store.indices.get(n));
+            let field = obj.get("field").and_then(Value::as_str);
+            // As Elasticsearch: a text field's analyzer, keyword for a keyword field, the
+            // index default for an unmapped one; other types have no analysis.
+            let analyzer = match (idx, field) {
+                (Some(i), Some(f)) => Some(match i.mapping.field_ref(f) {
+                    None => Analyzer::Standard,
+                    Some(r) if r.ty == Ty::Keyword => Analyzer::Keyword,
+                    Some(r) => r.analyzers.map(|(index, _)| index).ok_or_else(|| {
+                        bad(format!("Can't process field [{f}], Analysis requests are only supported on tokenized fields"))
+                    })?,
+                }),
+                _ => None,
+            };
+            let limit = idx
+                .and_then(|i| setting(&i.settings, "analyze.max_token_count"))
+                .and_then(Value::as_str)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(MAX_TOKEN_COUNT);
+            (analyzer, limit)
+        }
+    };
     let analyzer = match (obj.get("analyzer"), obj.get("field")) {
         (Some(_), Some(_)) => {
             return Err(bad(
@@ -201,24 +234,22 @@ pub fn analyze(app: &App, req: &Req, index: Option<&str>) -> HandlerResult {
             ))
         })?,
         (Some(_), None) => return Err(bad("analyzer must be a string")),
-        (None, Some(Value::String(f))) => {
-            let Some(index) = index else {
-                return Err(bad("analysis by field requires an index"));
-            };
-            let store = app.lock_store();
-            let names = resolve_read(&store, index, IndicesOptions::from_req(req)?)?;
-            names
-                .first()
-                .and_then(|n| store.indices.get(n))
-                .and_then(|i| i.mapping.field_ref(f))
-                .and_then(|f| f.analyzers)
-                .map_or(Analyzer::Keyword, |(index, _)| index)
+        (None, Some(Value::String(_))) => {
+            field_analyzer.ok_or_else(|| bad("analysis by field requires an index"))?
         }
         (None, Some(_)) => return Err(bad("field must be a string")),
         (None, None) => Analyzer::Standard,
     };
-    let tokens: Vec<Value> = analyzer
-        .tokens(&text)
+    let tokens = analyzer.tokens(&text);
+    if tokens.len() > limit {
+        return Err(bad(format!(
+            "The number of tokens produced by calling _analyze has exceeded the allowed maximum of [{limit}]. This limit can be set by changing the [index.analyze.max_token_count] index level setting."
+        )));
+    }
+    if obj.get("explain").is_some_and(|e| e != &json!(false)) {
+        return Err(bad("[_analyze] explain is not supported by the emulator"));
+    }
+    let tokens: Vec<Value> = tokens
         .into_iter()
         .map(|t| {
             json!({"token": t.text, "start_offset": t.start, "end_offset": t.end,

@@ -62,6 +62,11 @@ const APIS: &[(&str, &[&str], &[&str])] = &[
         &["DELETE"],
         &["/_index_template/{name}"],
     ),
+    (
+        "indices.analyze",
+        &["POST", "GET"],
+        &["/{index}/_analyze", "/_analyze"],
+    ),
     ("indices.update_aliases", &["POST"], &["/_aliases"]),
     (
         "indices.put_alias",
