@@ -5,7 +5,7 @@
 
 use postgres::Client;
 
-use super::{Db, DbError, Stage};
+use super::{Db, DbError, Queries, Stage};
 
 /// Fresh install: the whole current model.
 const INIT_SQL: &str = include_str!("../../schema/init.sql");
@@ -68,7 +68,7 @@ pub enum Outcome {
 pub fn run(db: &Db) -> Result<Outcome, DbError> {
     let mut conn = db.checkout(Stage::Migrate)?;
     conn.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])?;
-    let result = run_locked(&mut conn);
+    let result = run_locked(conn.client());
     // Unlock even after a failed migration; if the connection itself broke, the server
     // drops the session lock with it.
     let unlocked = conn.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY]);
@@ -96,7 +96,7 @@ fn run_locked(conn: &mut Client) -> Result<Outcome, DbError> {
 }
 
 /// True when every marker of the current schema is present (readiness).
-pub fn is_current(conn: &mut Client) -> Result<bool, DbError> {
+pub fn is_current(conn: &mut impl Queries) -> Result<bool, DbError> {
     let exists: bool = conn
         .query_one("SELECT to_regclass('schema_marker') IS NOT NULL", &[])?
         .get(0);

@@ -1,5 +1,6 @@
 //! PostgreSQL access: the r2d2 pool, the checkout guard that makes every connection's wait
-//! and hold visible per write stage, and `in_tx` for the short transactions.
+//! and hold visible per write stage, and the scoped short transactions (`in_tx`,
+//! `in_spanned_tx`, `read_tx`) every statement runs in.
 //!
 //! Rule of the house: a connection is checked out only for one short transaction and is back
 //! in the pool before any Elasticsearch I/O. The guard logs `ScanWriteConnectionAcquired`
@@ -11,7 +12,6 @@ pub mod session;
 pub mod tls;
 
 use std::marker::PhantomData;
-use std::ops::{Deref, DerefMut};
 use std::time::{Duration, Instant};
 
 use r2d2_postgres::PostgresConnectionManager;
@@ -19,6 +19,7 @@ use r2d2_postgres::PostgresConnectionManager;
 use crate::config::DatabaseConfig;
 use crate::telemetry::context;
 use crate::telemetry::events::{ConnectionAcquired, ConnectionReleased, ConnectionTimedOut};
+use crate::telemetry::span::UploadSpan;
 
 pub use error::DbError;
 use session::Manager;
@@ -163,10 +164,53 @@ impl Db {
     where
         E: From<DbError>,
     {
+        self.scoped(stage, false, f, |tx| tx.commit())
+    }
+
+    /// As [`Db::in_tx`], with the commit timed as `commit_stage` of the write path's span:
+    /// how the write path runs its two transactions.
+    pub fn in_spanned_tx<T, E>(
+        &self,
+        stage: Stage,
+        span: &UploadSpan,
+        commit_stage: &'static str,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<DbError>,
+    {
+        self.scoped(stage, false, f, |tx| {
+            span.stage(commit_stage, || tx.commit())
+        })
+    }
+
+    /// Runs `f` in one short read-only transaction (reads see one snapshot and can write
+    /// nothing), on the session's cached statements.
+    pub fn read_tx<T, E>(
+        &self,
+        stage: Stage,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        E: From<DbError>,
+    {
+        self.scoped(stage, true, f, |tx| tx.commit())
+    }
+
+    fn scoped<T, E>(
+        &self,
+        stage: Stage,
+        read_only: bool,
+        f: impl FnOnce(&mut Tx<'_>) -> Result<T, E>,
+        commit: impl FnOnce(Tx<'_>) -> Result<(), postgres::Error>,
+    ) -> Result<T, E>
+    where
+        E: From<DbError>,
+    {
         let mut conn = self.checkout(stage)?;
-        let mut tx = conn.transaction().map_err(DbError::from)?;
+        let mut tx = conn.inner.transaction(read_only).map_err(DbError::from)?;
         let out = f(&mut tx)?;
-        tx.commit().map_err(DbError::from)?;
+        commit(tx).map_err(DbError::from)?;
         Ok(out)
     }
 
@@ -186,23 +230,11 @@ pub struct Conn {
     _this_thread: PhantomData<*const ()>,
 }
 
-impl Deref for Conn {
-    type Target = postgres::Client;
-    fn deref(&self) -> &postgres::Client {
-        &self.inner.client
-    }
-}
-
-impl DerefMut for Conn {
-    fn deref_mut(&mut self) -> &mut postgres::Client {
-        &mut self.inner.client
-    }
-}
-
 impl Conn {
-    /// A transaction whose statements are this connection's cached ones.
-    pub fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
-        self.inner.transaction()
+    /// The session's client itself, for what the named-statement cache cannot run: the
+    /// migration files' multi-statement scripts.
+    fn client(&mut self) -> &mut postgres::Client {
+        &mut self.inner.client
     }
 }
 

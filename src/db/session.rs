@@ -12,7 +12,7 @@ use r2d2_postgres::PostgresConnectionManager;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Statements by SQL text; a few dozen per connection.
-type Prepared = HashMap<&'static str, Statement>;
+pub type Prepared = HashMap<&'static str, Statement>;
 
 /// One PostgreSQL connection as the pool keeps it.
 pub struct Session {
@@ -29,18 +29,24 @@ impl Session {
     }
 
     /// A transaction whose statements come from (and go into) this session's cache.
-    pub(super) fn transaction(&mut self) -> Result<Tx<'_>, postgres::Error> {
+    pub(super) fn transaction(&mut self, read_only: bool) -> Result<Tx<'_>, postgres::Error> {
         let Session {
             client, prepared, ..
         } = self;
+        let builder = client.build_transaction();
+        let builder = if read_only {
+            builder.read_only(true)
+        } else {
+            builder
+        };
         Ok(Tx {
-            tx: client.transaction()?,
+            tx: builder.start()?,
             prepared,
         })
     }
 }
 
-/// A transaction on a pooled session (see [`crate::db::Conn::transaction`]).
+/// A transaction on a pooled session (see [`crate::db::Db::in_tx`]).
 pub struct Tx<'a> {
     tx: Transaction<'a>,
     prepared: &'a mut Prepared,
@@ -78,9 +84,8 @@ fn cached<C: GenericClient, T>(
 
 pub type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
-/// Where the named SQL constants run: a pooled connection or a transaction on one
-/// (statements cached), or a bare client or transaction (prepared per call, as `postgres`
-/// does for text).
+/// Where the named SQL constants run: a pooled connection or a transaction on one, through
+/// the session's statement cache.
 pub trait Queries {
     fn query(&mut self, sql: &'static str, params: Params) -> Result<Vec<Row>, postgres::Error>;
 
@@ -95,72 +100,48 @@ pub trait Queries {
     fn execute(&mut self, sql: &'static str, params: Params) -> Result<u64, postgres::Error>;
 }
 
-/// Implements [`Queries`]: with `cached: |x| parts`, through the statement cache that
-/// `parts` (a client and its cache) names; without, as the type's own methods.
-macro_rules! queries {
-    ($ty:ty, cached: |$x:ident| $parts:expr) => {
-        impl Queries for $ty {
-            fn query(&mut self, sql: &'static str, p: Params) -> Result<Vec<Row>, postgres::Error> {
-                let $x = self;
-                let (c, prepared) = $parts;
-                cached(c, prepared, sql, |c, s| c.query(s, p))
-            }
-
-            fn query_opt(
-                &mut self,
-                sql: &'static str,
-                p: Params,
-            ) -> Result<Option<Row>, postgres::Error> {
-                let $x = self;
-                let (c, prepared) = $parts;
-                cached(c, prepared, sql, |c, s| c.query_opt(s, p))
-            }
-
-            fn query_one(&mut self, sql: &'static str, p: Params) -> Result<Row, postgres::Error> {
-                let $x = self;
-                let (c, prepared) = $parts;
-                cached(c, prepared, sql, |c, s| c.query_one(s, p))
-            }
-
-            fn execute(&mut self, sql: &'static str, p: Params) -> Result<u64, postgres::Error> {
-                let $x = self;
-                let (c, prepared) = $parts;
-                cached(c, prepared, sql, |c, s| c.execute(s, p))
-            }
-        }
-    };
-    ($ty:ty) => {
-        impl Queries for $ty {
-            fn query(&mut self, sql: &'static str, p: Params) -> Result<Vec<Row>, postgres::Error> {
-                <$ty>::query(self, sql, p)
-            }
-
-            fn query_opt(
-                &mut self,
-                sql: &'static str,
-                p: Params,
-            ) -> Result<Option<Row>, postgres::Error> {
-                <$ty>::query_opt(self, sql, p)
-            }
-
-            fn query_one(&mut self, sql: &'static str, p: Params) -> Result<Row, postgres::Error> {
-                <$ty>::query_one(self, sql, p)
-            }
-
-            fn execute(&mut self, sql: &'static str, p: Params) -> Result<u64, postgres::Error> {
-                <$ty>::execute(self, sql, p)
-            }
-        }
-    };
+/// A client with its session's statement cache: what [`Queries`] runs on.
+pub trait Cached {
+    type Client: GenericClient;
+    fn parts(&mut self) -> (&mut Self::Client, &mut Prepared);
 }
 
-queries!(super::Conn, cached: |c| {
-    let s: &mut Session = &mut c.inner;
-    (&mut s.client, &mut s.prepared)
-});
-queries!(Tx<'_>, cached: |t| (&mut t.tx, &mut *t.prepared));
-queries!(Client);
-queries!(Transaction<'_>);
+impl Cached for super::Conn {
+    type Client = Client;
+    fn parts(&mut self) -> (&mut Client, &mut Prepared) {
+        let s: &mut Session = &mut self.inner;
+        (&mut s.client, &mut s.prepared)
+    }
+}
+
+impl<'a> Cached for Tx<'a> {
+    type Client = Transaction<'a>;
+    fn parts(&mut self) -> (&mut Transaction<'a>, &mut Prepared) {
+        (&mut self.tx, &mut *self.prepared)
+    }
+}
+
+impl<T: Cached> Queries for T {
+    fn query(&mut self, sql: &'static str, p: Params) -> Result<Vec<Row>, postgres::Error> {
+        let (c, prepared) = self.parts();
+        cached(c, prepared, sql, |c, s| c.query(s, p))
+    }
+
+    fn query_opt(&mut self, sql: &'static str, p: Params) -> Result<Option<Row>, postgres::Error> {
+        let (c, prepared) = self.parts();
+        cached(c, prepared, sql, |c, s| c.query_opt(s, p))
+    }
+
+    fn query_one(&mut self, sql: &'static str, p: Params) -> Result<Row, postgres::Error> {
+        let (c, prepared) = self.parts();
+        cached(c, prepared, sql, |c, s| c.query_one(s, p))
+    }
+
+    fn execute(&mut self, sql: &'static str, p: Params) -> Result<u64, postgres::Error> {
+        let (c, prepared) = self.parts();
+        cached(c, prepared, sql, |c, s| c.execute(s, p))
+    }
+}
 
 /// How recently a session must have been in use to be checked out without a check
 /// (HikariCP's default `aliveBypassWindowMs`).

@@ -12,21 +12,18 @@ use uuid::Uuid;
 use super::error::ReadError;
 use super::{params, tasks, with_owner};
 use crate::app::App;
+use crate::db::Queries;
 use crate::http::request::{Reply, Req};
 use crate::projection::status::{self, OutboxState};
 
 pub const DEFAULT_SIZE: usize = 50;
 pub const MAX_SIZE: usize = 200;
 
-// Index executions_task_idx (task_id, created_at); the outbox by its unique execution_id.
-fn page_sql(after: bool) -> String {
-    let keyset = if after {
-        "AND (e.created_at, e.id) > ($3, $4)"
-    } else {
-        ""
-    };
-    format!(
-        "SELECT e.id, e.scanner_id, e.status, e.observation_count, e.endpoint_count,
+/// An execution page: `$keyset` narrows it to the rows after the cursor.
+macro_rules! page_sql {
+    ($keyset:literal) => {
+        concat!(
+            "SELECT e.id, e.scanner_id, e.status, e.observation_count, e.endpoint_count,
                 e.dns_record_count, e.created_at, e.started_at, e.finished_at, e.updated_at,
                 e.attempts AS execution_attempts, e.lease_expires_at AS execution_lease_expires_at,
                 e.failure_reason,
@@ -35,10 +32,16 @@ fn page_sql(after: bool) -> String {
                 o.processed_endpoints, o.phase, o.available_at, now() AS now
            FROM executions e
            LEFT JOIN scan_projection_outbox o ON o.execution_id = e.id
-          WHERE e.task_id = $1 {keyset}
-          ORDER BY e.created_at, e.id LIMIT $2"
-    )
+          WHERE e.task_id = $1 ",
+            $keyset,
+            " ORDER BY e.created_at, e.id LIMIT $2"
+        )
+    };
 }
+
+// Index executions_task_idx (task_id, created_at); the outbox by its unique execution_id.
+const FIRST_PAGE: &str = page_sql!("");
+const PAGE_AFTER: &str = page_sql!("AND (e.created_at, e.id) > ($3, $4)");
 
 fn time(t: Option<DateTime<Utc>>) -> Value {
     t.map_or(Value::Null, |t| {
@@ -123,8 +126,8 @@ pub fn list(app: &App, req: &Req, task: &str) -> Result<Reply, ReadError> {
         let kind = tasks::owned_kind(tx, task, owner.id)?;
         let limit = size as i64 + 1;
         let mut rows = match after {
-            None => tx.query(&page_sql(false), &[&task, &limit])?,
-            Some((at, id)) => tx.query(&page_sql(true), &[&task, &limit, &at, &id])?,
+            None => tx.query(FIRST_PAGE, &[&task, &limit])?,
+            Some((at, id)) => tx.query(PAGE_AFTER, &[&task, &limit, &at, &id])?,
         };
         let more = rows.len() > size;
         rows.truncate(size);

@@ -18,12 +18,11 @@ pub mod params;
 pub mod results;
 pub mod tasks;
 
-use postgres::Transaction;
 use serde_json::Value;
 
 use crate::app::App;
 use crate::auth::{self, Owner};
-use crate::db::{DbError, Stage};
+use crate::db::{Stage, Tx};
 use crate::es::index::Indices;
 use crate::http::request::Req;
 
@@ -34,19 +33,13 @@ pub use error::{Partial, ReadError};
 pub fn with_owner<T>(
     app: &App,
     req: &Req,
-    f: impl FnOnce(&mut Transaction<'_>, Owner) -> Result<T, ReadError>,
+    f: impl FnOnce(&mut Tx<'_>, Owner) -> Result<T, ReadError>,
 ) -> Result<T, ReadError> {
     let token = req.bearer_token().ok_or(ReadError::Unauthorized)?;
-    let mut conn = app.db.checkout(Stage::Read)?;
-    let mut tx = conn
-        .build_transaction()
-        .read_only(true)
-        .start()
-        .map_err(DbError::from)?;
-    let owner = auth::owner(&mut tx, &token)?.ok_or(ReadError::Unauthorized)?;
-    let out = f(&mut tx, owner)?;
-    tx.commit().map_err(DbError::from)?;
-    Ok(out)
+    app.db.read_tx(Stage::Read, |tx| {
+        let owner = auth::owner(tx, &token)?.ok_or(ReadError::Unauthorized)?;
+        f(tx, owner)
+    })
 }
 
 /// Upper bound on how long Elasticsearch may work on one read request before it must

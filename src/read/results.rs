@@ -26,6 +26,7 @@ use uuid::Uuid;
 use super::error::ReadError;
 use super::{endpoint_json, params, search, tasks, with_owner, SEARCH_TIMEOUT};
 use crate::app::App;
+use crate::db::Queries;
 use crate::es::index;
 use crate::es::EsError;
 use crate::http::request::{Reply, Req};

@@ -11,14 +11,14 @@ use crate::task::TaskKind;
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use postgres::{Row, Transaction};
+use postgres::Row;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::error::ReadError;
 use super::{params, with_owner};
 use crate::app::App;
-use crate::db::DbError;
+use crate::db::{DbError, Queries, Tx};
 use crate::http::request::{Reply, Req};
 use crate::projection::status::{self, OutboxState, ProjectionStatus};
 
@@ -28,27 +28,27 @@ pub const MAX_SIZE: usize = 200;
 /// Targets shown per task; `targets_total` tells how many there are.
 pub const MAX_TARGETS: i64 = 100;
 
-const TASK_COLUMNS: &str = "id, kind, status, parent_task_id, tags, executions_total,
-    executions_succeeded, endpoints_total, dns_records_total, last_succeeded_at, created_at,
-    updated_at";
+/// A task query: the columns every task answer shows, then `$rest`.
+macro_rules! task_sql {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, kind, status, parent_task_id, tags, executions_total,
+                executions_succeeded, endpoints_total, dns_records_total, last_succeeded_at,
+                created_at, updated_at FROM tasks ",
+            $rest
+        )
+    };
+}
 
 // Index tasks_owner_created_idx (owner_id, created_at); ties on created_at are broken by id.
-fn task_page_sql(after: bool) -> String {
-    let keyset = if after {
-        "AND (created_at, id) < ($3, $4)"
-    } else {
-        ""
-    };
-    format!(
-        "SELECT {TASK_COLUMNS} FROM tasks WHERE owner_id = $1 {keyset}
-         ORDER BY created_at DESC, id DESC LIMIT $2"
-    )
-}
+const FIRST_PAGE: &str =
+    task_sql!("WHERE owner_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2");
+const PAGE_AFTER: &str = task_sql!(
+    "WHERE owner_id = $1 AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $2"
+);
 
 // Primary key; the owner condition makes another owner's task indistinguishable from none.
-fn task_by_id_sql() -> String {
-    format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1 AND owner_id = $2")
-}
+const TASK_BY_ID: &str = task_sql!("WHERE id = $1 AND owner_id = $2");
 
 // At most MAX_TARGETS per task, through the primary key (task_id, kind, value).
 const TARGETS: &str = "
@@ -99,7 +99,7 @@ pub fn worst(statuses: impl IntoIterator<Item = ProjectionStatus>) -> Projection
 }
 
 pub fn projections(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     task_ids: &[Uuid],
 ) -> Result<HashMap<Uuid, TaskProjection>, DbError> {
     let mut groups: HashMap<Uuid, Vec<(ProjectionStatus, i64)>> = HashMap::new();
@@ -169,7 +169,7 @@ fn task_json(
     })
 }
 
-fn tasks_json(tx: &mut Transaction<'_>, rows: &[Row]) -> Result<Vec<Value>, DbError> {
+fn tasks_json(tx: &mut Tx<'_>, rows: &[Row]) -> Result<Vec<Value>, DbError> {
     let ids: Vec<Uuid> = rows.iter().map(|r| r.get("id")).collect();
     let mut targets: HashMap<Uuid, Vec<Value>> = HashMap::new();
     for r in tx.query(TARGETS, &[&ids, &MAX_TARGETS])? {
@@ -206,8 +206,8 @@ pub fn list(app: &App, req: &Req) -> Result<Reply, ReadError> {
     let (tasks, next) = with_owner(app, req, |tx, owner| {
         let limit = size as i64 + 1;
         let mut rows = match after {
-            None => tx.query(&task_page_sql(false), &[&owner.id, &limit])?,
-            Some((at, id)) => tx.query(&task_page_sql(true), &[&owner.id, &limit, &at, &id])?,
+            None => tx.query(FIRST_PAGE, &[&owner.id, &limit])?,
+            Some((at, id)) => tx.query(PAGE_AFTER, &[&owner.id, &limit, &at, &id])?,
         };
         let more = rows.len() > size;
         rows.truncate(size);
@@ -236,7 +236,7 @@ pub fn get(app: &App, req: &Req, id: &str) -> Result<Reply, ReadError> {
     let task = with_owner(app, req, |tx, owner| {
         let id = id?;
         let row = tx
-            .query_opt(&task_by_id_sql(), &[&id, &owner.id])?
+            .query_opt(TASK_BY_ID, &[&id, &owner.id])?
             .ok_or(ReadError::NotFound)?;
         Ok(tasks_json(tx, &[row])?.remove(0))
     })?;
@@ -244,11 +244,7 @@ pub fn get(app: &App, req: &Req, id: &str) -> Result<Reply, ReadError> {
 }
 
 /// The task's kind if it belongs to `owner` (404 otherwise).
-pub fn owned_kind(
-    tx: &mut Transaction<'_>,
-    task: Uuid,
-    owner: Uuid,
-) -> Result<TaskKind, ReadError> {
+pub fn owned_kind(tx: &mut Tx<'_>, task: Uuid, owner: Uuid) -> Result<TaskKind, ReadError> {
     tx.query_opt(
         "SELECT kind FROM tasks WHERE id = $1 AND owner_id = $2",
         &[&task, &owner],

@@ -9,7 +9,7 @@ use crate::tags::TagScope;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::db::{Db, DbError, Stage};
+use crate::db::{Db, DbError, Queries, Stage};
 
 /// One execution to re-publish.
 #[derive(Debug, Clone, PartialEq, Eq)]

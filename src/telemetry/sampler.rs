@@ -14,7 +14,7 @@ use postgres::error::SqlState;
 
 use super::metrics::{self, QueryLabels};
 use super::Line;
-use crate::db::{Db, DbError, Stage};
+use crate::db::{Db, DbError, Queries, Stage};
 
 // Bounded by the backlog itself: the partial claim index holds only unprocessed rows.
 const BACKLOG: &str = "

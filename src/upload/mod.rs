@@ -169,15 +169,13 @@ fn write_batch(
     let refs = facts::storage_references(prefix, &batch);
     final_scope::check_budget(&refs)?;
 
-    // Transaction A; the connection is back in the pool when this block ends.
-    let (execution, reservation) = {
-        let mut conn = app.db.checkout(Stage::Reserve)?;
-        let mut tx = conn.transaction()?;
-        let lease = cfg.scanner.lease;
-        let out = reserve::run(&mut tx, span, &scanner, execution_id, &batch, &refs, lease)?;
-        span.stage("receipt_commit", || tx.commit())?;
-        out
-    };
+    // Transaction A; the connection is back in the pool when it returns.
+    let lease = cfg.scanner.lease;
+    let (execution, reservation) =
+        app.db
+            .in_spanned_tx(Stage::Reserve, span, "receipt_commit", |tx| {
+                reserve::run(tx, span, &scanner, execution_id, &batch, &refs, lease)
+            })?;
     let (receipt_id, final_reads, tags, answers) = match reservation {
         Reservation::AlreadyConfirmed => {
             span.set("class", "confirmed_retry");
@@ -236,20 +234,16 @@ fn write_batch(
 
     // Transaction B. Only answers to names within the task's domain targets make a child
     // task (a port scan has none).
-    let succeeded = {
-        let mut conn = app.db.checkout(Stage::Confirm)?;
-        let mut tx = conn.transaction()?;
-        let succeeded = confirm::run(
-            &mut tx,
+    let succeeded = app.db.in_spanned_tx(Stage::Confirm, span, "commit", |tx| {
+        confirm::run(
+            tx,
             span,
             &execution,
             receipt_id,
             &answers,
             final_facts.as_ref(),
-        )?;
-        span.stage("commit", || tx.commit())?;
-        succeeded
-    };
+        )
+    })?;
     if let Some(attempt) = succeeded {
         Transition::Succeeded.record(execution_id, attempt);
     }

@@ -1,6 +1,7 @@
 //! `owner create` and `scanner create`: tokens printed once, stored only as SHA-256 (the
 //! digest the server authenticates by), names stored literally, bad input refused.
 
+use scanstore::db::Stage;
 use scanstore::telemetry::Secret;
 use uuid::Uuid;
 
@@ -53,7 +54,11 @@ fn owner_create_prints_a_token_stored_only_as_its_sha256() {
     assert_eq!(digest.len(), 32);
     assert!(row.get::<_, bool>(4), "digest is not sha256(token)");
     // The server's own lookup finds the owner by the printed token.
-    let found = scanstore::auth::owner(&mut c, &Secret::new(token.clone()))
+    let found = t
+        .pool()
+        .read_tx(Stage::Auth, |tx| {
+            scanstore::auth::owner(tx, &Secret::new(token.clone()))
+        })
         .unwrap()
         .expect("server authenticates the printed token");
     assert_eq!(found.id, id);
@@ -145,7 +150,11 @@ fn scanner_create_unrestricted_and_restricted() {
     for (r, owner) in [(&free, None), (&bound, Some(o.parse::<Uuid>().unwrap()))] {
         let token = r.get("token");
         assert_token_shape(token, "scn_");
-        let found = scanstore::auth::scanner(&mut c, &Secret::new(token.to_string()))
+        let found = t
+            .pool()
+            .read_tx(Stage::Auth, |tx| {
+                scanstore::auth::scanner(tx, &Secret::new(token.to_string()))
+            })
             .unwrap()
             .expect("server authenticates the printed scanner token");
         assert_eq!(found.id, r.uuid("scanner_id"));

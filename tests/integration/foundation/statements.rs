@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use scanstore::config::DatabaseConfig;
 use scanstore::db::{Db, Queries, Stage};
 
 use crate::support::db;
@@ -14,13 +13,7 @@ const SESSION_STATEMENTS: &str =
     "SELECT count(*) FROM pg_prepared_statements WHERE statement = 'SELECT * FROM statement_cache_t'";
 
 fn one_connection(url: &str) -> Db {
-    Db::new(&DatabaseConfig {
-        url: url.to_string(),
-        ca_file: None,
-        pool_size: 1,
-        pool_timeout: Duration::from_secs(10),
-    })
-    .unwrap()
+    db::pool(url, 1, Duration::from_secs(10))
 }
 
 #[test]

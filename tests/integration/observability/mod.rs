@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use scanstore::config::DatabaseConfig;
 use scanstore::db::{Db, Stage};
 use scanstore::telemetry::sampler::{sample_once, SlowSql, Unavailable};
 
@@ -18,13 +17,7 @@ use crate::support::stack::Stack;
 use crate::support::scan::t0;
 
 fn pool(url: &str, size: u32) -> Db {
-    Db::new(&DatabaseConfig {
-        url: url.to_string(),
-        ca_file: None,
-        pool_size: size,
-        pool_timeout: Duration::from_millis(300),
-    })
-    .unwrap()
+    crate::support::db::pool(url, size, Duration::from_millis(300))
 }
 
 /// Parses the text exposition into (series, value) pairs, failing on a malformed line.

@@ -40,7 +40,7 @@ fn serve_notifies_readiness_after_migrating_and_listening_and_stopping_on_sigter
     );
     assert!(ready.contains(&served.base), "{ready:?}");
     // Ready means migrated and answering.
-    assert!(scanstore::db::migrate::is_current(&mut t.connect()).unwrap());
+    assert!(t.schema_is_current());
     let health = http()
         .get(format!("{}/healthz", served.base))
         .call()

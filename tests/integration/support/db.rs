@@ -51,6 +51,36 @@ impl TestDb {
     pub fn connect(&self) -> Client {
         Client::connect(&self.url, NoTls).expect("connect to the test database")
     }
+
+    /// A one-connection scanstore pool on this database.
+    pub fn pool(&self) -> scanstore::db::Db {
+        pool(&self.url, 1, std::time::Duration::from_secs(30))
+    }
+
+    /// Whether scanstore's readiness check finds the current schema here.
+    pub fn schema_is_current(&self) -> bool {
+        schema_is_current(&self.url)
+    }
+}
+
+/// A scanstore pool of `size` connections on `url`, waiting at most `timeout` for one.
+pub fn pool(url: &str, size: u32, timeout: std::time::Duration) -> scanstore::db::Db {
+    let cfg = scanstore::config::DatabaseConfig {
+        url: url.to_string(),
+        ca_file: None,
+        pool_size: size,
+        pool_timeout: timeout,
+    };
+    scanstore::db::Db::new(&cfg).expect("pool")
+}
+
+/// Whether scanstore's readiness check finds the current schema at `url`.
+pub fn schema_is_current(url: &str) -> bool {
+    pool(url, 1, std::time::Duration::from_secs(30))
+        .read_tx(scanstore::db::Stage::Health, |tx| {
+            scanstore::db::migrate::is_current(tx)
+        })
+        .expect("schema check")
 }
 
 impl Drop for TestDb {
@@ -109,13 +139,7 @@ pub fn fresh() -> TestDb {
 /// Runs scanstore's embedded migrations against `url` with a one-connection pool that is
 /// gone when this returns (a template must have no open connections).
 pub fn migrate(url: &str) {
-    let cfg = scanstore::config::DatabaseConfig {
-        url: url.to_string(),
-        ca_file: None,
-        pool_size: 1,
-        pool_timeout: std::time::Duration::from_secs(30),
-    };
-    let db = scanstore::db::Db::new(&cfg).expect("pool");
+    let db = pool(url, 1, std::time::Duration::from_secs(30));
     scanstore::db::migrate::run(&db).expect("migrate");
 }
 
