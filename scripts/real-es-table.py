@@ -15,6 +15,10 @@ prints one row per feature and per directory of the vendored YAML tests:
   not run               no result for the row's tests (a filter narrowed the run, or the
                         run stopped before them)
 
+A "YAML <directory>" row counts the YAML runner's own lines: `skip-listed` are the tests
+the emulator is known to fail (SKIPS in tests/integration/emulator/conformance.rs; on a
+cluster the list does not apply), `version-gated` those a file's `skip` excludes.
+
   real-es-table.py --filters                      the cargo filters of every row
   real-es-table.py --check-map LIST               every filter matches a test of LIST
                                                   (the output of `cargo test -- --list`)
