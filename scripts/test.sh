@@ -69,6 +69,8 @@ if [ $# -eq 0 ]; then
   db_host=$(python3 -c 'import sys, urllib.parse as u; print(u.urlparse(sys.argv[1]).hostname or "127.0.0.1")' "$STORAGE_TEST_DATABASE_URL")
   db_user=$(python3 -c 'import sys, urllib.parse as u; print(u.urlparse(sys.argv[1]).username or "postgres")' "$STORAGE_TEST_DATABASE_URL")
   PGHOST=$db_host PGPORT=$db_port PGUSER=$db_user bash tests/sql/run.sh
+  # The compatibility run's table parser and feature map (scripts/test-real-es.sh; seconds).
+  bash scripts/test-real-es.sh --self-check
   # The README's run command, end to end: start everything, upload the demo, see it published.
   # Its own data directory and ports, so it runs beside a developer's scripts/dev.sh.
   SCANSTORE_DEV_DIR=target/dev-smoke DEV_EXIT=1 bash scripts/dev.sh >target/dev-smoke.log 2>&1 ||

@@ -26,7 +26,8 @@ def main(url: str) -> None:
     )
     info = es.info()
     assert info["version"]["number"].startswith(("7.", "8.")), info
-    index = f"peer-check-{uuid.uuid4().hex[:12]}"
+    # STORAGE_TEST_ES_PREFIX: the test run's own names on a shared cluster.
+    index = os.environ.get("STORAGE_TEST_ES_PREFIX", "") + f"peer-check-{uuid.uuid4().hex[:12]}"
     es.indices.create(
         index=index,
         settings={"number_of_shards": 1, "number_of_replicas": 0, "refresh_interval": "-1"},

@@ -58,6 +58,17 @@ pub struct Opts {
     /// (default: $SCANSTORE_ES_URL)
     #[arg(long)]
     pub es_url: Option<String>,
+    /// With `--es-url`: a file holding the cluster's API key (the encoded form
+    /// Elasticsearch prints). (default: the key in $SCANSTORE_ES_API_KEY)
+    #[arg(long)]
+    pub es_api_key_file: Option<PathBuf>,
+    /// With `--es-url`: the CA certificate (PEM) the cluster's HTTPS is verified against.
+    #[arg(long)]
+    pub es_ca_file: Option<PathBuf>,
+    /// Start of every index prefix the bench makes, so that a run on a shared cluster can
+    /// tell its indices from everyone else's.
+    #[arg(long, default_value = "bench")]
+    pub prefix_root: String,
     #[arg(long, default_value = "target/release/scanstore")]
     pub scanstore_bin: PathBuf,
     #[arg(long, default_value = "target/release/scanstore-es-emulator")]
@@ -233,6 +244,27 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
             ));
         }
     }
+    if opts.es_url.is_none() && (opts.es_api_key_file.is_some() || opts.es_ca_file.is_some()) {
+        return Err("--es-api-key-file and --es-ca-file are for --es-url".into());
+    }
+    if opts.es_url.is_some() {
+        let api_key = match &opts.es_api_key_file {
+            Some(f) => Some(
+                std::fs::read_to_string(f)
+                    .map_err(|e| format!("{}: {e}", f.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => std::env::var("SCANSTORE_ES_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty()),
+        };
+        stack::set_external(stack::External {
+            api_key,
+            ca: opts.es_ca_file.clone(),
+        });
+    }
+    let _ = scenario::PREFIX_ROOT.set(opts.prefix_root.clone());
     let logs = opts.out.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
     if opts.tls {

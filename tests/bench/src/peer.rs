@@ -46,9 +46,11 @@ pub fn run(
         f.flush().map_err(|e| e.to_string())?;
     }
     let mut cmd = Command::new(python);
-    if let Some(tls) = crate::stack::tls() {
-        cmd.env("ES_API_KEY", &tls.api_key)
-            .env("ES_CA_FILE", &tls.ca);
+    if let Some(key) = crate::stack::es_api_key() {
+        cmd.env("ES_API_KEY", key);
+    }
+    if let Some(ca) = crate::stack::ca_file() {
+        cmd.env("ES_CA_FILE", ca);
     }
     let out = cmd
         .arg(script)

@@ -17,9 +17,10 @@ pub const CLASSES: [&str; 4] = ["normal", "final", "confirmed_retry", "dns"];
 
 pub fn agent() -> ureq::Agent {
     let mut config = ureq::Agent::config_builder();
-    if let Some(tls) = crate::stack::tls() {
-        // Checked when the CA was made; a CA that cannot be read fails the first request.
-        if let Ok(roots) = scanstore::es::access::ca_roots(&tls.ca) {
+    if let Some(ca) = crate::stack::ca_file() {
+        // Checked when the CA was made or given; a CA that cannot be read fails the first
+        // request.
+        if let Ok(roots) = scanstore::es::access::ca_roots(&ca) {
             config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
         }
     }

@@ -174,9 +174,14 @@ fn pretouch_mib(opts: &Opts, size: usize) -> usize {
     wanted.min(usize::try_from(spare).unwrap_or(usize::MAX))
 }
 
+/// A fresh index prefix: `--prefix-root` and random hex.
 pub fn prefix() -> String {
-    format!("bench{}", &Uuid::new_v4().simple().to_string()[..8])
+    let root = PREFIX_ROOT.get().map_or("bench", String::as_str);
+    format!("{root}{}", &Uuid::new_v4().simple().to_string()[..8])
 }
+
+/// `--prefix-root`, set once at start.
+pub static PREFIX_ROOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Scanner rows and one running execution each; `size` endpoints split over `n` scanners,
 /// numbered from `offset`.

@@ -55,25 +55,59 @@ pub fn enable_tls(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// What the bench presents to an external cluster (`--es-url`) and trusts it by.
+#[derive(Default)]
+pub struct External {
+    pub api_key: Option<String>,
+    pub ca: Option<PathBuf>,
+}
+
+static EXTERNAL: OnceLock<External> = OnceLock::new();
+
+/// Sets the external cluster's key and CA for every client made from now on.
+pub fn set_external(external: External) {
+    let _ = EXTERNAL.set(external);
+}
+
+/// The API key the ES target requires: the `--tls` run's own, or the external cluster's.
+pub fn es_api_key() -> Option<String> {
+    match tls() {
+        Some(t) => Some(t.api_key.clone()),
+        None => EXTERNAL.get().and_then(|e| e.api_key.clone()),
+    }
+}
+
+/// The CA every client of the run trusts: the `--tls` run's, or the external cluster's.
+pub fn ca_file() -> Option<PathBuf> {
+    match tls() {
+        Some(t) => Some(t.ca.clone()),
+        None => EXTERNAL.get().and_then(|e| e.ca.clone()),
+    }
+}
+
 /// An Elasticsearch client for the bench's own requests, with the run's key and CA.
 pub fn es_client(url: &str, timeout: Duration) -> Result<EsClient, String> {
-    let Some(tls) = tls() else {
-        return Ok(EsClient::new(url, timeout));
+    let roots = match ca_file() {
+        Some(ca) => Some(scanstore::es::access::ca_roots(&ca)?),
+        None => None,
     };
-    let roots = scanstore::es::access::ca_roots(&tls.ca)?;
-    let auth = EsAuth::ApiKey(Secret::new(tls.api_key.clone()));
+    let auth = match es_api_key() {
+        Some(key) => EsAuth::ApiKey(Secret::new(key)),
+        None if roots.is_none() => return Ok(EsClient::new(url, timeout)),
+        None => EsAuth::None,
+    };
     Ok(EsClient::with_access(
         url,
         timeout,
         &auth,
-        Some(&roots),
+        roots.as_ref(),
         None,
     ))
 }
 
 /// The `Authorization` header of the bench's own Elasticsearch requests, if any.
 pub fn es_authorization() -> Option<String> {
-    tls().map(|t| format!("ApiKey {}", t.api_key))
+    es_api_key().map(|k| format!("ApiKey {k}"))
 }
 
 /// What a scenario changes in scanstore's configuration.
@@ -273,28 +307,30 @@ pub fn scanstore(
         cfg.heartbeat_seconds,
     );
     let text = match tls() {
-        Some(tls) => text
-            .replace(
-                "[server]\n",
-                &format!(
-                    "[server]\ntls_cert = {:?}\ntls_key = {:?}\n",
-                    tls.cert.display().to_string(),
-                    tls.key.display().to_string()
-                ),
-            )
-            .replace(
-                "[elasticsearch]\n",
-                &format!(
-                    "[elasticsearch]\nca_file = {:?}\n",
-                    tls.ca.display().to_string()
-                ),
+        Some(tls) => text.replace(
+            "[server]\n",
+            &format!(
+                "[server]\ntls_cert = {:?}\ntls_key = {:?}\n",
+                tls.cert.display().to_string(),
+                tls.key.display().to_string()
             ),
+        ),
+        None => text,
+    };
+    let text = match ca_file() {
+        Some(ca) => text.replace(
+            "[elasticsearch]\n",
+            &format!(
+                "[elasticsearch]\nca_file = {:?}\n",
+                ca.display().to_string()
+            ),
+        ),
         None => text,
     };
     std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
     let mut cmd = Command::new(&opts.scanstore_bin);
-    if let Some(tls) = tls() {
-        cmd.env("SCANSTORE_ES_API_KEY", &tls.api_key);
+    if let Some(key) = es_api_key() {
+        cmd.env("SCANSTORE_ES_API_KEY", key);
     }
     cmd.arg("serve")
         .arg("--config")

@@ -35,7 +35,17 @@ fn quick_mode_writes_a_sane_report() {
         .filter(|u| !u.is_empty());
     if let Some(url) = &real {
         cmd.arg("--es-url").arg(url);
+        let access = crate::support::secure::suite_access();
+        if let Some(key) = &access.api_key {
+            cmd.env("SCANSTORE_ES_API_KEY", key);
+        }
+        if let Some(ca) = &access.ca_file {
+            cmd.arg("--es-ca-file").arg(ca);
+        }
     }
+    // Its indices and templates under the run's root, for the cleanup of a shared cluster.
+    cmd.arg("--prefix-root")
+        .arg(format!("{}bench", crate::support::emulator::es_root()));
     let started = std::time::Instant::now();
     let run = cmd.output().expect("run scanstore-bench");
     assert!(
@@ -63,6 +73,16 @@ fn quick_mode_writes_a_sane_report() {
             .expect("json");
     let size = &summary["sizes"][0];
     assert_eq!(size["endpoints"], 10_000, "{summary:#}");
+    // The figures scripts/test-real-es.sh puts under its table (a debug build's: they tell
+    // the cluster from the emulator, not what a release build reaches).
+    let rate = |key: &str| size[key].as_f64().unwrap_or(0.0).round();
+    println!(
+        "BENCH upload {} endpoints/s (raw _bulk ceiling {}), publication {} endpoints/s (ceiling {})",
+        rate("upload_endpoints_per_s"),
+        rate("ceiling_upload_endpoints_per_s"),
+        rate("publication_endpoints_per_s"),
+        rate("ceiling_publication_endpoints_per_s")
+    );
     assert_eq!(size["published"], 10_000, "{summary:#}");
     for key in [
         "upload_endpoints_per_s",

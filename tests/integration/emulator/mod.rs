@@ -12,4 +12,5 @@ mod search;
 mod visibility;
 mod yaml_api;
 mod yaml_assert;
+mod yaml_namespace;
 mod yaml_runner;

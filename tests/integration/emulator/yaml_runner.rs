@@ -4,7 +4,8 @@
 //!
 //! Version gates are evaluated as if the server were OpenSearch [`RUNNER_VERSION`] (the
 //! vendored files are OpenSearch's; their `- 6.x`/`- 7.x` ranges mean legacy Elasticsearch,
-//! which sorts below every OpenSearch version, as in OpenSearch's own runner).
+//! which sorts below every OpenSearch version, as in OpenSearch's own runner), or, on a
+//! real OpenSearch cluster, as its own version ([`Run::version`]).
 
 use std::collections::HashMap;
 
@@ -12,6 +13,7 @@ use serde_json::{Map, Value};
 
 use super::yaml_api::resolve;
 use super::yaml_assert::{catch_ok, lookup, regex_of, stash_subst, truthy, values_match};
+use super::yaml_namespace::Namespace;
 use crate::support::emulator::Es;
 
 pub const RUNNER_VERSION: (u64, u64, u64) = (3, 0, 0);
@@ -73,8 +75,15 @@ fn parse_version(s: &str) -> Option<(u8, u64, u64, u64)> {
     ))
 }
 
+/// How a section runs: the OpenSearch version its `skip` gates are read against, and on a
+/// shared cluster the namespace that keeps it to its own names.
+pub struct Run<'a> {
+    pub version: (u64, u64, u64),
+    pub ns: Option<&'a Namespace>,
+}
+
 /// Why a `skip` section applies, if it does.
-fn skip_reason(skip: &Value) -> Option<String> {
+fn skip_reason(skip: &Value, version: (u64, u64, u64)) -> Option<String> {
     let reason = skip
         .get("reason")
         .and_then(Value::as_str)
@@ -88,7 +97,7 @@ fn skip_reason(skip: &Value) -> Option<String> {
             let (lo, hi) = r.split_once('-').unwrap_or((r, r));
             let lo = parse_version(lo).unwrap_or((0, 0, 0, 0));
             let hi = parse_version(hi).unwrap_or((u8::MAX, 0, 0, 0));
-            let me = (1, RUNNER_VERSION.0, RUNNER_VERSION.1, RUNNER_VERSION.2);
+            let me = (1, version.0, version.1, version.2);
             if lo <= me && me <= hi {
                 return Some(format!("version {range}: {reason}"));
             }
@@ -111,6 +120,9 @@ fn skip_reason(skip: &Value) -> Option<String> {
 /// Execution state of one test section.
 struct Ctx<'a> {
     es: &'a Es,
+    /// On a shared cluster: the test's own names.
+    ns: Option<&'a Namespace>,
+    version: (u64, u64, u64),
     stash: HashMap<String, Value>,
     body: Value,
     raw: String,
@@ -141,7 +153,10 @@ fn run_do(ctx: &mut Ctx, spec: &Map<String, Value>) -> Result<(), String> {
         return Err("do without an API".into());
     };
     let args = stash_subst(args, &ctx.stash);
-    let args = args.as_object().cloned().unwrap_or_default();
+    let mut args = args.as_object().cloned().unwrap_or_default();
+    if let Some(ns) = ctx.ns {
+        args = ns.request(api, &args);
+    }
     let body = args.get("body");
     let call = resolve(api, &args, body.is_some())?;
     let bytes = body.map(|b| match b {
@@ -172,6 +187,9 @@ fn run_do(ctx: &mut Ctx, spec: &Map<String, Value>) -> Result<(), String> {
         bytes.as_deref(),
     );
     ctx.raw = String::from_utf8_lossy(&r.body).into_owned();
+    if let Some(ns) = ctx.ns {
+        ctx.raw = ns.response(&ctx.raw);
+    }
     ctx.body = if call.method == "HEAD" {
         Value::Bool(r.status < 300)
     } else {
@@ -199,7 +217,7 @@ fn run_step(ctx: &mut Ctx, step: &Value) -> Result<Option<String>, String> {
     };
     let pairs = |arg: &Value| arg.as_object().cloned().unwrap_or_default();
     match kind.as_str() {
-        "skip" => return Ok(skip_reason(arg)),
+        "skip" => return Ok(skip_reason(arg, ctx.version)),
         "do" => run_do(ctx, &pairs(arg))?,
         "set" => {
             for (path, var) in pairs(arg) {
@@ -289,10 +307,19 @@ fn run_steps(ctx: &mut Ctx, steps: &[Value]) -> Result<Option<String>, String> {
     Ok(None)
 }
 
-/// Runs one section with the file's setup and teardown; `reset` wipes the server after.
-pub fn run_section(es: &Es, file: &YamlFile, section: &Section, reset: &dyn Fn()) -> Outcome {
+/// Runs one section with the file's setup and teardown as `run` says; `reset` wipes the
+/// server (or the namespace) after.
+pub fn run_section(
+    es: &Es,
+    run: &Run,
+    file: &YamlFile,
+    section: &Section,
+    reset: &dyn Fn(),
+) -> Outcome {
     let mut ctx = Ctx {
         es,
+        ns: run.ns,
+        version: run.version,
         stash: HashMap::new(),
         body: Value::Null,
         raw: String::new(),

@@ -4,17 +4,21 @@
 //! and publishes through it, and with wrong ones says `unauthorized` in `/readyz`, writes
 //! nothing and never logs the secret. Over HTTPS (the emulator with `--tls-cert`, under a
 //! CA made for the test) scanstore verifies the cluster against `elasticsearch.ca_file`,
-//! and refuses it under any other CA.
+//! and refuses it under any other CA. Those tests start their own emulators, so on a real
+//! cluster (`STORAGE_TEST_ES_URL`) they skip, saying so; there the last test checks the
+//! cluster's own security with the suite's API key and CA.
 
 use std::path::Path;
 use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::support::emulator::{Emulator, Es, Target};
+use crate::support::emulator::{emulator_only, Emulator, Es, Target};
 use crate::support::logs;
 use crate::support::scan::{self, endpoints, Batch};
-use crate::support::secure::{certificates, emulator_tls, temp_dir, Access, EmulatorTls};
+use crate::support::secure::{
+    certificates, emulator_tls, suite_access, temp_dir, Access, EmulatorTls,
+};
 use crate::support::server::{got, http};
 use crate::support::stack::Stack;
 use crate::support::{scan::t0, wait_for};
@@ -53,6 +57,9 @@ fn upload_and_publish(s: &Stack) {
 
 #[test]
 fn the_secured_emulator_refuses_requests_without_its_credentials() {
+    if !emulator_only("the_secured_emulator_refuses_requests_without_its_credentials") {
+        return;
+    }
     let e = Emulator::start_with(&["--api-key", KEY]);
     let raw = e.es().raw("GET", "/", None, None);
     let schemes: Vec<&str> = raw
@@ -96,6 +103,9 @@ fn the_secured_emulator_refuses_requests_without_its_credentials() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn scanstore_works_through_an_api_key_and_through_basic_authentication() {
+    if !emulator_only("scanstore_works_through_an_api_key_and_through_basic_authentication") {
+        return;
+    }
     let s = stack(
         Emulator::start_with(&["--api-key", KEY]),
         EsAuth::ApiKey(Secret::new(KEY.into())),
@@ -119,6 +129,9 @@ fn scanstore_works_through_an_api_key_and_through_basic_authentication() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn wrong_credentials_are_unauthorized_and_write_nothing() {
+    if !emulator_only("wrong_credentials_are_unauthorized_and_write_nothing") {
+        return;
+    }
     let wrong = "d3Jvbmc6a2V5";
     let s = stack(
         Emulator::start_with(&["--api-key", KEY]),
@@ -143,6 +156,9 @@ fn wrong_credentials_are_unauthorized_and_write_nothing() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn over_https_the_cluster_is_verified_against_the_configured_ca_only() {
+    if !emulator_only("over_https_the_cluster_is_verified_against_the_configured_ca_only") {
+        return;
+    }
     let dir = temp_dir("tls");
     let (ca, cert, key) = certificates(&dir);
     let (other_ca, _, _) = certificates(&dir.join("other"));
@@ -199,6 +215,11 @@ fn over_https_the_cluster_is_verified_against_the_configured_ca_only() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_pinned_ca_fingerprint_trusts_that_ca_in_the_clusters_chain_and_nothing_else() {
+    if !emulator_only(
+        "a_pinned_ca_fingerprint_trusts_that_ca_in_the_clusters_chain_and_nothing_else",
+    ) {
+        return;
+    }
     use scanstore::es::access::Fingerprint;
     let dir = temp_dir("pin");
     let (ca, cert, key) = certificates(&dir);
@@ -246,4 +267,67 @@ fn a_pinned_ca_fingerprint_trusts_that_ca_in_the_clusters_chain_and_nothing_else
             .any(|l| l.contains("pinned fingerprint"))
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The suite's cluster refuses a request without its API key or with a wrong one, takes the
+/// suite's key, and over HTTPS is trusted through the suite's CA file and not through the
+/// public web roots. On a real cluster (`STORAGE_TEST_ES_URL`) what was not given (a key,
+/// HTTPS with a CA) is not checked, and said so; without the variable an emulator with
+/// TLS and a key stands in.
+#[test]
+fn the_clusters_security_refuses_requests_without_the_suites_key_and_ca() {
+    let real = std::env::var("STORAGE_TEST_ES_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    let dir = temp_dir("suite-auth");
+    let (url, access, _emulator) = match real {
+        Some(url) => (url, suite_access(), None),
+        None => {
+            let (ca, cert, key) = certificates(&dir);
+            let tls = EmulatorTls {
+                cert,
+                key,
+                ca: ca.clone(),
+            };
+            let e = Emulator::start_tls(&["--api-key", KEY], &tls);
+            let access = Access {
+                api_key: Some(KEY.into()),
+                ca_file: Some(ca),
+            };
+            (e.url().to_string(), access, Some(e))
+        }
+    };
+    let mut checked = Vec::new();
+    if access.api_key.is_some() {
+        for key in [None, Some("bm9wZTpub3Bl".to_string())] {
+            let other = Access {
+                api_key: key.clone(),
+                ca_file: access.ca_file.clone(),
+            };
+            let (status, body) = Es::with_access(&url, &other).get("/");
+            assert_eq!(status, 401, "key {key:?}: {body}");
+        }
+        checked.push("API key");
+    } else {
+        println!("SKIP the API-key check: no STORAGE_TEST_ES_API_KEY was given");
+    }
+    let (status, body) = Es::with_access(&url, &access).get("/");
+    assert_eq!(status, 200, "{body}");
+    assert!(body["version"]["number"].is_string(), "{body}");
+    match &access.ca_file {
+        Some(_) if url.starts_with("https://") => {
+            // The public web roots (ureq's default) do not trust the cluster.
+            let untrusted = ureq::get(url.as_str()).call();
+            assert!(untrusted.is_err(), "trusted without the CA file");
+            checked.push("TLS verified by the CA file");
+        }
+        _ => println!("SKIP the TLS check: no https:// URL with STORAGE_TEST_ES_CA_FILE"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if checked.is_empty() {
+        println!(
+            "SKIP the_clusters_security_refuses_requests_without_the_suites_key_and_ca: \
+             neither an API key nor HTTPS with a CA was given"
+        );
+    }
 }

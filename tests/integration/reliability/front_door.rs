@@ -62,7 +62,7 @@ struct Child {
 fn child(adjust: impl FnOnce(&mut ChildConfig)) -> Child {
     let es = emulator::target();
     let db = crate::support::db::fresh();
-    let prefix = format!("fd{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let prefix = emulator::es_prefix("fd");
     let mut cfg = ChildConfig::new(&db.url, es.es().url(), &prefix);
     adjust(&mut cfg);
     Child {

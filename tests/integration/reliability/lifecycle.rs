@@ -28,7 +28,7 @@ fn kill_between_a_heartbeat_and_the_lease_expiry() {
     let owner = factory::owner(&mut c, false);
     let scanner = factory::scanner(&mut c, None);
     let run = factory::task(&mut c, owner.id, scanner.id, "port_scan", "queued");
-    let prefix = format!("ls{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let prefix = emulator::es_prefix("ls");
     let mut cfg = ChildConfig::new(&db.url, es.es().url(), &prefix);
     cfg.extra_sections = "[scanner]\nlease_seconds = 5\nmax_attempts = 2\n".into();
 
@@ -115,7 +115,7 @@ fn kill_between_abandon_and_repair() {
     let scanner = factory::scanner(&mut c, None);
     let run = factory::task(&mut c, owner.id, scanner.id, "port_scan", "running");
     let e = run.execution_id;
-    let prefix = format!("ab{}", &Uuid::new_v4().simple().to_string()[..8]);
+    let prefix = emulator::es_prefix("ab");
     let mut cfg = ChildConfig::new(&db.url, emu.url(), &prefix);
     cfg.request_timeout_ms = 1000;
     cfg.extra_sections = "[scanner]\nlease_seconds = 60\n".into();

@@ -244,5 +244,5 @@ pub fn wait_published(c: &mut Client, exec: Uuid, limit: Duration) {
 
 /// A prefix unique to this run.
 pub fn prefix(tag: &str) -> String {
-    format!("{tag}{}", &Uuid::new_v4().simple().to_string()[..10])
+    crate::support::emulator::es_prefix(tag)
 }

@@ -188,7 +188,7 @@ fn sighup_swaps_in_a_renewed_certificate_and_keeps_the_old_one_if_the_new_is_bro
             cert.display().to_string(),
             key.display().to_string()
         ),
-        ..ChildConfig::new(&t.url, es.es().url(), "tlsreload")
+        ..ChildConfig::new(&t.url, es.es().url(), &emulator::es_prefix("tlsreload"))
     });
     assert!(serve.base.starts_with("https://"), "{}", serve.base);
     assert!(tls_connect(&serve.base, &first.pem).is_ok());

@@ -5,6 +5,8 @@
 //! prints, and kills the child on drop. Tests that need no fault injection call
 //! [`target()`], which returns the real cluster when `STORAGE_TEST_ES_URL` is set; fault
 //! tests call [`emulator_for_faults`], which returns `None` (after printing why) there.
+//! Every name the suite gives an index, alias, template or scanstore prefix starts with
+//! [`es_root`], so that `scripts/test-real-es.sh` can remove exactly what a run made.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -361,8 +363,9 @@ pub fn plain_emulator(test: &str) -> Option<Emulator> {
     emulator_only(test).then(|| Emulator::start_plain(&[]))
 }
 
-/// False (with the reason printed) when the suite runs against a real cluster.
-fn emulator_only(test: &str) -> bool {
+/// False (with the reason printed) when the suite runs against a real cluster: for tests
+/// that prove something about the emulator (or scanstore against it) only.
+pub fn emulator_only(test: &str) -> bool {
     match std::env::var("STORAGE_TEST_ES_URL") {
         Ok(url) if !url.is_empty() => {
             println!(
@@ -374,12 +377,29 @@ fn emulator_only(test: &str) -> bool {
     }
 }
 
+/// The start of every ES name the suite makes: `STORAGE_TEST_ES_PREFIX` (empty unless
+/// set), which a run against a shared cluster makes unique so that it can delete exactly
+/// its own indices, aliases and templates afterwards, even after a failed test.
+pub fn es_root() -> String {
+    std::env::var("STORAGE_TEST_ES_PREFIX").unwrap_or_default()
+}
+
 /// An index name unique to this process and call, so tests never collide on a real cluster.
 pub fn unique(base: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!(
-        "{base}-{}-{}",
+        "{}{base}-{}-{}",
+        es_root(),
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A scanstore `index_prefix` unique to this call: `tag` and random hex after [`es_root`].
+pub fn es_prefix(tag: &str) -> String {
+    format!(
+        "{}{tag}{}",
+        es_root(),
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
     )
 }

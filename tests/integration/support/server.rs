@@ -19,8 +19,7 @@ pub fn config(db_url: &str, es_url: &str) -> Config {
     raw.database.url = Some(db_url.to_string());
     raw.database.pool_size = 4;
     raw.elasticsearch.url = es_url.to_string();
-    raw.elasticsearch.index_prefix =
-        format!("t{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    raw.elasticsearch.index_prefix = super::emulator::es_prefix("t");
     raw.elasticsearch.request_timeout_ms = 10_000;
     if let Some((cert, key)) = super::secure::server_tls() {
         raw.server.tls_cert = Some(cert.display().to_string());
