@@ -19,7 +19,7 @@ pub struct Senders {
 }
 
 /// A submitted job's result, once it has run.
-pub struct Pending<T>(Receiver<T>);
+pub struct Submitted<T>(Receiver<T>);
 
 impl Senders {
     /// Starts `threads` threads (at least one) named `{name}-{n}`.
@@ -48,7 +48,7 @@ impl Senders {
     pub fn submit<T: Send + 'static>(
         &self,
         job: impl FnOnce() -> T + Send + 'static,
-    ) -> Pending<T> {
+    ) -> Submitted<T> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let run: Job = Box::new(move || {
             let _ = tx.send(job());
@@ -63,11 +63,11 @@ impl Senders {
                 let _ = catch_unwind(AssertUnwindSafe(run));
             }
         }
-        Pending(rx)
+        Submitted(rx)
     }
 }
 
-impl<T> Pending<T> {
+impl<T> Submitted<T> {
     /// Waits for the job's result; `None` when it panicked.
     pub fn wait(self) -> Option<T> {
         self.0.recv().ok()
@@ -103,7 +103,7 @@ mod tests {
                 })
             })
             .collect();
-        let results: Vec<_> = pending.into_iter().map(Pending::wait).collect();
+        let results: Vec<_> = pending.into_iter().map(Submitted::wait).collect();
         assert_eq!(ran.load(Ordering::SeqCst), 10);
         assert!(results[3].is_none());
         for (i, r) in results.iter().enumerate().filter(|(i, _)| *i != 3) {

@@ -26,6 +26,7 @@
 pub mod heartbeat;
 pub mod outbox;
 pub mod page;
+pub mod pipeline;
 pub mod priority;
 pub mod status;
 pub mod wake;
