@@ -42,7 +42,7 @@ pub enum Stage {
     /// The sweep of lapsed execution leases.
     LeaseSweep,
     /// Projection: claiming an outbox row.
-    Claim,
+    OutboxClaim,
     /// Projection: reading the claimed execution's context.
     Context,
     /// Projection: renewing a lease.
@@ -72,7 +72,7 @@ impl Stage {
             Stage::ClaimExecution => "claim_execution",
             Stage::Lifecycle => "lifecycle",
             Stage::LeaseSweep => "lease_sweep",
-            Stage::Claim => "claim",
+            Stage::OutboxClaim => "claim",
             Stage::Context => "context",
             Stage::Renew => "renew",
             Stage::Checkpoint => "checkpoint",

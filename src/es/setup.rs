@@ -32,7 +32,7 @@ fn searchable_text() -> Value {
     json!({ "type": "text", "fields": { WORDS: { "type": "text", "analyzer": "simple" } } })
 }
 
-/// The multi-field of [`searchable_text`] that holds the runs of letters.
+/// The multi-field of `searchable_text` that holds the runs of letters.
 pub const WORDS: &str = "words";
 
 /// A strict mapping of the endpoint fields every document kind shares, plus `extra`

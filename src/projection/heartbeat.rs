@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 
-use super::outbox::{self, Claim};
+use super::outbox::{self, OutboxClaim};
 use super::ProjectionError;
 use crate::db::Db;
 use crate::telemetry::Line;
@@ -21,7 +21,7 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    pub fn start(db: Db, claim: Claim, period: Duration, lease: Duration) -> Heartbeat {
+    pub fn start(db: Db, claim: OutboxClaim, period: Duration, lease: Duration) -> Heartbeat {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let (lost_tx, lost) = crossbeam_channel::bounded::<()>(0);
         let thread = std::thread::Builder::new()
@@ -57,7 +57,7 @@ impl Heartbeat {
 
 fn beat(
     db: &Db,
-    claim: &Claim,
+    claim: &OutboxClaim,
     period: Duration,
     lease: Duration,
     stop: &Receiver<()>,

@@ -14,9 +14,10 @@ use uuid::Uuid;
 use super::ProjectionError;
 use crate::db::{Db, Queries, Stage};
 
-/// A claimed row, as the claim returned it.
+/// A publisher's claim on an outbox row, as the claim returned it (a scanner's claim on an
+/// execution is [`crate::upload::claim`]).
 #[derive(Debug, Clone)]
-pub struct Claim {
+pub struct OutboxClaim {
     pub id: i64,
     pub token: Uuid,
     /// What to publish: an execution's endpoints, or an owner's re-tagged documents.
@@ -107,9 +108,9 @@ fn secs(d: Duration) -> f64 {
 }
 
 /// Claims the next due row for `lease`, or `None` when nothing is due.
-pub fn claim(db: &Db, lease: Duration) -> Result<Option<Claim>, ProjectionError> {
+pub fn claim(db: &Db, lease: Duration) -> Result<Option<OutboxClaim>, ProjectionError> {
     let token = Uuid::new_v4();
-    let mut conn = db.checkout(Stage::Claim)?;
+    let mut conn = db.checkout(Stage::OutboxClaim)?;
     let Some(r) = conn.query_opt(OUTBOX_CLAIM, &[&token, &secs(lease)])? else {
         return Ok(None);
     };
@@ -122,7 +123,7 @@ pub fn claim(db: &Db, lease: Duration) -> Result<Option<Claim>, ProjectionError>
                 .0,
         ),
     };
-    Ok(Some(Claim {
+    Ok(Some(OutboxClaim {
         id: r.get(0),
         token,
         work,
@@ -139,7 +140,7 @@ fn guarded(
     db: &Db,
     stage: Stage,
     sql: &'static str,
-    claim: &Claim,
+    claim: &OutboxClaim,
     extra: &[&(dyn postgres::types::ToSql + Sync)],
 ) -> Result<(), ProjectionError> {
     let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&claim.id, &claim.token];
@@ -151,13 +152,13 @@ fn guarded(
     }
 }
 
-pub fn renew(db: &Db, claim: &Claim, lease: Duration) -> Result<(), ProjectionError> {
+pub fn renew(db: &Db, claim: &OutboxClaim, lease: Duration) -> Result<(), ProjectionError> {
     guarded(db, Stage::Renew, OUTBOX_RENEW_LEASE, claim, &[&secs(lease)])
 }
 
 pub fn checkpoint(
     db: &Db,
-    claim: &Claim,
+    claim: &OutboxClaim,
     cursor: &str,
     endpoints: i64,
 ) -> Result<(), ProjectionError> {
@@ -170,15 +171,15 @@ pub fn checkpoint(
     )
 }
 
-pub fn enter_refreshing(db: &Db, claim: &Claim) -> Result<(), ProjectionError> {
+pub fn enter_refreshing(db: &Db, claim: &OutboxClaim) -> Result<(), ProjectionError> {
     guarded(db, Stage::Checkpoint, OUTBOX_ENTER_REFRESHING, claim, &[])
 }
 
-pub fn release(db: &Db, claim: &Claim) -> Result<(), ProjectionError> {
+pub fn release(db: &Db, claim: &OutboxClaim) -> Result<(), ProjectionError> {
     guarded(db, Stage::Checkpoint, OUTBOX_RELEASE, claim, &[])
 }
 
-pub fn complete(db: &Db, claim: &Claim) -> Result<(), ProjectionError> {
+pub fn complete(db: &Db, claim: &OutboxClaim) -> Result<(), ProjectionError> {
     guarded(db, Stage::Checkpoint, OUTBOX_COMPLETE, claim, &[])
 }
 
@@ -186,7 +187,7 @@ pub fn complete(db: &Db, claim: &Claim) -> Result<(), ProjectionError> {
 /// attempt count.
 pub fn record_error(
     db: &Db,
-    claim: &Claim,
+    claim: &OutboxClaim,
     message: &str,
     class: &str,
     backoff: Duration,

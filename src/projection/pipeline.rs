@@ -25,7 +25,7 @@ use crate::telemetry::metrics;
 use crate::telemetry::Line;
 
 use super::heartbeat::Heartbeat;
-use super::outbox::{self, Claim, Work};
+use super::outbox::{self, OutboxClaim, Work};
 use super::worker::OUTBOX_BACKOFF;
 use super::{page, ProjectionError};
 
@@ -121,7 +121,7 @@ impl PageWrites {
 
 /// What one tick's pages share.
 struct Tick<'a> {
-    claim: &'a Claim,
+    claim: &'a OutboxClaim,
     heartbeat: &'a Heartbeat,
     targets: &'a AssetIndices,
     send_ctx: &'a Arc<SendContext>,
@@ -162,7 +162,7 @@ impl Pipeline {
     /// to the tick's share.
     pub fn publish(
         &self,
-        claim: &Claim,
+        claim: &OutboxClaim,
         heartbeat: &Heartbeat,
         targets: &AssetIndices,
         index: &str,
@@ -208,7 +208,7 @@ impl Pipeline {
 
     /// The carried page, if it continues `claim` where it stands (any other claim of the
     /// row in between moved its cursor, or left it where this page still follows it).
-    fn take_carried(&self, claim: &Claim) -> Option<page::Fetched> {
+    fn take_carried(&self, claim: &OutboxClaim) -> Option<page::Fetched> {
         let carried = self.carried.lock().ok()?.take()?;
         (carried.outbox_id == claim.id
             && !claim.refreshing
@@ -216,7 +216,7 @@ impl Pipeline {
         .then_some(carried.fetched)
     }
 
-    fn carry(&self, claim: &Claim, cursor: Option<String>, fetched: Option<page::Fetched>) {
+    fn carry(&self, claim: &OutboxClaim, cursor: Option<String>, fetched: Option<page::Fetched>) {
         if let (Some(cursor), Some(fetched), Ok(mut slot)) = (cursor, fetched, self.carried.lock())
         {
             *slot = Some(Carried {

@@ -19,7 +19,7 @@ use crate::telemetry::metrics;
 use crate::telemetry::Line;
 
 use super::heartbeat::Heartbeat;
-use super::outbox::{self, Claim, Work};
+use super::outbox::{self, OutboxClaim, Work};
 use super::pipeline::{Pages, Pipeline};
 use super::{page, ProjectionError};
 
@@ -96,7 +96,7 @@ impl Worker {
 
     fn publish(
         &self,
-        claim: &Claim,
+        claim: &OutboxClaim,
         heartbeat: &Heartbeat,
     ) -> Result<TickOutcome, ProjectionError> {
         let app = &self.app;
@@ -145,7 +145,7 @@ impl Worker {
 
     fn record(
         &self,
-        claim: &Claim,
+        claim: &OutboxClaim,
         error: &ProjectionError,
     ) -> Result<TickOutcome, ProjectionError> {
         let class = error.class();
