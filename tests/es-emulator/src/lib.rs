@@ -28,6 +28,7 @@ mod indices;
 mod mapping;
 pub mod memory;
 pub mod painless;
+mod params;
 mod postings;
 mod query;
 mod query_exec;
