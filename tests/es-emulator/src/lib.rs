@@ -44,6 +44,7 @@ mod sockets;
 mod sort;
 mod source_filter;
 mod store;
+mod strict;
 mod update;
 mod values;
 
