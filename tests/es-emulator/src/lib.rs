@@ -26,6 +26,7 @@ mod http;
 mod index_view;
 mod indices;
 mod mapping;
+mod mapping_params;
 pub mod memory;
 pub mod painless;
 mod params;
