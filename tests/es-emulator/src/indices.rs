@@ -75,13 +75,7 @@ pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {
         ));
     }
     let mut store = app.lock_store();
-    for part in expr.split(',') {
-        if !part.contains('*') && !store.indices.contains_key(part) && store.alias_exists(part) {
-            return Err(EsError::bad_request(format!(
-                "The provided expression [{part}] matches an alias, specify the corresponding concrete indices instead."
-            )));
-        }
-    }
+    crate::resolve::refuse_alias_delete(&store, expr.split(','))?;
     let names = resolve_read(&store, expr, opts)?;
     let removed: Vec<_> = names
         .iter()

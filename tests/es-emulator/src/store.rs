@@ -238,8 +238,13 @@ pub fn parse_alias_meta(v: &Value) -> AliasMeta {
             if k == "is_write_index" {
                 meta.is_write_index = val.as_bool();
             } else if k == "routing" {
-                meta.extra.insert("index_routing".into(), val.clone());
-                meta.extra.insert("search_routing".into(), val.clone());
+                // `routing` sets both; an explicit `index_routing` or `search_routing` wins
+                // whichever comes first, as in Elasticsearch's `AliasActions`.
+                for r in ["index_routing", "search_routing"] {
+                    if !obj.contains_key(r) {
+                        meta.extra.insert(r.into(), val.clone());
+                    }
+                }
             } else {
                 meta.extra.insert(k.clone(), val.clone());
             }
