@@ -63,6 +63,31 @@ impl<'f> FieldKeys<'f> {
     }
 }
 
+/// The options each aggregation implements (`None`: it checks its own, as `composite`).
+fn options(kind: &str) -> Option<&'static [&'static str]> {
+    Some(match kind {
+        // One shard counts exactly, so `shard_size` changes nothing.
+        "terms" => &[
+            "field",
+            "size",
+            "shard_size",
+            "min_doc_count",
+            "order",
+            "missing",
+        ],
+        "cardinality" => &["field", "precision_threshold", "missing"],
+        "value_count" | "min" | "max" | "sum" | "avg" => &["field", "missing"],
+        _ => return None,
+    })
+}
+
+/// `missing` as a key of the field's type, for documents without a value.
+fn missing_key(body: &Value, ty: Option<Ty>) -> Option<Key> {
+    body.get("missing")
+        .filter(|m| !m.is_null())
+        .and_then(|m| crate::composite::typed_key(m, ty))
+}
+
 /// Runs every aggregation of an `aggs` object over `docs`.
 pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Result<Value, EsError> {
     let mut out = Map::new();
@@ -76,14 +101,28 @@ pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Resul
             .get("aggs")
             .or_else(|| def.get("aggregations"))
             .and_then(Value::as_object);
-        let Some((kind, body)) = def
+        let mut kinds = def
             .iter()
-            .find(|(k, _)| !matches!(k.as_str(), "aggs" | "aggregations" | "meta"))
-        else {
+            .filter(|(k, _)| !matches!(k.as_str(), "aggs" | "aggregations" | "meta"));
+        let Some((kind, body)) = kinds.next() else {
             return Err(EsError::parsing(format!(
                 "Missing definition for aggregation [{name}]"
             )));
         };
+        if let Some((second, _)) = kinds.next() {
+            return Err(EsError::parsing(format!(
+                "Found two aggregation type definitions in [{name}]: [{kind}] and [{second}]"
+            )));
+        }
+        let Some(opts) = body.as_object() else {
+            return Err(EsError::parsing(format!(
+                "Expected [START_OBJECT] under [{kind}], but got a [{}] in [{name}]",
+                crate::strict::token(body)
+            )));
+        };
+        if let Some(allowed) = options(kind) {
+            crate::strict::fields(opts, kind, allowed)?;
+        }
         let mut result = match kind.as_str() {
             "composite" if !top_level => return Err(agg_error(format!("[composite] aggregation cannot be used with a parent aggregation of type: [{name}]"))),
             "composite" => crate::composite::composite(name, body, subs, docs)?,
@@ -103,7 +142,7 @@ pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Resul
                     for k in keys {
                         seen.insert(serde_json::to_string(&k.to_json()).unwrap_or_default());
                     }
-                    if let (true, Some(m)) = (empty, body.get("missing")) {
+                    if let (true, Some(m)) = (empty, body.get("missing").filter(|m| !m.is_null())) {
                         seen.insert(m.to_string());
                     }
                 }
@@ -111,10 +150,17 @@ pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Resul
             }
             "value_count" => {
                 let field = field_of(body, kind)?;
-                {
-                    let mut fk = FieldKeys::new(&field);
-                    json!({"value": docs.iter().map(|d| fk.keys(d).1.len()).sum::<usize>()})
-                }
+                // `missing` stands in for the value of a document that has none.
+                let missing = usize::from(body.get("missing").is_some_and(|m| !m.is_null()));
+                let mut fk = FieldKeys::new(&field);
+                let n: usize = docs
+                    .iter()
+                    .map(|d| match fk.keys(d).1.len() {
+                        0 => missing,
+                        n => n,
+                    })
+                    .sum();
+                json!({ "value": n })
             }
             "min" | "max" | "sum" | "avg" => metric(kind, body, docs)?,
             other => return Err(EsError::new(400, "named_object_not_found_exception", format!("[1:1] unknown field [{other}]: the emulator does not support this aggregation"))),
@@ -135,6 +181,9 @@ fn metric(kind: &str, body: &Value, docs: &[DocRef]) -> Result<Value, EsError> {
     for d in docs {
         let (ty, keys) = fk.keys(d);
         is_date |= ty == Some(Ty::Date);
+        if keys.is_empty() {
+            vals.extend(missing_key(body, ty).as_ref().and_then(Key::numeric));
+        }
         vals.extend(keys.iter().filter_map(Key::numeric));
     }
     let v = match kind {
@@ -173,6 +222,9 @@ fn terms(
     let mut fk = FieldKeys::new(&field);
     for d in docs {
         let (ty, mut keys) = fk.keys(d);
+        if keys.is_empty() {
+            keys.extend(missing_key(body, ty));
+        }
         keys.sort_by(cmp_keys);
         keys.dedup_by(|a, b| cmp_keys(a, b).is_eq());
         for k in keys {

@@ -121,7 +121,11 @@ fn plan(store: &Store, actions: &[Value]) -> Result<Vec<Action>, EsError> {
                     aliases: wanted,
                 });
             }
-            "remove_index" => out.push(Action::RemoveIndex { indices }),
+            "remove_index" => {
+                // Deleting an index takes its name, never an alias, as a DELETE does.
+                crate::resolve::refuse_alias_delete(store, index_exprs.iter().map(String::as_str))?;
+                out.push(Action::RemoveIndex { indices })
+            }
             other => return Err(EsError::parsing(format!("Unknown alias action [{other}]"))),
         }
     }
@@ -182,6 +186,36 @@ pub fn put(app: &App, req: &Req, index: &str, alias: &str) -> HandlerResult {
     update(app, &fake)
 }
 
+/// Whether alias names `patterns` select `alias`, read in order as Elasticsearch reads
+/// them: `_all` and `*` select every alias, `-name` after a wildcard removes what it
+/// matches (before any wildcard it is a plain name).
+fn selects(patterns: &[&str], alias: &str) -> bool {
+    let mut selected = false;
+    let mut wildcard = false;
+    for p in patterns {
+        match p.strip_prefix('-').filter(|_| wildcard) {
+            Some(excluded) => selected &= !glob_match(excluded, alias),
+            None => {
+                let all = *p == "_all";
+                wildcard |= all || p.contains('*');
+                selected |= all || glob_match(p, alias);
+            }
+        }
+    }
+    selected
+}
+
+/// The plain alias names among `patterns`: those a reply must find or call missing.
+fn names_asked<'a>(patterns: &'a [&'a str]) -> impl Iterator<Item = &'a str> + 'a {
+    patterns.iter().enumerate().filter_map(move |(i, p)| {
+        let excluded = p.starts_with('-')
+            && patterns[..i]
+                .iter()
+                .any(|q| *q == "_all" || q.contains('*'));
+        (*p != "_all" && !p.contains('*') && !excluded).then_some(*p)
+    })
+}
+
 /// `GET|HEAD /_alias/{name}` and `/{index}/_alias/{name}`.
 pub fn get(app: &App, req: &Req, index: Option<&str>, name: Option<&str>) -> HandlerResult {
     let store = app.lock_store();
@@ -199,7 +233,7 @@ pub fn get(app: &App, req: &Req, index: Option<&str>, name: Option<&str>) -> Han
         };
         let mut aliases = Map::new();
         for (a, meta) in &idx.aliases {
-            if patterns.is_empty() || patterns.iter().any(|p| glob_match(p, a) || *p == "_all") {
+            if patterns.is_empty() || selects(&patterns, a) {
                 let mut o = meta.extra.clone();
                 if let Some(w) = meta.is_write_index {
                     o.insert("is_write_index".into(), json!(w));
@@ -212,10 +246,8 @@ pub fn get(app: &App, req: &Req, index: Option<&str>, name: Option<&str>) -> Han
             out.insert(i, json!({"aliases": aliases}));
         }
     }
-    let missing: Vec<&str> = patterns
-        .iter()
-        .filter(|p| !p.contains('*') && !seen.iter().any(|s| s == *p))
-        .copied()
+    let missing: Vec<&str> = names_asked(&patterns)
+        .filter(|p| !seen.iter().any(|s| s == *p))
         .collect();
     if req.method == "HEAD" {
         return Ok(Reply::empty(
@@ -238,4 +270,22 @@ pub fn get(app: &App, req: &Req, index: Option<&str>, name: Option<&str>) -> Han
         return Ok(Reply::json(404, &body));
     }
     Ok(Reply::ok(&Value::Object(out)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_and_exclusions_select_as_elasticsearch() {
+        assert!(selects(&["_all"], "a"));
+        assert!(selects(&["a*", "-ab"], "ac"));
+        assert!(!selects(&["a*", "-ab"], "ab"));
+        assert!(!selects(&["-ab"], "ab"), "before a wildcard, -ab is a name");
+        assert_eq!(
+            names_asked(&["_all", "x*", "-xy", "z"]).collect::<Vec<_>>(),
+            ["z"]
+        );
+        assert_eq!(names_asked(&["-q"]).collect::<Vec<_>>(), ["-q"]);
+    }
 }

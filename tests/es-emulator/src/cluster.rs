@@ -104,18 +104,34 @@ pub fn info() -> HandlerResult {
     })))
 }
 
-pub fn health(app: &App) -> HandlerResult {
+/// `GET /_cluster/health`. `wait_for_status` is answered at once: on one node nothing
+/// changes while ES would wait (replicas stay unassigned), so a status short of the one
+/// wanted is the 408 `timed_out: true` ES sends when its `timeout` runs out.
+pub fn health(app: &App, req: &Req) -> HandlerResult {
+    let rank = |s: &str| match s {
+        "red" => Ok(0),
+        "yellow" => Ok(1),
+        "green" => Ok(2),
+        other => Err(EsError::bad_request(format!(
+            "unknown cluster health status [{other}]"
+        ))),
+    };
+    let wanted = req.param("wait_for_status").map(rank).transpose()?;
     let store = app.lock_store();
     let primaries: u64 = store.indices.values().map(|i| i.shards).sum();
     let unassigned: u64 = store.indices.values().map(|i| i.shards * i.replicas).sum();
     let status = if unassigned > 0 { "yellow" } else { "green" };
-    Ok(Reply::ok(&json!({
-        "cluster_name": "scanstore-emulator", "status": status, "timed_out": false,
-        "number_of_nodes": 1, "number_of_data_nodes": 1,
-        "active_primary_shards": primaries, "active_shards": primaries,
-        "relocating_shards": 0, "initializing_shards": 0, "unassigned_shards": unassigned,
-        "delayed_unassigned_shards": 0, "number_of_pending_tasks": 0, "number_of_in_flight_fetch": 0,
-        "task_max_waiting_in_queue_millis": 0,
-        "active_shards_percent_as_number": if primaries + unassigned == 0 { 100.0 } else { 100.0 * primaries as f64 / (primaries + unassigned) as f64 }
-    })))
+    let timed_out = wanted.is_some_and(|w| rank(status).is_ok_and(|s| s < w));
+    Ok(Reply::json(
+        if timed_out { 408 } else { 200 },
+        &json!({
+            "cluster_name": "scanstore-emulator", "status": status, "timed_out": timed_out,
+            "number_of_nodes": 1, "number_of_data_nodes": 1,
+            "active_primary_shards": primaries, "active_shards": primaries,
+            "relocating_shards": 0, "initializing_shards": 0, "unassigned_shards": unassigned,
+            "delayed_unassigned_shards": 0, "number_of_pending_tasks": 0, "number_of_in_flight_fetch": 0,
+            "task_max_waiting_in_queue_millis": 0,
+            "active_shards_percent_as_number": if primaries + unassigned == 0 { 100.0 } else { 100.0 * primaries as f64 / (primaries + unassigned) as f64 }
+        }),
+    ))
 }

@@ -94,7 +94,28 @@ fn part(s: &Source, key: Option<Key>) -> Part {
     }
 }
 
+const COMPOSITE: &[&str] = &["sources", "size", "after"];
+const TERMS_SOURCE: &[&str] = &["field", "order", "missing_bucket", "missing_order"];
+const HISTO_SOURCE: &[&str] = &[
+    "field",
+    "order",
+    "missing_bucket",
+    "missing_order",
+    "calendar_interval",
+    "fixed_interval",
+    "interval",
+    "offset",
+    "time_zone",
+    "format",
+];
+
+fn opts(v: &Value) -> Result<&Map<String, Value>, EsError> {
+    v.as_object()
+        .ok_or_else(|| EsError::parsing("composite source must be an object"))
+}
+
 fn parse_sources(body: &Value) -> Result<Vec<Source>, EsError> {
+    crate::strict::fields(opts(body)?, "composite", COMPOSITE)?;
     let Some(sources) = body.get("sources") else {
         return Err(EsError::new(
             400,
@@ -111,14 +132,28 @@ fn parse_sources(body: &Value) -> Result<Vec<Source>, EsError> {
         let Some((name, def)) = s.as_object().and_then(|o| o.iter().next()) else {
             return Err(EsError::parsing("composite source must be an object"));
         };
+        if let Some(kind) = def.as_object().and_then(|d| d.keys().nth(1)) {
+            return Err(EsError::parsing(format!(
+                "Found two value source types in [{name}]: [{}] and [{kind}]",
+                def.as_object()
+                    .and_then(|d| d.keys().next())
+                    .map_or("", |k| k.as_str())
+            )));
+        }
         if out.iter().any(|o| &o.name == name) {
             return Err(agg_error(format!(
                 "Composite source names must be unique, found duplicates: [{name}]"
             )));
         }
         let (terms, histo) = match (def.get("terms"), def.get("date_histogram")) {
-            (Some(t), None) => (t, None),
-            (None, Some(h)) => (h, Some(DateHisto::parse(h)?)),
+            (Some(t), None) => {
+                crate::strict::fields(opts(t)?, "terms", TERMS_SOURCE)?;
+                (t, None)
+            }
+            (None, Some(h)) => {
+                crate::strict::fields(opts(h)?, "date_histogram", HISTO_SOURCE)?;
+                (h, Some(DateHisto::parse(h)?))
+            }
             _ => {
                 return Err(agg_error(format!(
                     "the emulator supports [terms] and [date_histogram] composite sources, source [{name}] is neither"
@@ -147,7 +182,8 @@ fn parse_sources(body: &Value) -> Result<Vec<Source>, EsError> {
     Ok(out)
 }
 
-fn after_key(v: &Value, ty: Option<Ty>) -> Option<Key> {
+/// A JSON value as a key of a field of type `ty` (an `after` key, a `missing` value).
+pub(crate) fn typed_key(v: &Value, ty: Option<Ty>) -> Option<Key> {
     match (v, ty) {
         (Value::Null, _) => None,
         (_, Some(Ty::Date)) => parse_date(v).map(Key::Date),
@@ -208,7 +244,7 @@ pub fn composite(
                         s,
                         match &s.histo {
                             Some(h) => h.parse_after(v).map(Key::Date),
-                            None => after_key(v, *ty),
+                            None => typed_key(v, *ty),
                         },
                     )),
                 })

@@ -13,6 +13,19 @@ const MINUTE: i64 = 60_000;
 const HOUR: i64 = 60 * MINUTE;
 const DAY: i64 = 24 * HOUR;
 
+/// The key formats the emulator prints: a day, epoch millis, or ISO 8601 date-time.
+const FORMATS: [&str; 9] = [
+    "strict_date",
+    "date",
+    "yyyy-MM-dd",
+    "epoch_millis",
+    "strict_date_optional_time",
+    "date_optional_time",
+    "strict_date_time",
+    "date_time",
+    "iso8601",
+];
+
 #[derive(Debug, Clone, Copy)]
 enum Interval {
     Fixed(i64),
@@ -121,6 +134,11 @@ impl DateHisto {
             })?,
         };
         let format = def.get("format").and_then(Value::as_str).map(str::to_owned);
+        if let Some(f) = format.as_deref().filter(|f| !FORMATS.contains(f)) {
+            return Err(bad(&format!(
+                "the emulator implements the formats {FORMATS:?}, not [{f}]"
+            )));
+        }
         Ok(DateHisto {
             interval,
             offset_ms,
@@ -185,6 +203,7 @@ impl DateHisto {
         match format.as_str() {
             "strict_date" | "date" | "yyyy-MM-dd" => json!(local.format("%Y-%m-%d").to_string()),
             "epoch_millis" => json!(key.to_string()),
+            // The ISO formats of FORMATS.
             _ => json!(format!("{}{zone}", local.format("%Y-%m-%dT%H:%M:%S%.3f"))),
         }
     }

@@ -168,6 +168,9 @@ pub fn get(app: &App, req: &Req, index: &str, id: &str, source_only: bool) -> Ha
     m.insert("_version".into(), json!(doc.version));
     m.insert("_seq_no".into(), json!(doc.seq_no));
     m.insert("_primary_term".into(), json!(1));
+    if let Some(r) = &doc.routing {
+        m.insert("_routing".into(), json!(r));
+    }
     m.insert("found".into(), json!(true));
     if let Some(src) = filter.apply(&doc.source) {
         m.insert("_source".into(), src);

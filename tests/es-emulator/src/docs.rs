@@ -180,6 +180,8 @@ pub fn apply(store: &mut Store, mut op: WriteOp) -> Result<WriteOk, Box<WriteErr
     }
     let index_name =
         target_index(store, &op.index, op.require_alias).map_err(|e| fail(&op.index, e))?;
+    op.routing = crate::resolve::write_routing(store, &op.index, &index_name, op.routing.take())
+        .map_err(|e| fail(&op.index, e))?;
     let Some(index) = store.indices.get_mut(&index_name) else {
         return Err(fail(&op.index, EsError::index_not_found(&op.index)));
     };

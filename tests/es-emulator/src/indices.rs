@@ -9,12 +9,25 @@ use crate::http::{HandlerResult, Reply, Req};
 use crate::resolve::{resolve_read, IndicesOptions};
 use crate::store::{glob_match, StoredScript, Template};
 
+/// `PUT /{index}`. One node holds only primaries, so `wait_for_active_shards` above one
+/// copy is never met: the reply is the one ES gives when its wait times out (created, and
+/// `shards_acknowledged: false`), sent at once.
 pub fn create(app: &App, req: &Req, name: &str) -> HandlerResult {
+    let wanted = req.param("wait_for_active_shards");
+    let parse_err = |v: &str| EsError::bad_request(format!("cannot parse ActiveShardCount[{v}]"));
+    if let Some(v) = wanted.filter(|v| !matches!(*v, "all" | "default")) {
+        v.parse::<u32>().map_err(|_| parse_err(v))?;
+    }
     let body = req.json_body()?;
     let mut store = app.lock_store();
-    store.create_index(name, body.as_ref())?;
+    let idx = store.create_index(name, body.as_ref())?;
+    let copies = match wanted {
+        Some("all") => idx.replicas + 1,
+        Some(n) => n.parse::<u64>().unwrap_or(1),
+        None => 1,
+    };
     Ok(Reply::ok(
-        &json!({"acknowledged": true, "shards_acknowledged": true, "index": name}),
+        &json!({"acknowledged": true, "shards_acknowledged": copies <= 1, "index": name}),
     ))
 }
 
@@ -63,13 +76,7 @@ pub fn delete(app: &App, req: &Req, expr: &str) -> HandlerResult {
         ));
     }
     let mut store = app.lock_store();
-    for part in expr.split(',') {
-        if !part.contains('*') && !store.indices.contains_key(part) && store.alias_exists(part) {
-            return Err(EsError::bad_request(format!(
-                "The provided expression [{part}] matches an alias, specify the corresponding concrete indices instead."
-            )));
-        }
-    }
+    crate::resolve::refuse_alias_delete(&store, expr.split(','))?;
     let names = resolve_read(&store, expr, opts)?;
     let removed: Vec<_> = names
         .iter()

@@ -26,8 +26,10 @@ mod http;
 mod index_view;
 mod indices;
 mod mapping;
+mod mapping_params;
 pub mod memory;
 pub mod painless;
+mod params;
 mod postings;
 mod query;
 mod query_exec;
@@ -43,6 +45,7 @@ mod sockets;
 mod sort;
 mod source_filter;
 mod store;
+mod strict;
 mod update;
 mod values;
 

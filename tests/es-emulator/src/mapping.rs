@@ -174,6 +174,7 @@ fn parse_field(name: &str, def: &Value) -> Result<Field, EsError> {
             "No handler for type [{type_name}] declared on field [{name}]"
         ))
     })?;
+    crate::mapping_params::check(name, &type_name, ty, obj)?;
     let mut extra = Map::new();
     for (k, v) in obj {
         if !matches!(

@@ -74,6 +74,57 @@ fn clauses(v: Option<&Value>) -> Result<Vec<Query>, EsError> {
     }
 }
 
+const RANGE_KEYS: &[&str] = &[
+    "gt",
+    "gte",
+    "lt",
+    "lte",
+    "from",
+    "to",
+    "include_lower",
+    "include_upper",
+    "format",
+    "boost",
+    "_name",
+];
+
+/// The date format of every `date` field the emulator maps.
+pub(crate) const DEFAULT_DATE: &str = "strict_date_optional_time||epoch_millis";
+
+/// The `values` of an `ids` query. Ids are strings; a number is read as its decimal text,
+/// as Elasticsearch does; anything else is refused as Elasticsearch refuses it.
+fn ids(body: &Value) -> Result<Vec<String>, EsError> {
+    let Some(o) = body.as_object() else {
+        return Err(EsError::parsing(
+            "[ids] query malformed, no start_object after query name",
+        ));
+    };
+    crate::strict::query_keys(o, "ids", &["values", "boost", "_name"])?;
+    let bad_type = |v: &Value| {
+        EsError::new(
+            400,
+            "x_content_parse_exception",
+            format!(
+                "[ids] values doesn't support values of type: {}",
+                crate::strict::token(v)
+            ),
+        )
+    };
+    let values = match o.get("values") {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(other) => return Err(bad_type(other)),
+    };
+    values
+        .iter()
+        .map(|v| match v {
+            Value::String(s) => Ok(s.clone()),
+            Value::Number(n) => Ok(n.to_string()),
+            other => Err(bad_type(other)),
+        })
+        .collect()
+}
+
 pub fn parse(v: &Value) -> Result<Query, EsError> {
     let obj = v
         .as_object()
@@ -92,9 +143,12 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
         "term" => {
             let (f, val) = one_field(kind, body)?;
             let val = match val {
-                Value::Object(o) => o.get("value").cloned().ok_or_else(|| {
-                    EsError::parsing("[term] query does not support [value] missing")
-                })?,
+                Value::Object(o) => {
+                    crate::strict::query_keys(o, kind, &["value", "boost", "_name"])?;
+                    o.get("value").cloned().ok_or_else(|| {
+                        EsError::parsing("[term] query does not support [value] missing")
+                    })?
+                }
                 other => other.clone(),
             };
             Query::Term {
@@ -117,6 +171,13 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
             let o = val.as_object().ok_or_else(|| {
                 EsError::parsing("[range] query malformed, no start_object after query name")
             })?;
+            crate::strict::query_keys(o, kind, RANGE_KEYS)?;
+            // The emulator reads dates only as the default format does.
+            if let Some(f) = o.get("format").filter(|f| f.as_str() != Some(DEFAULT_DATE)) {
+                return Err(EsError::parsing(format!(
+                    "[range] query does not support [format] {f}: the emulator reads dates only as [{DEFAULT_DATE}]"
+                )));
+            }
             let get = |k: &str| o.get(k).filter(|v| !v.is_null()).cloned();
             let (mut gt, mut gte, mut lt, mut lte) = (get("gt"), get("gte"), get("lt"), get("lte"));
             if let Some(from) = get("from") {
@@ -148,6 +209,9 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
             }
         }
         "exists" => {
+            if let Some(o) = body.as_object() {
+                crate::strict::query_keys(o, kind, &["field", "boost", "_name"])?;
+            }
             let field = body
                 .get("field")
                 .and_then(Value::as_str)
@@ -160,7 +224,14 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
             let (f, val) = one_field(kind, body)?;
             let (text, and) = match val {
                 Value::Object(o) => (
-                    o.get("query").cloned().unwrap_or(Value::Null),
+                    {
+                        let allowed: &[&str] = match kind.as_str() {
+                            "match" => &["query", "operator", "boost", "_name"],
+                            _ => &["query", "boost", "_name"],
+                        };
+                        crate::strict::query_keys(o, kind, allowed)?;
+                        o.get("query").cloned().unwrap_or(Value::Null)
+                    },
                     o.get("operator")
                         .and_then(Value::as_str)
                         .is_some_and(|s| s.eq_ignore_ascii_case("and"))
@@ -177,11 +248,13 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
         "prefix" => {
             let (f, val) = one_field(kind, body)?;
             let p = match val {
-                Value::Object(o) => o
-                    .get("value")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
+                Value::Object(o) => {
+                    crate::strict::query_keys(o, kind, &["value", "boost", "_name"])?;
+                    o.get("value")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                }
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
@@ -191,6 +264,9 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
             }
         }
         "constant_score" => {
+            if let Some(o) = body.as_object() {
+                crate::strict::query_keys(o, kind, &["filter", "boost", "_name"])?;
+            }
             let filter = body
                 .get("filter")
                 .ok_or_else(|| EsError::parsing("[constant_score] requires a 'filter' element"))?;
@@ -202,21 +278,7 @@ pub fn parse(v: &Value) -> Result<Query, EsError> {
                 msm: Some(0),
             }
         }
-        // Ids are strings; a number is read as its decimal text, as Elasticsearch does.
-        "ids" => Query::Ids(
-            body.get("values")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| match v {
-                            Value::String(s) => Some(s.clone()),
-                            Value::Number(n) => Some(n.to_string()),
-                            _ => None,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-        ),
+        "ids" => Query::Ids(ids(body)?),
         "bool" => {
             let o = body.as_object().cloned().unwrap_or_else(Map::new);
             for k in o.keys() {

@@ -129,3 +129,43 @@ pub fn resolve_write(
         "no write index is defined for alias [{name}]. The write index may be explicitly disabled using is_write_index=false or the alias points to multiple indices without one being designated as a write index"
     )))
 }
+
+/// The routing of a write to `name` that went to `index`: an alias's `index_routing` is
+/// used, and a different routing given with the write is refused, as Elasticsearch does.
+pub fn write_routing(
+    store: &Store,
+    name: &str,
+    index: &str,
+    routing: Option<String>,
+) -> Result<Option<String>, EsError> {
+    let alias = store
+        .indices
+        .get(index)
+        .and_then(|i| i.aliases.get(name))
+        .and_then(|a| a.extra.get("index_routing"))
+        .map(|r| match r {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    match (alias, routing) {
+        (Some(a), Some(r)) if a != r => Err(EsError::bad_request(format!(
+            "Alias [{name}] has index routing associated with it [{a}], and was provided with routing value [{r}], rejecting operation"
+        ))),
+        (Some(a), _) => Ok(Some(a)),
+        (None, r) => Ok(r),
+    }
+}
+
+/// Refuses an index delete (`DELETE /{index}`, `remove_index`) naming an alias: Elasticsearch
+/// deletes indices by their own names only.
+pub fn refuse_alias_delete<'a>(
+    store: &Store,
+    mut names: impl Iterator<Item = &'a str>,
+) -> Result<(), EsError> {
+    match names.find(|n| !n.contains('*') && !store.indices.contains_key(*n) && store.alias_exists(n)) {
+        None => Ok(()),
+        Some(a) => Err(EsError::bad_request(format!(
+            "The provided expression [{a}] matches an alias, specify the corresponding concrete indices instead."
+        ))),
+    }
+}

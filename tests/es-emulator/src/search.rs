@@ -22,7 +22,9 @@ use crate::source_filter::{SourceFilter, SourceView};
 use crate::store::Store;
 use crate::values::Key;
 
-const SEARCH_KEYS: [&str; 17] = [
+/// The search body keys the emulator implements. `timeout` holds by construction (a search
+/// never stops early); `explain` and `profile` are taken when false.
+const SEARCH_KEYS: [&str; 13] = [
     "query",
     "size",
     "from",
@@ -36,10 +38,6 @@ const SEARCH_KEYS: [&str; 17] = [
     "track_scores",
     "version",
     "seq_no_primary_term",
-    "stored_fields",
-    "min_score",
-    "explain",
-    "profile",
 ];
 
 fn shards_header(store: &Store, names: &[String]) -> Value {
@@ -177,12 +175,17 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let started = Instant::now();
     let body = req.json_body()?.unwrap_or_else(|| json!({}));
     let obj = body.as_object().cloned().unwrap_or_default();
-    if let Some(bad) = obj.keys().find(|k| !SEARCH_KEYS.contains(&k.as_str())) {
-        return Err(
-            EsError::parsing(format!("Unknown key for a START_OBJECT in [{bad}]."))
-                .with("line", 1)
-                .with("col", 1),
-        );
+    let off = |k: &str, v: &Value| matches!(k, "explain" | "profile") && *v == json!(false);
+    if let Some((bad, v)) = obj
+        .iter()
+        .find(|(k, v)| !SEARCH_KEYS.contains(&k.as_str()) && !off(k, v))
+    {
+        return Err(EsError::parsing(format!(
+            "Unknown key for a {} in [{bad}].",
+            crate::strict::token(v)
+        ))
+        .with("line", 1)
+        .with("col", 1));
     }
     let q = obj
         .get("query")
@@ -305,6 +308,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             .and_then(Value::as_bool)
             .unwrap_or(false);
     let version = obj.get("version").and_then(Value::as_bool) == Some(true);
+    let seq_no = obj.get("seq_no_primary_term").and_then(Value::as_bool) == Some(true);
     let page: Vec<HitReply> = hits
         .iter()
         .skip(from as usize)
@@ -313,7 +317,10 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
             index: &h.index,
             id: &h.id,
             version: version.then_some(h.doc.version),
+            seq_no: seq_no.then_some(h.doc.seq_no),
+            primary_term: seq_no.then_some(1),
             score: scored.then_some(f64::from(h.score)),
+            routing: h.doc.routing.as_deref(),
             source: filter.view_doc(&h.doc),
             sort: (!sort.is_empty()).then_some(SortValues {
                 specs: &sort,
@@ -390,8 +397,14 @@ struct HitReply<'a> {
     id: &'a str,
     #[serde(rename = "_version", skip_serializing_if = "Option::is_none")]
     version: Option<i64>,
+    #[serde(rename = "_seq_no", skip_serializing_if = "Option::is_none")]
+    seq_no: Option<i64>,
+    #[serde(rename = "_primary_term", skip_serializing_if = "Option::is_none")]
+    primary_term: Option<i64>,
     #[serde(rename = "_score")]
     score: Option<f64>,
+    #[serde(rename = "_routing", skip_serializing_if = "Option::is_none")]
+    routing: Option<&'a str>,
     #[serde(rename = "_source", skip_serializing_if = "Option::is_none")]
     source: Option<SourceView<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]

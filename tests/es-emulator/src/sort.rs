@@ -39,9 +39,20 @@ pub fn parse_sort(v: Option<&Value>) -> Result<Vec<SortSpec>, EsError> {
             };
             let order = match &opts {
                 Value::String(s) => Some(s.clone()),
-                Value::Object(o) => o.get("order").and_then(Value::as_str).map(str::to_owned),
+                Value::Object(o) => {
+                    crate::strict::fields(o, "field_sort", &["order", "missing"])?;
+                    o.get("order").and_then(Value::as_str).map(str::to_owned)
+                }
                 _ => None,
             };
+            if let Some(m) = opts
+                .get("missing")
+                .filter(|m| !matches!(m.as_str(), Some("_first" | "_last")))
+            {
+                return Err(EsError::bad_request(format!(
+                    "[field_sort] the emulator implements [missing] as _first or _last only, got {m}"
+                )));
+            }
             let desc = order.as_deref().map_or(field == "_score", |o| o == "desc");
             let missing_first = opts.get("missing").and_then(Value::as_str) == Some("_first");
             Ok(SortSpec {

@@ -240,6 +240,14 @@ impl Store {
     }
 }
 
+/// A routing value as Elasticsearch keeps it: text, a number by its digits.
+fn routing_text(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => Value::String(n.to_string()),
+        other => other.clone(),
+    }
+}
+
 pub fn parse_alias_meta(v: &Value) -> AliasMeta {
     let mut meta = AliasMeta::default();
     if let Some(obj) = v.as_object() {
@@ -247,8 +255,15 @@ pub fn parse_alias_meta(v: &Value) -> AliasMeta {
             if k == "is_write_index" {
                 meta.is_write_index = val.as_bool();
             } else if k == "routing" {
-                meta.extra.insert("index_routing".into(), val.clone());
-                meta.extra.insert("search_routing".into(), val.clone());
+                // `routing` sets both; an explicit `index_routing` or `search_routing` wins
+                // whichever comes first, as in Elasticsearch's `AliasActions`.
+                for r in ["index_routing", "search_routing"] {
+                    if !obj.contains_key(r) {
+                        meta.extra.insert(r.into(), routing_text(val));
+                    }
+                }
+            } else if k == "index_routing" || k == "search_routing" {
+                meta.extra.insert(k.clone(), routing_text(val));
             } else {
                 meta.extra.insert(k.clone(), val.clone());
             }

@@ -9,6 +9,7 @@ mod http_limits;
 mod indices;
 mod python_peer;
 mod search;
+mod strict;
 mod visibility;
 mod yaml_api;
 mod yaml_assert;

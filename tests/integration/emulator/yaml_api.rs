@@ -167,10 +167,12 @@ pub fn resolve(api: &str, args: &Map<String, Value>, has_body: bool) -> Result<C
     if path.is_empty() {
         path = "/".into();
     }
+    // A path part given empty (`index: []`) selects the shorter path; it is no parameter.
+    let is_part = |k: &str| templates.iter().any(|t| t.contains(&format!("{{{k}}}")));
     let mut ignore = Vec::new();
     let mut query = Vec::new();
     for (k, v) in args {
-        if used.contains(k) || k == "body" {
+        if used.contains(k) || k == "body" || is_part(k) {
             continue;
         }
         if k == "ignore" {
