@@ -11,7 +11,7 @@ mod emulator;
 mod foundation;
 mod observability;
 mod ops;
-pub mod projection;
+mod projection;
 mod read;
 mod reliability;
 mod targets;

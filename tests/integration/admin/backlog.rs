@@ -2,8 +2,9 @@
 //! classes, as a table and a key=value summary.
 
 use super::outbox::{outbox_row, succeed, FAILED_MID_WAY};
-use super::{admin, queued_execution, TempFile};
+use super::{admin, queued_execution};
 use crate::support::db;
+use crate::support::TempFile;
 
 #[test]
 #[ignore = "needs PostgreSQL"]

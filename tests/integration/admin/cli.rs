@@ -1,8 +1,9 @@
 //! The dispatcher itself: `--help` everywhere, usage errors, where the database URL comes
 //! from (`SCANSTORE_DATABASE_URL` over `--config FILE`), an unreachable database.
 
-use super::{admin, admin_with_url, admin_without_url, count, TempFile};
+use super::{admin, admin_with_url, admin_without_url, count};
 use crate::support::db;
+use crate::support::TempFile;
 
 /// Every command's help goes to stdout with status 0 and needs no database.
 #[test]

@@ -10,7 +10,6 @@ mod principals;
 mod tags;
 mod tasks;
 
-pub use crate::support::TempFile;
 use std::process::{Command, Output};
 
 use crate::support::db::TestDb;

@@ -13,8 +13,8 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::read::ok;
 use crate::support::factory::{self, TaskRun};
+use crate::support::read::ok;
 use crate::support::secure::{suite_ca, temp_dir};
 use crate::support::stack::Stack;
 

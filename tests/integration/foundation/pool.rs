@@ -6,8 +6,9 @@ use scanstore::db::{DbError, Queries, Stage};
 use scanstore::http::{ApiError, Reply, Req};
 
 use super::NO_ES;
+use crate::support::logs::{self, HELD_STAGE};
 use crate::support::server::{config, got, http, TestServer};
-use crate::support::{db, logs, wait_for};
+use crate::support::{db, wait_for};
 use std::time::Duration;
 
 /// A handler that runs one short transaction, like every write stage does.
@@ -94,18 +95,6 @@ fn acquire_and_release_are_logged_with_stage_and_times() {
         "hold_ms=",
     ]);
     assert!(!acquired.is_empty() && !released.is_empty());
-}
-
-/// The stage the test below holds; nothing else does Elasticsearch I/O near it.
-const HELD_STAGE: &str = "stage=health";
-
-/// Every report of an ES request sent while a connection was held, except the deliberate
-/// one of the test below: the suite's own check that no code path does it.
-pub fn connection_held_across_es_requests() -> Vec<String> {
-    logs::lines_with(&["event=ElasticsearchRequestWithConnectionHeld"])
-        .into_iter()
-        .filter(|l| !l.contains(HELD_STAGE))
-        .collect()
 }
 
 #[test]

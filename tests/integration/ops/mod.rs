@@ -9,7 +9,7 @@ mod proxy;
 mod rebuild;
 mod upgrade;
 
-pub use crate::support::{config_file, TempFile};
+use crate::support::TempFile;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

@@ -4,7 +4,8 @@
 use std::os::unix::net::UnixDatagram;
 use std::time::Duration;
 
-use super::{config_file, Served};
+use super::Served;
+use crate::support::config_file;
 use crate::support::db;
 use crate::support::server::http;
 

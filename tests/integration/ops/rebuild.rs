@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::{bin, config_file, TempFile};
+use super::bin;
 use crate::support::emulator::{Es, Target};
 use crate::support::factory;
 use crate::support::publish::outbox_row;
@@ -18,6 +18,7 @@ use crate::support::scan::{self, endpoint, Batch};
 use crate::support::secure::suite_access;
 use crate::support::stack::Stack;
 use crate::support::wait_for;
+use crate::support::{config_file, TempFile};
 use scanstore::rebuild::{self, Options};
 
 fn opts() -> Options {

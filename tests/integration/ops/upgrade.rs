@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 
 use scanstore::es::index;
 
-use super::{config_file, Served};
+use super::Served;
+use crate::support::config_file;
 use crate::support::{db, emulator};
 
 /// A digest of every legacy column of `table`, row by row in key order: an upgrade that

@@ -39,7 +39,7 @@ fn a_final_is_published_into_both_views_by_the_workers() {
     assert_eq!(doc["service"], "https");
     assert!(global[0].1.get("owner_id").is_none());
     // Neither the uploads nor the publishers sent an ES request while holding a connection.
-    let held = crate::foundation::pool::connection_held_across_es_requests();
+    let held = crate::support::logs::connection_held_across_es_requests();
     assert!(held.is_empty(), "{held:?}");
 }
 

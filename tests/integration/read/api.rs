@@ -2,9 +2,9 @@
 
 use serde_json::Value;
 
-use super::{get, ok};
 use crate::support::emulator;
 use crate::support::publish::{tick_until_done, worker};
+use crate::support::read::{get, ok};
 use crate::support::scan;
 use crate::support::scan::t0;
 use crate::support::stack::Stack;

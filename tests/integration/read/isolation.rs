@@ -1,10 +1,10 @@
 //! Two owners on one server: neither sees the other's tasks, executions, results, assets
 //! or search hits; another owner's ids are 404; only admins read the global view.
 
-use super::{get, ok};
 use crate::support::emulator;
 use crate::support::factory;
 use crate::support::publish::{tick_until_done, worker};
+use crate::support::read::{get, ok};
 use crate::support::scan::t0;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;

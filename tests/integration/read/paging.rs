@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::ok;
 use crate::support::emulator;
+use crate::support::read::ok;
 use crate::support::scan::t0;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;

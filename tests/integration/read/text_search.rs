@@ -7,9 +7,9 @@ use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::ok;
 use crate::support::emulator;
 use crate::support::publish::{tick_until_done, worker};
+use crate::support::read::ok;
 use crate::support::scan::{self, endpoint, t0, Batch};
 use crate::support::stack::Stack;
 

@@ -45,19 +45,6 @@ pub enum Point {
 }
 
 impl Point {
-    #[allow(dead_code)]
-    pub const ALL: [Point; 9] = [
-        Point::AfterTxA,
-        Point::DuringBulk,
-        Point::BeforeTxB,
-        Point::FinalRefresh,
-        Point::FinalCount,
-        Point::FinalBeforeTxB,
-        Point::ProjectionMidPage,
-        Point::ProjectionBeforeCheckpoint,
-        Point::ProjectionRefresh,
-    ];
-
     fn batch(self) -> Option<usize> {
         match self {
             Point::AfterTxA | Point::DuringBulk | Point::BeforeTxB => Some(1),

@@ -369,7 +369,7 @@ fn large_body_reads_are_capped_and_the_rest_refused_with_retry_after() {
     let b = crate::support::scan::Batch::main(
         Uuid::new_v4(),
         0,
-        crate::support::scan::endpoints(0, 3, super::t0()),
+        crate::support::scan::endpoints(0, 3, crate::support::scan::t0()),
     );
     let r = crate::support::scan::post(s.base(), &s.scanner.token, s.execution(), &b);
     assert_eq!(r.status, 200, "{}", r.body);

@@ -13,8 +13,8 @@ use uuid::Uuid;
 use serde_json::json;
 
 use super::child::{ChildConfig, Serve};
-use super::t0;
 use crate::support::emulator::{emulator_for_faults, FaultSpec};
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::{got, http, Got};
 use crate::support::{db, emulator, factory};

@@ -17,10 +17,11 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::child::{try_post, ChildConfig, Serve};
-use super::{t0, wait_published};
+use super::wait_published;
 use crate::support::db;
 use crate::support::emulator::{emulator_for_faults, CorruptMode, Es, FaultSpec};
 use crate::support::factory;
+use crate::support::scan::t0;
 use crate::support::scan::{endpoints, Batch};
 use crate::support::stack::Stack;
 

@@ -22,7 +22,7 @@ use uuid::Uuid;
 use crate::support::emulator::Es;
 use crate::support::scan::{self, dns, endpoints, Batch};
 
-pub use crate::support::scan::t0;
+use crate::support::scan::t0;
 
 /// Fixed identities, so that two databases can hold the same owner/task/execution and a
 /// faulty run can be compared with a fault-free one document for document.

@@ -8,9 +8,10 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::child::log_dir;
-use super::{t0, wait_published};
+use super::wait_published;
 use crate::support::factory;
 use crate::support::logs;
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::server::{got, http, Got};
 use crate::support::stack::Stack;

@@ -49,3 +49,16 @@ pub fn lines_with(needles: &[&str]) -> Vec<String> {
 pub fn all() -> String {
     String::from_utf8_lossy(&LINES.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
 }
+
+/// The stage `foundation::pool` holds on purpose while sending an ES request; nothing else
+/// does Elasticsearch I/O near it.
+pub const HELD_STAGE: &str = "stage=health";
+
+/// Every report of an ES request sent while a connection was held, except the deliberate
+/// one of `foundation::pool`: the suite's own check that no code path does it.
+pub fn connection_held_across_es_requests() -> Vec<String> {
+    lines_with(&["event=ElasticsearchRequestWithConnectionHeld"])
+        .into_iter()
+        .filter(|l| !l.contains(HELD_STAGE))
+        .collect()
+}

@@ -1,13 +1,15 @@
 //! Shared test support: throwaway databases, in-process scanstore servers and whole stacks,
 //! captured logs, the ES emulator process and its control client, the workspace's test
-//! tools as programs, the suite's TLS material, publication helpers, scans, temp files and
-//! waits.
+//! tools as programs, the suite's TLS material, publication helpers, scans, the owner's
+//! reads and the OpenAPI checker, temp files and waits.
 
 pub mod db;
 pub mod emulator;
 pub mod factory;
 pub mod logs;
+pub mod openapi;
 pub mod publish;
+pub mod read;
 pub mod scan;
 pub mod secure;
 pub mod server;

@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use postgres::Client;
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::factory::{self, TaskRun};
+use crate::support::scan::t0;
 use crate::support::scan::{self, dns, endpoint, Batch};
 use crate::support::stack::Stack;
 

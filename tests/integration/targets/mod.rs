@@ -3,5 +3,3 @@
 
 mod freshness;
 mod tags;
-
-pub use crate::support::scan::t0;

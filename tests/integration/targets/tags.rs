@@ -6,9 +6,9 @@ use std::process::Command;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::factory;
 use crate::support::publish::{assets, outbox_row, worker};
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
 

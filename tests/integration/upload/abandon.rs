@@ -7,8 +7,8 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::emulator::FaultSpec;
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::{got, http, Got};
 use crate::support::stack::Stack;

@@ -3,7 +3,7 @@
 
 use uuid::Uuid;
 
-use super::t0;
+use crate::support::scan::t0;
 use crate::support::scan::{self, dns, endpoint, endpoints, Batch};
 use crate::support::stack::Stack;
 

@@ -6,9 +6,9 @@
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::t0;
-use crate::read::openapi::{assert_documented, spec};
 use crate::support::factory;
+use crate::support::openapi::{assert_documented, spec};
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoint, endpoints, Batch};
 use crate::support::server::Got;
 use crate::support::stack::Stack;

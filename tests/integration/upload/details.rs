@@ -6,9 +6,9 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::t0;
-use crate::read::ok;
 use crate::support::publish::{tick_until_done, worker};
+use crate::support::read::ok;
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
 
@@ -178,7 +178,7 @@ fn details_flow_through_facts_projection_assets_and_filters() {
         found["assets"][0]["port"], 22,
         "search reads script output: {found}"
     );
-    let bad = crate::read::get(&base, &s.owner.token, "/api/v1/assets?state=half-open");
+    let bad = crate::support::read::get(&base, &s.owner.token, "/api/v1/assets?state=half-open");
     assert_eq!(bad.status, 400);
 }
 

@@ -8,8 +8,8 @@ use std::net::IpAddr;
 use postgres::Client;
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::emulator::Target;
+use crate::support::scan::t0;
 use crate::support::scan::{self, dns, endpoints, Batch};
 use crate::support::stack::Stack;
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::emulator::FaultSpec;
 use crate::support::logs;
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::stack::Stack;
 

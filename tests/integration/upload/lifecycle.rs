@@ -10,10 +10,10 @@ use chrono::{DateTime, Utc};
 use postgres::Client;
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::emulator;
 use crate::support::factory::{self, Principal};
 use crate::support::logs;
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::{got, http};
 use crate::support::stack::Stack;

@@ -13,5 +13,3 @@ mod rejects;
 mod scope;
 mod streams;
 mod telemetry;
-
-pub use crate::support::scan::t0;

@@ -2,8 +2,8 @@
 
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::factory;
+use crate::support::scan::t0;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::Got;
 use crate::support::stack::Stack;

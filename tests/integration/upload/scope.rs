@@ -5,8 +5,8 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::factory;
+use crate::support::scan::t0;
 use crate::support::scan::{self, dns, endpoint, Batch};
 use crate::support::server::{got, http, Got};
 use crate::support::stack::Stack;

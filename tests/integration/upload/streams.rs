@@ -3,8 +3,8 @@
 
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::emulator::FaultSpec;
+use crate::support::scan::t0;
 use crate::support::scan::{self, dns, endpoints, Batch};
 use crate::support::stack::Stack;
 

@@ -4,8 +4,8 @@
 
 use uuid::Uuid;
 
-use super::t0;
 use crate::support::logs;
+use crate::support::scan::t0;
 use crate::support::scan::{self, Batch};
 use crate::support::stack::Stack;
 
