@@ -1,5 +1,6 @@
 //! Which fields a search may sort or aggregate on, as ES 8 decides: `_id` only with the
-//! cluster setting `indices.id_field_data.enabled`, `text` only with `fielddata: true`.
+//! cluster setting `indices.id_field_data.enabled`, `text` only with `fielddata: true`,
+//! other types only with their doc values (not `doc_values: false`).
 //! Violations fail like a shard failure does: `search_phase_execution_exception` (400)
 //! caused by `illegal_argument_exception`.
 
@@ -42,6 +43,22 @@ pub fn check(
             {
                 return Err(text_fielddata_error(f, n));
             }
+            if let Some((f, ty)) = used.iter().find_map(|f| {
+                idx.mapping
+                    .resolve(f)
+                    .filter(|r| {
+                        r.field.ty != Ty::Text
+                            && r.field.extra.get("doc_values") == Some(&Value::Bool(false))
+                    })
+                    .map(|r| (f, r.field.type_name.clone()))
+            }) {
+                return Err(shard_failure(
+                    n,
+                    EsError::bad_request(format!(
+                        "Can't load fielddata on [{f}] because fielddata is unsupported on fields of type [{ty}]. Use doc values instead."
+                    )),
+                ));
+            }
         }
     }
     Ok(())
@@ -71,9 +88,13 @@ fn text_without_fielddata(m: &Mapping, field: &str) -> bool {
 
 /// Sorting or aggregating on a `text` field fails in ES unless it enables `fielddata`.
 fn text_fielddata_error(field: &str, index: &str) -> EsError {
-    let cause = EsError::bad_request(format!(
+    shard_failure(index, EsError::bad_request(format!(
         "Fielddata is disabled on [{field}] in [{index}]. Text fields are not optimised for operations that require per-document field data like aggregations and sorting, so these operations are disabled by default. Please use a keyword field instead. Alternatively, set fielddata=true on [{field}] in order to load field data by uninverting the inverted index. Note that this can use significant memory."
-    ));
+    )))
+}
+
+/// A query-phase failure on the index's one shard, caused by `cause`.
+fn shard_failure(index: &str, cause: EsError) -> EsError {
     EsError::new(400, "search_phase_execution_exception", "all shards failed")
         .with("phase", "query")
         .with("grouped", true)

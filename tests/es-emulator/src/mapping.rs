@@ -325,6 +325,18 @@ fn stamp(f: &mut Field, since_seq: i64) {
     }
 }
 
+/// Whether a root mapping key asks only for what the emulator does anyway.
+fn root_default(key: &str, val: &Value) -> bool {
+    match key {
+        "_source" => val == &json!({}) || val == &json!({"enabled": true}),
+        "_routing" => val == &json!({}) || val == &json!({"required": false}),
+        "date_detection" => val == &json!(true),
+        "numeric_detection" => val == &json!(false),
+        "dynamic_templates" => val == &json!([]),
+        _ => false,
+    }
+}
+
 /// A resolved field: where its values live in `_source`, and its type.
 pub struct Resolved<'a> {
     pub source_path: String,
@@ -354,14 +366,21 @@ impl Mapping {
             match k.as_str() {
                 "dynamic" => m.dynamic = parse_dynamic(val)?,
                 "properties" => m.props = parse_props(Some(val))?,
-                "_source"
-                | "_meta"
-                | "_routing"
-                | "date_detection"
-                | "numeric_detection"
-                | "dynamic_templates"
-                | "dynamic_date_formats" => {
+                // Echoed; the others only with the values the emulator behaves as.
+                "_meta" => {
                     m.extra.insert(k.clone(), val.clone());
+                }
+                "_source" | "_routing" | "date_detection" | "numeric_detection"
+                | "dynamic_templates"
+                    if root_default(k, val) =>
+                {
+                    m.extra.insert(k.clone(), val.clone());
+                }
+                "_source" | "_routing" | "date_detection" | "numeric_detection"
+                | "dynamic_templates" | "dynamic_date_formats" => {
+                    return Err(mapper_error(format!(
+                        "[{k} : {val}] is not implemented by the emulator, which keeps the whole _source, never requires routing, detects dates but not numbers in new strings and has no dynamic templates"
+                    )))
                 }
                 other => {
                     return Err(mapper_error(format!(

@@ -8,12 +8,12 @@ use crate::error::EsError;
 use crate::mapping::{mapper_error, Ty};
 use crate::query::DEFAULT_DATE;
 
-/// Taken on every indexed type: where a value is kept (`index`, `doc_values`, `store`)
-/// does not change what the emulator answers, and `meta` is only echoed.
+/// Taken on every indexed type: `store` does not change what the emulator answers, `meta`
+/// is only echoed, `index: false` searches through the doc values as Elasticsearch 8 does,
+/// and without doc values a sort or aggregation fails (`fielddata`).
 const ANY: &[&str] = &["type", "index", "doc_values", "store", "meta"];
 
-/// The further parameters a type takes, `None` for types whose parameters are not checked
-/// here: `text` (its analysis is checked with it) and the types stored but not indexed.
+/// The further parameters a type takes, `None` for the types stored but not indexed.
 fn own(ty: Ty) -> Option<&'static [&'static str]> {
     Some(match ty {
         Ty::Keyword => &[
@@ -38,12 +38,15 @@ fn own(ty: Ty) -> Option<&'static [&'static str]> {
         | Ty::HalfFloat
         | Ty::Boolean => &["fields"],
         Ty::Object => &["properties", "dynamic", "enabled"],
-        Ty::Text | Ty::Opaque => return None,
+        // The analyzers are checked with the mapping (`mapping::parse_field`).
+        Ty::Text => &["analyzer", "search_analyzer", "fields", "fielddata"],
+        Ty::Opaque => return None,
     })
 }
 
 /// Refuses a parameter of field `name` its type does not take, and values the emulator
-/// does not implement: a date `format` other than the default, `enabled: false`.
+/// does not implement: a date `format` other than the default, `enabled: false`, and a
+/// field neither indexed nor with doc values (Elasticsearch cannot search it at all).
 pub fn check(name: &str, type_name: &str, ty: Ty, obj: &Map<String, Value>) -> Result<(), EsError> {
     let Some(own) = own(ty) else {
         return Ok(());
@@ -69,6 +72,12 @@ pub fn check(name: &str, type_name: &str, ty: Ty, obj: &Map<String, Value>) -> R
     }
     if obj.get("enabled").is_some_and(|e| e != &Value::Bool(true)) {
         return Err(unknown("enabled"));
+    }
+    let off = |k: &str| obj.get(k) == Some(&Value::Bool(false));
+    if off("index") && off("doc_values") {
+        return Err(mapper_error(format!(
+            "field [{name}] is neither indexed nor has doc values: the emulator does not implement such a field"
+        )));
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Strict by default (issue #33): a URL parameter, body key, query, aggregation option or
+//! Strict by default: a URL parameter, body key, query, aggregation option or
 //! mapping parameter the emulator does not implement is a 400 naming it, never ignored;
 //! destructive deletes take concrete names; `_routing` comes back when set.
 
@@ -394,4 +394,74 @@ fn alias_names_take_all_and_exclusions() {
         Some(&json!({"query": {"ids": {"values": [true]}}})),
     );
     assert_eq!(kind, "x_content_parse_exception", "{reason}");
+}
+
+#[test]
+fn a_field_without_doc_values_is_searched_but_not_sorted_or_aggregated() {
+    let t = target();
+    let es = t.es();
+    let name = unique("nodv");
+    let (status, v) = es.put(
+        &format!("/{name}"),
+        &json!({"mappings": {"properties": {"k": {"type": "keyword", "doc_values": false}}}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = es.put(&format!("/{name}/_doc/1?refresh=true"), &json!({"k": "a"}));
+    assert!(status < 300, "{v}");
+    let search = |body: Value| es.post(&format!("/{name}/_search"), &body);
+    let (status, v) = search(json!({"query": {"term": {"k": "a"}}}));
+    assert_eq!(
+        (status, &v["hits"]["total"]["value"]),
+        (200, &json!(1)),
+        "{v}"
+    );
+    for body in [
+        json!({"sort": [{"k": "asc"}]}),
+        json!({"size": 0, "aggs": {"t": {"terms": {"field": "k"}}}}),
+    ] {
+        let (status, v) = search(body.clone());
+        assert_eq!(status, 400, "{body}: {v}");
+        let cause = v["error"]["caused_by"]["reason"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(cause.contains("Use doc values instead"), "{body}: {v}");
+    }
+    es.delete(&format!("/{name}"));
+}
+
+#[test]
+fn root_mapping_options_the_emulator_does_not_implement_are_refused() {
+    let Some(emu) = emulator_for_faults("root_mapping_options") else {
+        return;
+    };
+    let es = emu.es();
+    for (key, value) in [
+        ("_source", json!({"excludes": ["secret"]})),
+        ("_source", json!({"enabled": false})),
+        ("_routing", json!({"required": true})),
+        (
+            "dynamic_templates",
+            json!([{"s": {"match": "*", "mapping": {"type": "keyword"}}}]),
+        ),
+        ("date_detection", json!(false)),
+        ("numeric_detection", json!(true)),
+    ] {
+        let name = unique("root");
+        let (kind, reason) = refused(
+            &es,
+            "PUT",
+            &format!("/{name}"),
+            Some(&json!({"mappings": { key: value }})),
+        );
+        assert_eq!(kind, "mapper_parsing_exception", "{key}");
+        assert!(reason.contains(key), "{key}: {reason}");
+        assert_eq!(es.head(&format!("/{name}")), 404, "nothing is created");
+    }
+    // What the emulator does anyway is taken.
+    let (status, v) = es.put(
+        &format!("/{}", unique("root")),
+        &json!({"mappings": {"_source": {"enabled": true}, "date_detection": true,
+                             "_meta": {"owner": "scanstore"}}}),
+    );
+    assert_eq!(status, 200, "{v}");
 }
