@@ -3,6 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::support::poll_until;
 use crate::support::{config_file, db};
 
 fn bin() -> Command {
@@ -100,13 +101,13 @@ fn serve_stops_cleanly_on_sigterm() {
         .status()
         .unwrap();
     assert!(status.success());
-    for _ in 0..100 {
-        if let Some(code) = child.try_wait().unwrap() {
-            assert!(code.success(), "exit status {code:?}");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    let mut status = None;
+    if !poll_until(Duration::from_secs(10), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    }) {
+        let _ = child.kill();
+        panic!("serve did not stop within 10 s of SIGTERM");
     }
-    let _ = child.kill();
-    panic!("serve did not stop within 10 s of SIGTERM");
+    assert!(status.unwrap().success(), "exit status {status:?}");
 }

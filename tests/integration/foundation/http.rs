@@ -2,6 +2,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use scanstore::app::App;
@@ -10,11 +11,17 @@ use scanstore::http::{router, ApiError, Reply, Req};
 use super::NO_ES;
 use crate::support::db;
 use crate::support::server::{config, got, http, keep_alive_bursts, TestServer};
+use crate::support::wait_for;
+
+/// How many `/slow` requests have begun (the shutdown test waits for its own).
+static SLOW_STARTED: AtomicUsize = AtomicUsize::new(0);
 
 fn test_handler(app: &App, req: &Req) -> Result<Reply, ApiError> {
     match req.path.as_str() {
         "/panic" => panic!("handler bug"),
         "/slow" => {
+            SLOW_STARTED.fetch_add(1, Ordering::SeqCst);
+            // The slow work itself: the request is in flight for this long.
             std::thread::sleep(Duration::from_millis(600));
             Ok(Reply::ok(serde_json::json!({"slow": true})))
         }
@@ -97,6 +104,7 @@ fn trickling_client_is_cut_off_and_others_are_served() {
         let n = s.read(&mut buf).unwrap_or(0);
         String::from_utf8_lossy(&buf[..n]).into_owned()
     });
+    // Time for the only worker to take the trickler up; a trickle reports nothing.
     std::thread::sleep(Duration::from_millis(200));
     // The only worker is busy with the trickler until its deadline passes.
     let r = got(http().get(server.url("/healthz")).call());
@@ -114,8 +122,11 @@ fn shutdown_lets_in_flight_requests_finish() {
     let t = db::fresh();
     let server = TestServer::start_with(config(&t.url, NO_ES), test_handler);
     let url = server.url("/slow");
+    let started = SLOW_STARTED.load(Ordering::SeqCst);
     let in_flight = std::thread::spawn(move || got(http().get(url).call()));
-    std::thread::sleep(Duration::from_millis(150));
+    wait_for("/slow to be in flight", Duration::from_secs(10), || {
+        SLOW_STARTED.load(Ordering::SeqCst) > started
+    });
     assert!(server.shutdown(), "shutdown did not finish in time");
     let r = in_flight.join().unwrap();
     assert_eq!((r.status, r.body["slow"].as_bool()), (200, Some(true)));
@@ -179,6 +190,7 @@ fn stalled_client_does_not_pin_the_only_worker() {
     stalled
         .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
         .unwrap();
+    // Time for the only worker to take the stalled request up; a stall reports nothing.
     std::thread::sleep(Duration::from_millis(200));
     for _ in 0..3 {
         let r = got(http().get(server.url("/healthz")).call());

@@ -9,6 +9,7 @@ mod proxy;
 mod rebuild;
 mod upgrade;
 
+use crate::support::wait_for;
 use crate::support::TempFile;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -56,14 +57,16 @@ impl Served {
         if self.child.try_wait().unwrap().is_none() {
             term(&self.child);
         }
-        for _ in 0..200 {
-            if let Some(code) = self.child.try_wait().unwrap() {
-                assert!(code.success(), "exit status {code:?}");
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("serve did not stop within 20 s of SIGTERM");
+        let mut status = None;
+        wait_for(
+            "serve to exit after SIGTERM",
+            Duration::from_secs(20),
+            || {
+                status = self.child.try_wait().unwrap();
+                status.is_some()
+            },
+        );
+        assert!(status.unwrap().success(), "exit status {status:?}");
     }
 }
 

@@ -193,16 +193,25 @@ fn rebuild_during_uploads_and_live_publication_verifies_and_switches_atomically(
                 if done.load(Ordering::SeqCst) {
                     break;
                 }
+                // Paced on purpose: the uploads spread over the whole rebuild.
                 std::thread::sleep(Duration::from_millis(40));
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(60));
+    wait_for(
+        "the first concurrent upload",
+        Duration::from_secs(30),
+        || !finished.lock().unwrap().is_empty(),
+    );
     let tagger = {
         let s_owner = s.owner.id;
         let url = s.db.url.clone();
+        let (es, next) = (s.es(), format!("/{}", physical(&s, "user", 2)));
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(150));
+            // The tag changes while the rebuild copies: once its new version exists.
+            wait_for("the rebuild's new version", Duration::from_secs(60), || {
+                es.head(&next) == 200
+            });
             let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
             c.batch_execute(&format!(
                 "BEGIN;

@@ -126,7 +126,8 @@ fn lease_is_renewed_while_es_hangs_longer_than_the_lease() {
     let w = worker(&s);
     let ticking = std::thread::spawn(move || w.tick().unwrap());
     s.emulator().wait_paused(1, Duration::from_secs(10));
-    // Hang for longer than the lease.
+    // Hang for longer than the lease: the time passing is what is tested (only the
+    // heartbeats can keep the claim through it).
     std::thread::sleep(Duration::from_secs(12));
     let row = outbox_row(&s, s.execution());
     assert!(

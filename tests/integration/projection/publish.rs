@@ -53,7 +53,8 @@ fn a_final_rings_the_idle_workers() {
         cfg.projection.workers = 2;
         cfg.projection.poll_interval = Duration::from_secs(3600);
     });
-    // Both workers have looked once, found nothing and are waiting.
+    // Both workers have looked once, found nothing and are waiting. Nothing reports an idle
+    // worker, so this is the time given them: the ring, not their first look, publishes.
     std::thread::sleep(Duration::from_millis(200));
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 10, t0());
     wait_for("publication", Duration::from_secs(30), || {

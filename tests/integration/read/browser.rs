@@ -169,6 +169,8 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
     // Settled: no more polling.
     let polls = "performance.getEntriesByType('resource').filter(e => e.name.includes('/executions')).length";
     let before = b.eval(polls);
+    // Over twice the page's 2 s refresh interval: that no poll comes in this time is what is
+    // tested.
     std::thread::sleep(Duration::from_millis(4500));
     assert_eq!(
         b.eval(polls),

@@ -7,9 +7,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
+
+use crate::support::{poll_until, wait_for};
 
 /// The Chromium binary, if installed.
 pub fn chromium_binary() -> Option<PathBuf> {
@@ -73,19 +75,18 @@ impl Browser {
         let profile = TempDir(profile);
         // Chromium writes the port it chose to DevToolsActivePort in the profile.
         let port_file = profile.0.join("DevToolsActivePort");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let port: u16 = loop {
-            if let Ok(text) = std::fs::read_to_string(&port_file) {
-                if let Some(p) = text.lines().next().and_then(|l| l.trim().parse().ok()) {
-                    break p;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "chromium did not open its DevTools port"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let mut port: Option<u16> = None;
+        wait_for(
+            "chromium to open its DevTools port",
+            Duration::from_secs(30),
+            || {
+                port = std::fs::read_to_string(&port_file)
+                    .ok()
+                    .and_then(|text| text.lines().next()?.trim().parse().ok());
+                port.is_some()
+            },
+        );
+        let port = port.unwrap();
         let targets: Value = {
             let mut r = crate::support::server::http()
                 .get(format!("http://127.0.0.1:{port}/json/list"))
@@ -146,18 +147,15 @@ impl Browser {
 
     /// Polls `expression` until it is truthy, or panics with `what`.
     pub fn wait_until(&mut self, what: &str, limit: Duration, expression: &str) -> Value {
-        let deadline = Instant::now() + limit;
-        loop {
-            let v = self.eval(expression);
-            if !(v.is_null() || v == false || v == "" || v == 0) {
-                return v;
-            }
-            if Instant::now() > deadline {
-                let text = self.eval("document.body ? document.body.innerText : ''");
-                panic!("timed out waiting for {what}; page text:\n{text}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let mut v = Value::Null;
+        if !poll_until(limit, || {
+            v = self.eval(expression);
+            !(v.is_null() || v == false || v == "" || v == 0)
+        }) {
+            let text = self.eval("document.body ? document.body.innerText : ''");
+            panic!("timed out waiting for {what}; page text:\n{text}");
         }
+        v
     }
 
     pub fn navigate(&mut self, url: &str) {

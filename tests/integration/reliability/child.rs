@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use crate::support::poll_until;
 use crate::support::server::{http, Got};
 
 /// Settings of a child's config file.
@@ -206,12 +207,9 @@ impl Drop for Serve {
             let _ = Command::new("kill")
                 .args(["-TERM", &c.id().to_string()])
                 .status();
-            for _ in 0..50 {
-                if c.try_wait().ok().flatten().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            poll_until(Duration::from_secs(5), || {
+                c.try_wait().ok().flatten().is_some()
+            });
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -21,6 +21,7 @@ use crate::support::db::{self, TestDb};
 use crate::support::emulator::{emulator_for_faults, Emulator, FaultSpec};
 use crate::support::scan::Batch;
 use crate::support::server::Got;
+use crate::support::wait_for;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Point {
@@ -62,20 +63,25 @@ fn pause(path: &str) -> FaultSpec {
     }
 }
 
-/// Posts until 200, honouring `Retry-After` on 503 (at most 30 tries).
+/// Posts until 200, again after a 502, a 503 or a failed exchange (a server starting or
+/// recovering), for at most 30 s.
 pub fn post_until_ok(base: &str, token: &str, exec: uuid::Uuid, b: &Batch) -> Got {
     let body = b.body();
-    for _ in 0..30 {
-        match try_post(base, token, exec, &body) {
-            Ok(r) if r.status == 200 => return r,
-            Ok(r) if r.status == 503 || r.status == 502 => {
-                std::thread::sleep(Duration::from_millis(200));
+    let mut accepted = None;
+    wait_for(
+        &format!("batch {} to be accepted", b.index),
+        Duration::from_secs(30),
+        || match try_post(base, token, exec, &body) {
+            Ok(r) if r.status == 200 => {
+                accepted = Some(r);
+                true
             }
+            Ok(r) if r.status == 503 || r.status == 502 => false,
             Ok(r) => panic!("batch {}: {} {}", b.index, r.status, r.body),
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
-    panic!("batch {} never accepted", b.index)
+            Err(_) => false,
+        },
+    );
+    accepted.unwrap()
 }
 
 fn config(db: &TestDb, emu: &Emulator, prefix: &str, workers: u32) -> ChildConfig {
@@ -88,20 +94,20 @@ fn config(db: &TestDb, emu: &Emulator, prefix: &str, workers: u32) -> ChildConfi
 
 /// Waits until a backend of this database waits on a lock (the blocked transaction).
 fn wait_lock_waiter(c: &mut Client, db: &TestDb) {
-    for _ in 0..300 {
-        let n: i64 = c
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
-                &[&db.name],
-            )
-            .unwrap()
-            .get(0);
-        if n > 0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("no transaction blocked on the held lock");
+    wait_for(
+        "a transaction blocked on the held lock",
+        Duration::from_secs(10),
+        || {
+            let n: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+                    &[&db.name],
+                )
+                .unwrap()
+                .get(0);
+            n > 0
+        },
+    );
 }
 
 /// The fault-free run: every batch once, published.

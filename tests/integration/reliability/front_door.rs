@@ -14,6 +14,7 @@ use crate::support::emulator;
 use crate::support::logs;
 use crate::support::server::{got, http};
 use crate::support::stack::Stack;
+use crate::support::wait_for;
 
 /// A stack whose server has short deadlines, so stalls end within the test.
 fn stack(adjust: impl FnOnce(&mut Config)) -> Stack {
@@ -88,6 +89,14 @@ fn assert_serving(base: &str) {
     assert_eq!(got(r).status, 200, "the server stopped serving");
 }
 
+/// Whether `/healthz` answers 200 now (a refused or failed exchange is a no).
+fn serves(base: &str) -> bool {
+    agent(Duration::from_secs(2))
+        .get(format!("{base}/healthz"))
+        .call()
+        .is_ok_and(|r| r.status().as_u16() == 200)
+}
+
 fn batches_path(s: &Stack) -> String {
     format!("/api/v1/scanner/executions/{}/batches", s.execution())
 }
@@ -111,6 +120,8 @@ fn stalled_expect_continue_and_upgrade_requests_do_not_pin_the_workers() {
             .unwrap();
         upgrades.push(c);
     }
+    // Time for the server to take the stalled connections up; a stall is silence, so
+    // nothing reports that it has.
     std::thread::sleep(Duration::from_millis(200));
     for _ in 0..8 {
         assert_serving(s.base());
@@ -150,6 +161,8 @@ fn clients_that_read_no_answers_do_not_pin_the_workers() {
         .unwrap();
         held.push(c);
     }
+    // Time for the workers to fill those clients' buffers and block writing; nothing
+    // reports a blocked write.
     std::thread::sleep(Duration::from_millis(300));
     for _ in 0..8 {
         assert_serving(s.base());
@@ -201,15 +214,11 @@ fn large_bodies_without_a_valid_scanner_token_are_refused_unread() {
     let grown_mib = serve.rss_kib().saturating_sub(rss_before) / 1024;
     assert!(grown_mib < 32, "resident memory grew by {grown_mib} MiB");
     // Connection threads idle in tiny_http's pool for 5 s before they end.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while serve.threads() > threads_before + 4 {
-        assert!(
-            Instant::now() < deadline,
-            "{} threads after the stalls, {threads_before} before",
-            serve.threads()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for(
+        &format!("the stalls' threads to end ({threads_before} threads before them)"),
+        Duration::from_secs(15),
+        || serve.threads() <= threads_before + 4,
+    );
     assert_serving(&serve.base);
 }
 
@@ -249,6 +258,7 @@ fn oversized_heads_are_431_and_closed() {
 fn connections_over_the_cap_are_refused_and_idle_ones_closed() {
     let s = stack(|c| c.server.max_connections = 16);
     let mut idle: Vec<TcpStream> = (0..16).map(|_| connect(s.base())).collect();
+    // Time for the accept loop to count the 16 (a probe would itself take a slot).
     std::thread::sleep(Duration::from_millis(100));
     let mut over = connect(s.base());
     let out = read_to_close(&mut over);
@@ -261,8 +271,11 @@ fn connections_over_the_cap_are_refused_and_idle_ones_closed() {
     // A connection counts until its thread has finished closing it: once the client has
     // closed its side too (or after the linger time).
     drop(idle);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_serving(s.base());
+    wait_for(
+        "a connection slot once the idle connections closed",
+        Duration::from_secs(5),
+        || serves(s.base()),
+    );
 }
 
 #[test]
@@ -348,10 +361,13 @@ fn large_body_reads_are_capped_and_the_rest_refused_with_retry_after() {
                 if w.write_all(b" ").is_err() {
                     break;
                 }
+                // The trickle itself: a byte every 100 ms.
                 std::thread::sleep(Duration::from_millis(100));
             }
         }));
         conns.push(c);
+        // The first body must hold the permit before the second asks for it; nothing
+        // reports a held permit.
         std::thread::sleep(Duration::from_millis(200));
     }
     let second = read_to_close(&mut conns[1]);
@@ -379,6 +395,7 @@ fn large_body_reads_are_capped_and_the_rest_refused_with_retry_after() {
 /// answers again; the accept loop must have logged its failures. Returns the child's log.
 fn flood_then_serve(serve: &Serve, connections: usize, hold: Duration) -> String {
     let flood: Vec<TcpStream> = (0..connections).map(|_| connect(&serve.base)).collect();
+    // Holding the flood for `hold` is the scenario.
     std::thread::sleep(hold);
     drop(flood);
     // Descriptors and threads come back as the flood's connections end.

@@ -5,7 +5,7 @@
 //! repairing its stream is completed by repeating the request on a new instance: nothing
 //! of the pending batch stays, and the final counts what the other upload stored.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -17,6 +17,7 @@ use crate::support::emulator::{emulator_for_faults, FaultSpec};
 use crate::support::scan::t0;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::{got, http, Got};
+use crate::support::wait_for;
 use crate::support::{db, emulator, factory};
 
 #[test]
@@ -59,11 +60,9 @@ fn kill_between_a_heartbeat_and_the_lease_expiry() {
             .unwrap();
         (r.get(0), r.get(1))
     };
-    let until = Instant::now() + Duration::from_secs(30);
-    while status(&mut c).0 == "running" {
-        assert!(Instant::now() < until, "the lease never lapsed");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("the lease to lapse", Duration::from_secs(30), || {
+        status(&mut c).0 != "running"
+    });
     let requeued = Utc::now();
     assert!(
         requeued >= lease,
@@ -186,14 +185,11 @@ fn kill_between_abandon_and_repair() {
     // write grace: three 1 s request timeouts and their backoff here).
     let again = abandon(&second.base, &scanner.token, e, a).unwrap();
     assert_eq!(again.status, 200, "{}", again.body);
-    let until = std::time::Instant::now() + Duration::from_secs(40);
-    while stream(&mut c).1 > 0 {
-        assert!(
-            std::time::Instant::now() < until,
-            "the pending batch was never removed"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for(
+        "the pending batch to be removed",
+        Duration::from_secs(40),
+        || stream(&mut c).1 == 0,
+    );
     assert_eq!(stream(&mut c), (true, 0));
     let leftovers: i64 = c
         .query_one(

@@ -24,6 +24,7 @@ use crate::support::factory;
 use crate::support::scan::t0;
 use crate::support::scan::{endpoints, Batch};
 use crate::support::stack::Stack;
+use crate::support::wait_for;
 
 fn scale() -> usize {
     std::env::var("RELIABILITY_SCALE")
@@ -87,6 +88,7 @@ fn scanner(
                 Err(_) => *s.statuses.entry("conn".into()).or_default() += 1,
             }
             drop(s);
+            // A scanner's pause between retries: part of the load, not a wait.
             std::thread::sleep(Duration::from_millis(150));
         }
     }
@@ -299,6 +301,7 @@ fn es_fault_storm_under_concurrent_scanners_loses_and_doubles_nothing() {
     let es_ctl = s.emulator().es();
     std::thread::scope(|sc| {
         sc.spawn(|| {
+            // How long requests hang is the scenario, not a wait for a condition.
             std::thread::sleep(Duration::from_secs(8));
             es_ctl.post("/_emulator/release", &json!({}));
         });
@@ -422,7 +425,11 @@ fn postgres_restart_in_the_middle_of_a_load_loses_and_doubles_nothing() {
                 })
             });
         }
-        std::thread::sleep(Duration::from_millis(1500));
+        // The restart lands once every scanner could have had a batch accepted.
+        wait_for("the load to be under way", Duration::from_secs(60), || {
+            let s = seen.lock().unwrap();
+            s.statuses.get("200").copied().unwrap_or(0) >= runs.len() as u64
+        });
         pg.restart();
     });
     emu.clear_faults();

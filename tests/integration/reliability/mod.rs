@@ -13,7 +13,7 @@ mod load;
 mod security;
 mod tls;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use postgres::Client;
 use serde_json::{json, Value};
@@ -23,6 +23,7 @@ use crate::support::emulator::Es;
 use crate::support::scan::{self, dns, endpoints, Batch};
 
 use crate::support::scan::t0;
+use crate::support::wait_for;
 
 /// Fixed identities, so that two databases can hold the same owner/task/execution and a
 /// faulty run can be compared with a fault-free one document for document.
@@ -222,24 +223,14 @@ pub fn snapshot(c: &mut Client, es: &Es, prefix: &str, exec: Uuid) -> Snapshot {
 
 /// Polls until the execution's outbox row is processed.
 pub fn wait_published(c: &mut Client, exec: Uuid, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    loop {
-        let done: bool = c
-            .query_one(
-                "SELECT coalesce(bool_and(processed_at IS NOT NULL), false) FROM scan_projection_outbox WHERE execution_id = $1",
-                &[&exec],
-            )
-            .unwrap()
-            .get(0);
-        if done {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "execution {exec} not published in {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(&format!("execution {exec} to be published"), limit, || {
+        c.query_one(
+            "SELECT coalesce(bool_and(processed_at IS NOT NULL), false) FROM scan_projection_outbox WHERE execution_id = $1",
+            &[&exec],
+        )
+        .unwrap()
+        .get(0)
+    });
 }
 
 /// A prefix unique to this run.

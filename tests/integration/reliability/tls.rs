@@ -110,6 +110,7 @@ fn the_front_doors_limits_hold_over_tls() {
         if c.write_all(&[*b]).is_err() {
             break;
         }
+        // The trickle itself: a byte every 100 ms.
         std::thread::sleep(Duration::from_millis(100));
     }
     let answered = read_to_close(&mut c);
@@ -148,6 +149,7 @@ fn stalled_and_trickled_handshakes_are_cut_off_and_do_not_pin_the_server() {
                 if w.write_all(&[b]).is_err() {
                     return true;
                 }
+                // The trickle itself: a byte every 200 ms.
                 std::thread::sleep(Duration::from_millis(200));
             }
             false

@@ -11,7 +11,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -294,11 +294,9 @@ impl Emulator {
 
     /// Waits until `n` requests are paused (or panics after `timeout`).
     pub fn wait_paused(&self, n: usize, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while self.paused() < n {
-            assert!(Instant::now() < deadline, "{n} paused requests expected");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        super::wait_for(&format!("{n} paused requests"), timeout, || {
+            self.paused() >= n
+        });
     }
 
     /// The request log, filtered by method and/or path glob.

@@ -18,13 +18,27 @@ pub mod tools;
 
 use std::time::{Duration, Instant};
 
-/// Polls `cond` until it holds or `limit` passes (then panics with `what`).
-pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+/// Polls `cond` every 50 ms until it holds (true) or `limit` passes (false): the suite's one
+/// way to wait for something it can observe, instead of sleeping for a guessed time.
+pub fn poll_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Polls `cond` until it holds, or panics naming `what` once `limit` has passed.
+pub fn wait_for(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    assert!(
+        poll_until(limit, cond),
+        "timed out after {limit:?} waiting for {what}"
+    );
 }
 
 /// A file in the temp directory, removed on drop.

@@ -4,7 +4,7 @@
 //! scanner of the owner, and the scanner's own listing — each transition an event and a
 //! metric.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use postgres::Client;
@@ -17,6 +17,7 @@ use crate::support::scan::t0;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::{got, http};
 use crate::support::stack::Stack;
+use crate::support::wait_for;
 
 /// A stack whose leases last `lease` and are swept every 50 ms, with `attempts` claims.
 fn stack(lease: Duration, attempts: u32) -> Stack {
@@ -50,14 +51,11 @@ fn row(c: &mut Client, e: Uuid) -> (String, Option<Uuid>, i32, Option<String>) {
 }
 
 fn wait_status(c: &mut Client, e: Uuid, status: &str) {
-    let until = Instant::now() + Duration::from_secs(20);
-    while row(c, e).0 != status {
-        assert!(
-            Instant::now() < until,
-            "execution {e} never became {status}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(
+        &format!("execution {e} to become {status}"),
+        Duration::from_secs(20),
+        || row(c, e).0 == status,
+    );
 }
 
 fn at(v: &serde_json::Value) -> DateTime<Utc> {
@@ -347,7 +345,6 @@ fn the_sweep_undoes_the_pending_batches_of_a_lapsed_claim() {
     let b1 = Batch::main(up, 1, endpoints(10, 4, t0()));
     assert_eq!(scan::post(s.base(), &s.scanner.token, e, &b1).status, 502);
     wait_status(&mut c, e, "queued");
-    let until = Instant::now() + Duration::from_secs(20);
     let receipts = |c: &mut Client| -> Vec<(i32, String)> {
         c.query(
             "SELECT batch_index, status FROM scan_upload_receipts WHERE execution_id = $1 ORDER BY batch_index",
@@ -358,10 +355,11 @@ fn the_sweep_undoes_the_pending_batches_of_a_lapsed_claim() {
         .map(|r| (r.get(0), r.get(1)))
         .collect()
     };
-    while receipts(&mut c).len() > 1 {
-        assert!(Instant::now() < until, "the pending batch was never undone");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(
+        "the pending batch to be undone",
+        Duration::from_secs(20),
+        || receipts(&mut c).len() <= 1,
+    );
     assert_eq!(receipts(&mut c), vec![(0, "confirmed".to_string())]);
     let facts = s.es().refreshed_count(
         &format!("{}-facts-*", s.prefix()),
@@ -420,14 +418,11 @@ fn a_failed_execution_keeps_nothing_of_a_batch_written_across_the_fail() {
     assert_eq!(r.status, 409, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "execution_not_running");
     // The sweep undoes the batch: no receipt, no fact.
-    let until = Instant::now() + Duration::from_secs(20);
-    while !s.receipts().is_empty() {
-        assert!(
-            Instant::now() < until,
-            "the batch of the failed execution stayed"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(
+        "the sweep to undo the failed execution's batch",
+        Duration::from_secs(20),
+        || s.receipts().is_empty(),
+    );
     assert_eq!(s.fact_count(), 0);
     assert_eq!(row(&mut c, e).0, "failed");
 }

@@ -254,6 +254,7 @@ fn a_retry_is_answered_as_before_after_its_times_left_the_window() {
     let b0 = Batch::main(up, 0, vec![endpoint("10.0.0.1", 443, &at)]);
     let post = |b: &Batch| scan::post(s.base(), &s.scanner.token, s.execution(), b);
     assert_eq!(post(&b0).body["saved"], 1);
+    // The observation's time must leave the 3 s window: time passing is what is tested.
     std::thread::sleep(std::time::Duration::from_secs(4));
     // The confirmed batch again: saved 0, as ever; a new one with that time: refused.
     let again = post(&b0);
