@@ -292,25 +292,7 @@ fn retry_waits_for_an_in_flight_claim_and_then_refuses() {
         .spawn()
         .unwrap();
     // Wait until the script's session is blocked on the row lock.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let waiting: i64 = c
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the script never waited for the claim's row lock"
-        );
-        std::thread::yield_now();
-    }
+    db::wait_lock_waiter(&mut c, "the script to wait for the claim's row lock");
     claim.commit().unwrap();
     let out = child.wait_with_output().unwrap();
     let r = super::Run {

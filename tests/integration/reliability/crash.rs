@@ -13,8 +13,6 @@
 
 use std::time::Duration;
 
-use postgres::Client;
-
 use super::child::{try_post, ChildConfig, Serve};
 use super::{prefix, snapshot, wait_published, Ids, Snapshot};
 use crate::support::db::{self, TestDb};
@@ -90,24 +88,6 @@ fn config(db: &TestDb, emu: &Emulator, prefix: &str, workers: u32) -> ChildConfi
     // Small pages: the publisher needs several pages and checkpoints for 55 endpoints.
     c.extra_projection = "page_size = 20\n".into();
     c
-}
-
-/// Waits until a backend of this database waits on a lock (the blocked transaction).
-fn wait_lock_waiter(c: &mut Client, db: &TestDb) {
-    wait_for(
-        "a transaction blocked on the held lock",
-        Duration::from_secs(10),
-        || {
-            let n: i64 = c
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
-                    &[&db.name],
-                )
-                .unwrap()
-                .get(0);
-            n > 0
-        },
-    );
 }
 
 /// The fault-free run: every batch once, published.
@@ -187,7 +167,7 @@ pub fn crash_run(emu: &Emulator, ids: &Ids, point: Point) -> Snapshot {
             .unwrap();
             tx = Some(t);
             emu.release_all();
-            wait_lock_waiter(&mut c, &db);
+            db::wait_lock_waiter(&mut c, "a transaction blocked on the held lock");
         }
         s.kill9();
         let answer = inflight.join().unwrap();
@@ -266,7 +246,7 @@ pub fn crash_run(emu: &Emulator, ids: &Ids, point: Point) -> Snapshot {
         .unwrap();
         tx = Some(t);
         emu.release_all();
-        wait_lock_waiter(&mut c, &db);
+        db::wait_lock_waiter(&mut c, "a transaction blocked on the held lock");
     }
     s.kill9();
     if let Some(t) = tx {

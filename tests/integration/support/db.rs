@@ -165,3 +165,19 @@ pub fn schema_dump(url: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Waits (at most 20 s) until a session of `c`'s database waits on a lock: a statement
+/// blocked behind a transaction the test holds open.
+pub fn wait_lock_waiter(c: &mut Client, what: &str) {
+    super::wait_for(what, std::time::Duration::from_secs(20), || {
+        let waiting: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        waiting > 0
+    });
+}
