@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::db::{self, Db, DbError};
 use crate::es::limit::Limiter;
 use crate::es::retry::Backoff;
+use crate::es::senders::{SendContext, Senders};
 use crate::es::writer::{WritePolicy, Writer};
 use crate::es::{setup, EsClient, EsError};
 use crate::http::server::{self, HttpServer, Routes};
@@ -34,6 +35,9 @@ pub struct App {
     pub es_probe: EsClient,
     /// Bound on concurrent ES requests, shared by uploads and publication.
     pub limiter: Limiter,
+    /// The threads uploads send their bulk requests on, one per concurrency permit (each
+    /// publication worker has its own).
+    pub upload_senders: Senders,
     /// Rung when publication work may be due, so idle workers need not wait for their poll.
     pub projection_wake: Wake,
     /// Set once the index templates and indices are installed (at start, or lazily by
@@ -63,12 +67,15 @@ impl App {
         let es = EsClient::with_access(&es_cfg.url, es_cfg.request_timeout, auth, roots, pin);
         let es_probe = EsClient::with_access(&es_cfg.url, PROBE_TIMEOUT, auth, roots, pin);
         let limiter = Limiter::new(config.elasticsearch.bulk_max_concurrency);
+        let upload_senders =
+            Senders::start("upload-send", config.elasticsearch.bulk_max_concurrency);
         Ok(App {
             config,
             db,
             es,
             es_probe,
             limiter,
+            upload_senders,
             projection_wake: Wake::default(),
             indices_ready: AtomicBool::new(false),
             script_rejected: AtomicBool::new(false),
@@ -80,18 +87,33 @@ impl App {
     /// A bulk writer of `bulk_batch_size` operations per request under the process-wide
     /// concurrency permits, retrying a transient failure `attempts` times.
     pub fn writer<'a>(&'a self, attempts: u32, backoff: Backoff, trace_id: &'a str) -> Writer<'a> {
-        let cfg = &self.config.elasticsearch;
         Writer {
             es: &self.es,
             limiter: &self.limiter,
-            policy: WritePolicy {
-                max_ops: cfg.bulk_batch_size,
-                max_bytes: self.config.elasticsearch.bulk_max_bytes,
-                attempts,
-                backoff,
-            },
+            policy: self.write_policy(attempts, backoff),
             cancel: None,
             trace_id,
+        }
+    }
+
+    /// As [`App::writer`], owned, for requests sent on sender threads.
+    pub fn send_context(&self, attempts: u32, backoff: Backoff, trace_id: &str) -> SendContext {
+        SendContext {
+            es: self.es.clone(),
+            limiter: self.limiter.clone(),
+            policy: self.write_policy(attempts, backoff),
+            cancel: None,
+            trace_id: trace_id.to_owned(),
+        }
+    }
+
+    fn write_policy(&self, attempts: u32, backoff: Backoff) -> WritePolicy {
+        let cfg = &self.config.elasticsearch;
+        WritePolicy {
+            max_ops: cfg.bulk_batch_size,
+            max_bytes: cfg.bulk_max_bytes,
+            attempts,
+            backoff,
         }
     }
 

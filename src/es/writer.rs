@@ -57,51 +57,12 @@ pub struct Writer<'a> {
 impl Writer<'_> {
     /// Writes every operation, one request after the other, or fails at the first failed
     /// request; a failed write may have applied some requests, which is why every caller's
-    /// operations are idempotent.
+    /// operations are idempotent. (Requests sent together go through
+    /// [`super::senders::Senders::write`].)
     pub fn write(&self, ops: &[BulkOp]) -> Result<WriteReport, EsError> {
-        self.write_parts(ops, false)
-    }
-
-    /// Like [`Writer::write`], but the requests go out together (each still under a
-    /// concurrency permit), for operations that touch distinct documents so their order
-    /// cannot matter. The first failure is returned once every request has ended.
-    pub fn write_concurrently(&self, ops: &[BulkOp]) -> Result<WriteReport, EsError> {
-        self.write_parts(ops, true)
-    }
-
-    fn write_parts(&self, ops: &[BulkOp], together: bool) -> Result<WriteReport, EsError> {
-        let ranges = self.requests(ops)?;
-        let send = |range: Range<usize>| self.send(&ops[range], Duration::ZERO);
-        let sent: Vec<Result<WriteReport, EsError>> = match ranges.split_first() {
-            // The first request goes from this thread: one thread fewer to start per write.
-            Some((first, rest)) if together && !rest.is_empty() => std::thread::scope(|s| {
-                let others: Vec<_> = rest
-                    .iter()
-                    .map(|range| s.spawn(|| send(range.clone())))
-                    .collect();
-                let mut sent = vec![send(first.clone())];
-                sent.extend(others.into_iter().map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(EsError::Transport("bulk sender panicked".into())))
-                }));
-                sent
-            }),
-            _ => {
-                let mut sent = Vec::with_capacity(ranges.len());
-                for range in ranges {
-                    let result = send(range);
-                    let failed = result.is_err();
-                    sent.push(result);
-                    if failed {
-                        break;
-                    }
-                }
-                sent
-            }
-        };
         let mut report = WriteReport::default();
-        for result in sent {
-            report.add(&result?);
+        for range in self.requests(ops)? {
+            report.add(&self.send(&ops[range], Duration::ZERO)?);
         }
         Ok(report)
     }

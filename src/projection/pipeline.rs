@@ -8,16 +8,14 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
 use serde_json::Value;
 
 use crate::app::App;
 use crate::db::Stage;
 use crate::es::alias::AssetIndices;
-use crate::es::bulk::BulkOp;
 use crate::es::error::EsError;
-use crate::es::senders::{Senders, Submitted};
-use crate::es::writer::{WritePolicy, WriteReport, Writer};
+use crate::es::senders::{SendContext, Senders, Writes};
+use crate::es::writer::WritePolicy;
 use crate::es::EsClient;
 use crate::tags;
 use crate::telemetry::events::ms;
@@ -69,56 +67,6 @@ impl PageSource<'_> {
     }
 }
 
-/// What a tick's page writes need on the sender threads.
-struct SendContext {
-    app: Arc<App>,
-    policy: WritePolicy,
-    /// The heartbeat's: a lost lease aborts their waits at once.
-    cancel: Receiver<()>,
-    trace_id: String,
-}
-
-impl SendContext {
-    fn writer(&self) -> Writer<'_> {
-        Writer {
-            es: &self.app.es,
-            limiter: &self.app.limiter,
-            policy: self.policy,
-            cancel: Some(&self.cancel),
-            trace_id: &self.trace_id,
-        }
-    }
-}
-
-/// The requests of one page being sent, and its operations: held here as well, so that the
-/// worker that built them frees them once every request has ended (mimalloc defers a free
-/// from another thread, and collecting those cost the publisher ~0.3 ms per page).
-struct PageWrites {
-    requests: Vec<Submitted<Result<WriteReport, EsError>>>,
-    ops: Arc<Vec<BulkOp>>,
-}
-
-impl PageWrites {
-    /// Waits for every request of a page; the first failure once all have ended.
-    fn wait(self) -> Result<WriteReport, EsError> {
-        let mut report = WriteReport::default();
-        let mut first = Ok(());
-        for write in self.requests {
-            let result = write
-                .wait()
-                .unwrap_or_else(|| Err(EsError::Transport("bulk sender panicked".into())));
-            match result {
-                Ok(r) => report.add(&r),
-                Err(e) if first.is_ok() => first = Err(e),
-                Err(_) => {}
-            }
-        }
-        // The senders' shares were dropped before their results came.
-        drop(self.ops);
-        first.map(|()| report)
-    }
-}
-
 /// What one tick's pages share.
 struct Tick<'a> {
     claim: &'a OutboxClaim,
@@ -140,7 +88,7 @@ pub enum Pages {
 
 /// A page whose write is under way; settled (waited for, then checkpointed) in order.
 struct InFlight {
-    writes: PageWrites,
+    writes: Writes,
     /// The cursor after the page's last document.
     next: String,
     endpoints: i64,
@@ -171,14 +119,15 @@ impl Pipeline {
         let app = &self.app;
         let cfg = &app.config.elasticsearch;
         let send_ctx = Arc::new(SendContext {
-            app: app.clone(),
+            es: app.es.clone(),
+            limiter: app.limiter.clone(),
             policy: WritePolicy {
                 max_ops: cfg.bulk_batch_size,
                 max_bytes: cfg.bulk_max_bytes,
                 attempts: 1,
                 backoff: OUTBOX_BACKOFF,
             },
-            cancel: heartbeat.cancel().clone(),
+            cancel: Some(heartbeat.cancel().clone()),
             trace_id: format!("outbox-{}", claim.id),
         });
         let source = PageSource {
@@ -201,7 +150,7 @@ impl Pipeline {
         // checkpointed, since a cursor saved past a page that failed would skip it; the
         // next claim replays them.
         for page in in_flight {
-            let _ = page.writes.wait();
+            let _ = page.writes.wait().result;
         }
         outcome
     }
@@ -296,7 +245,7 @@ impl Pipeline {
             // Without tags every operation merges a distinct document, so the page's
             // requests go out together; a tag update must follow the merge that may create
             // its document, so a tagged page keeps its requests in order.
-            let writes = self.submit(tick.send_ctx, ops, !tags.is_empty())?;
+            let writes = self.senders.write(tick.send_ctx, ops, !tags.is_empty())?;
             in_flight.push_back(InFlight {
                 writes,
                 next: next.clone(),
@@ -318,32 +267,6 @@ impl Pipeline {
         Ok(Pages::Done(pages))
     }
 
-    /// Hands a page's operations to the sender threads: each request on its own, or, when
-    /// `in_order`, all of them one after the other as one job.
-    fn submit(
-        &self,
-        send_ctx: &Arc<SendContext>,
-        ops: Vec<BulkOp>,
-        in_order: bool,
-    ) -> Result<PageWrites, EsError> {
-        let ops = Arc::new(ops);
-        let requests = if in_order {
-            let (send_ctx, ops) = (send_ctx.clone(), ops.clone());
-            vec![self.senders.submit(move || send_ctx.writer().write(&ops))]
-        } else {
-            let ranges = send_ctx.writer().requests(&ops)?;
-            ranges
-                .into_iter()
-                .map(|range| {
-                    let (send_ctx, ops, queued) = (send_ctx.clone(), ops.clone(), Instant::now());
-                    self.senders
-                        .submit(move || send_ctx.writer().send(&ops[range], queued.elapsed()))
-                })
-                .collect()
-        };
-        Ok(PageWrites { requests, ops })
-    }
-
     /// Gives the row back for others' turn (due now), carrying `fetched`, the page after
     /// `cursor`, to this worker's next claim.
     fn release(
@@ -361,7 +284,7 @@ impl Pipeline {
     /// Waits for a page's write, then saves the cursor after it: verified pages only, in
     /// order, and only while the lease holds.
     fn settle(&self, tick: &Tick, page: InFlight) -> Result<(), ProjectionError> {
-        page.writes.wait()?;
+        page.writes.wait().result?;
         if tick.heartbeat.is_lost() {
             return Err(ProjectionError::LeaseLost);
         }
@@ -395,7 +318,7 @@ impl Pipeline {
             if first.is_ok() {
                 first = self.settle(tick, page);
             } else {
-                let _ = page.writes.wait();
+                let _ = page.writes.wait().result;
             }
         }
         first

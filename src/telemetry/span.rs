@@ -56,35 +56,9 @@ impl UploadSpan {
         out
     }
 
-    /// Runs stage `a` here and stage `b` on a scoped thread at the same time, for work
-    /// that is independent (requests to different indices); each reports its own duration.
-    /// Both run to the end; `a`'s error is returned first.
-    pub fn stages_together<A, B, E: Send>(
-        &self,
-        a: (&'static str, impl FnOnce() -> Result<A, E>),
-        b: (&'static str, impl FnOnce() -> Result<B, E> + Send),
-    ) -> Result<(A, B), E>
-    where
-        B: Send,
-    {
-        let (out_a, (elapsed_b, out_b)) = std::thread::scope(|s| {
-            let run_b = s.spawn(|| {
-                let started = Instant::now();
-                let out = b.1();
-                (started.elapsed(), out)
-            });
-            let out_a = self.stage(a.0, a.1);
-            match run_b.join() {
-                Ok(done) => (out_a, done),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        });
-        self.completed(b.0, elapsed_b, out_b.is_ok());
-        Ok((out_a?, out_b?))
-    }
-
-    /// The metric and `ScanWriteStageCompleted` line of one finished stage.
-    fn completed(&self, stage: &'static str, elapsed: Duration, success: bool) {
+    /// The metric and `ScanWriteStageCompleted` line of one finished stage (one timed
+    /// elsewhere, such as requests sent on other threads).
+    pub fn completed(&self, stage: &'static str, elapsed: Duration, success: bool) {
         metrics::observe(
             &metrics::get()
                 .stage_seconds
@@ -167,42 +141,5 @@ mod tests {
         assert_eq!(r, Err("no"));
         let ok: Result<u8, ()> = span.stage("confirm", || Ok(1));
         assert_eq!(ok, Ok(1));
-    }
-
-    #[test]
-    fn stages_together_run_at_the_same_time_and_both_finish() {
-        let span = UploadSpan::new("r2");
-        let (tx, rx) = crossbeam_channel::bounded::<()>(1);
-        // `a` can only succeed while `b` runs: it waits for `b`'s message.
-        let out = span.stages_together(
-            ("a", || {
-                rx.recv_timeout(std::time::Duration::from_secs(10))
-                    .map(|_| 1)
-            }),
-            ("b", || {
-                tx.send(())
-                    .map(|_| 2)
-                    .map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected)
-            }),
-        );
-        assert_eq!(out, Ok((1, 2)));
-    }
-
-    #[test]
-    fn stages_together_return_the_first_error_after_both_ran() {
-        let span = UploadSpan::new("r3");
-        let ran_b = std::sync::atomic::AtomicBool::new(false);
-        let out: Result<((), ()), &str> = span.stages_together(
-            ("a", || Err("a failed")),
-            ("b", || {
-                ran_b.store(true, std::sync::atomic::Ordering::SeqCst);
-                Err("b failed")
-            }),
-        );
-        assert_eq!(out, Err("a failed"));
-        assert!(ran_b.load(std::sync::atomic::Ordering::SeqCst));
-        let out: Result<((), ()), &str> =
-            span.stages_together(("a", || Ok(())), ("b", || Err("b failed")));
-        assert_eq!(out, Err("b failed"));
     }
 }

@@ -10,6 +10,7 @@
 
 use crate::es::index::Indices;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -23,6 +24,7 @@ use crate::auth::Scanner;
 use crate::db::{Queries, Stage};
 use crate::es::bulk::BulkOp;
 use crate::es::index;
+use crate::es::writer::WriteReport;
 use crate::es::EsError;
 use crate::telemetry::Line;
 
@@ -167,7 +169,11 @@ pub fn clean(
         })
         .collect();
     if !by_index.is_empty() {
-        let writer = super::writer(app, trace_id);
+        // Each repair and delete touches its own document: sent together.
+        let ctx = Arc::new(app.send_context(super::BULK_ATTEMPTS, super::BULK_BACKOFF, trace_id));
+        let write = |ops: Vec<BulkOp>| -> Result<WriteReport, EsError> {
+            app.upload_senders.write(&ctx, ops, false)?.wait().result
+        };
         let (mut keys, found) = written_endpoints(app, &by_index)?;
         // A fact that never reached the cluster may still have its endpoint document (the
         // two are written side by side): then which endpoints the batch touched is not
@@ -187,13 +193,13 @@ pub fn clean(
             .collect();
         for chunk in keys.chunks(KEYS_PER_SEARCH) {
             let repairs = endpoint_repairs(app, execution, &left_out, chunk)?;
-            writer.write_concurrently(&repairs)?;
+            write(repairs)?;
         }
         let deletes: Vec<BulkOp> = by_index
             .iter()
             .flat_map(|(i, ids)| ids.iter().map(move |id| BulkOp::delete(i, id)))
             .collect();
-        writer.write_concurrently(&deletes)?;
+        write(deletes)?;
     }
 
     // Transaction B: the receipts go, and the stream is recounted from what is left.

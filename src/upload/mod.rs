@@ -24,7 +24,8 @@ pub mod lease;
 pub mod lifecycle;
 pub mod reserve;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use uuid::Uuid;
@@ -33,7 +34,6 @@ use crate::app::App;
 use crate::auth::{self, Scanner};
 use crate::db::Stage;
 use crate::es::retry::Backoff;
-use crate::es::writer::Writer;
 use crate::http::{Reply, Req};
 use crate::telemetry::span::UploadSpan;
 use children::ChildTargets;
@@ -200,17 +200,27 @@ fn write_batch(
     let ops = span.stage("enrichment", || {
         Ok::<_, UploadError>(facts::build(prefix, &owning, &batch, &tags))
     })?;
-    let writer = writer(app, &req.request_id);
     // Every operation writes its own document (a fact per position, an endpoint once per
-    // batch), so no order among them matters: all requests go out together, each under a
-    // concurrency permit, and a batch waits for its slowest request, not for their sum (a
-    // mixed batch of 1100 observations is two facts requests).
-    span.stages_together(
-        ("es_facts_bulk", || writer.write_concurrently(&ops.facts)),
-        ("es_endpoint_bulk", || {
-            writer.write_concurrently(&ops.endpoints)
-        }),
-    )?;
+    // batch), so no order among them matters: all requests go out together on the upload
+    // sender threads, each under a concurrency permit, and a batch waits for its slowest
+    // request, not for their sum (a mixed batch of 1100 observations is two facts requests).
+    let ctx = Arc::new(app.send_context(BULK_ATTEMPTS, BULK_BACKOFF, &req.request_id));
+    let sent = Instant::now();
+    let facts = app.upload_senders.write(&ctx, ops.facts, false)?;
+    let endpoints = match app.upload_senders.write(&ctx, ops.endpoints, false) {
+        Ok(endpoints) => endpoints,
+        Err(e) => {
+            facts.wait();
+            return Err(e.into());
+        }
+    };
+    let (facts, endpoints) = (facts.wait(), endpoints.wait());
+    for (stage, written) in [("es_facts_bulk", &facts), ("es_endpoint_bulk", &endpoints)] {
+        let took = written.ended.map_or(Duration::ZERO, |at| at - sent);
+        span.completed(stage, took, written.result.is_ok());
+    }
+    facts.result?;
+    endpoints.result?;
     let final_facts = match &final_reads {
         Some(reads) => {
             let plan = final_scope::plan(prefix, &reads.scope)?;
@@ -252,12 +262,6 @@ fn write_batch(
         app.projection_wake.ring();
     }
     Ok(saved(batch.observations.len()))
-}
-
-/// The write path's bulk writer: requests of `bulk_batch_size` operations, retried in the
-/// request, under the process-wide concurrency permits.
-fn writer<'a>(app: &'a App, trace_id: &'a str) -> Writer<'a> {
-    app.writer(BULK_ATTEMPTS, BULK_BACKOFF, trace_id)
 }
 
 fn saved(n: usize) -> Reply {
