@@ -200,27 +200,7 @@ fn write_batch(
     let ops = span.stage("enrichment", || {
         Ok::<_, UploadError>(facts::build(prefix, &owning, &batch, &tags))
     })?;
-    // Every operation writes its own document (a fact per position, an endpoint once per
-    // batch), so no order among them matters: all requests go out together on the upload
-    // sender threads, each under a concurrency permit, and a batch waits for its slowest
-    // request, not for their sum (a mixed batch of 1100 observations is two facts requests).
-    let ctx = Arc::new(app.send_context(BULK_ATTEMPTS, BULK_BACKOFF, &req.request_id));
-    let sent = Instant::now();
-    let facts = app.upload_senders.write(&ctx, ops.facts, false)?;
-    let endpoints = match app.upload_senders.write(&ctx, ops.endpoints, false) {
-        Ok(endpoints) => endpoints,
-        Err(e) => {
-            facts.wait();
-            return Err(e.into());
-        }
-    };
-    let (facts, endpoints) = (facts.wait(), endpoints.wait());
-    for (stage, written) in [("es_facts_bulk", &facts), ("es_endpoint_bulk", &endpoints)] {
-        let took = written.ended.map_or(Duration::ZERO, |at| at - sent);
-        span.completed(stage, took, written.result.is_ok());
-    }
-    facts.result?;
-    endpoints.result?;
+    send(app, span, &req.request_id, ops)?;
     let final_facts = match &final_reads {
         Some(reads) => {
             let plan = final_scope::plan(prefix, &reads.scope)?;
@@ -262,6 +242,32 @@ fn write_batch(
         app.projection_wake.ring();
     }
     Ok(saved(batch.observations.len()))
+}
+
+/// Sends a batch's facts and endpoint documents. Every operation writes its own document
+/// (a fact per position, an endpoint once per batch), so no order among them matters: all
+/// requests go out together on the upload sender threads, each under a concurrency permit,
+/// and a batch waits for its slowest request, not for their sum (a mixed batch of 1100
+/// observations is two facts requests). Each kind's stage ends with its last request.
+fn send(app: &App, span: &UploadSpan, trace_id: &str, ops: facts::Ops) -> Result<(), UploadError> {
+    let ctx = Arc::new(app.send_context(BULK_ATTEMPTS, BULK_BACKOFF, trace_id));
+    let sent = Instant::now();
+    let facts = app.upload_senders.write(&ctx, ops.facts, false)?;
+    let endpoints = match app.upload_senders.write(&ctx, ops.endpoints, false) {
+        Ok(endpoints) => endpoints,
+        Err(e) => {
+            facts.wait();
+            return Err(e.into());
+        }
+    };
+    let (facts, endpoints) = (facts.wait(), endpoints.wait());
+    for (stage, written) in [("es_facts_bulk", &facts), ("es_endpoint_bulk", &endpoints)] {
+        let took = written.ended.map_or(Duration::ZERO, |at| at - sent);
+        span.completed(stage, took, written.result.is_ok());
+    }
+    facts.result?;
+    endpoints.result?;
+    Ok(())
 }
 
 fn saved(n: usize) -> Reply {
