@@ -12,7 +12,8 @@ use uuid::Uuid;
 use super::child::{ChildConfig, Serve};
 use crate::support::emulator;
 use crate::support::logs;
-use crate::support::server::{got, http};
+use crate::support::read;
+use crate::support::server::got;
 use crate::support::stack::Stack;
 use crate::support::wait_for;
 
@@ -499,10 +500,7 @@ fn rejected_values_never_reach_the_log() {
         format!("size={marker}"),
         format!("scope={marker}"),
     ] {
-        let r = got(http()
-            .get(format!("{}/api/v1/assets?{query}", s.base()))
-            .header("Authorization", &format!("Bearer {}", s.owner.token))
-            .call());
+        let r = read::get(s.base(), &s.owner.token, &format!("/api/v1/assets?{query}"));
         assert_eq!(r.status, 400, "{query}: {}", r.body);
     }
     let lines = logs::lines_with(&["event=HttpRequest", "status=400"]);

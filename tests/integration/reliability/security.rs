@@ -11,17 +11,11 @@ use super::child::log_dir;
 use super::wait_published;
 use crate::support::factory;
 use crate::support::logs;
+use crate::support::read::get;
 use crate::support::scan::t0;
 use crate::support::scan::{self, endpoint, Batch};
-use crate::support::server::{got, http, Got};
+use crate::support::server::{got, http};
 use crate::support::stack::Stack;
-
-fn get(base: &str, token: &str, path: &str) -> Got {
-    got(http()
-        .get(format!("{base}{path}"))
-        .header("Authorization", &format!("Bearer {token}"))
-        .call())
-}
 
 /// Every GET route of the owner API, with `{task_id}` filled in.
 fn read_paths(task: Uuid) -> Vec<String> {

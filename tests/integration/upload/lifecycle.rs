@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::support::emulator;
 use crate::support::factory::{self, Principal};
 use crate::support::logs;
+use crate::support::read;
 use crate::support::scan::t0;
 use crate::support::scan::{self, endpoints, Batch};
 use crate::support::server::{got, http};
@@ -141,12 +142,7 @@ fn a_scanner_fails_its_execution_with_a_reason_the_task_shows() {
     assert_eq!(again.status, 200, "{}", again.body);
     assert_eq!(again.body["reason"], reason);
     // The owner sees it on the task and its executions.
-    let get = |path: String| {
-        got(http()
-            .get(format!("{}{path}", s.base()))
-            .header("Authorization", &format!("Bearer {}", s.owner.token))
-            .call())
-    };
+    let get = |path: String| read::get(s.base(), &s.owner.token, &path);
     let task = get(format!("/api/v1/tasks/{}", s.run.task_id));
     assert_eq!(task.body["status"], "failed", "{}", task.body);
     let execs = get(format!("/api/v1/tasks/{}/executions", s.run.task_id));

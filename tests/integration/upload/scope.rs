@@ -6,9 +6,10 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::support::factory;
+use crate::support::read;
 use crate::support::scan::t0;
 use crate::support::scan::{self, dns, endpoint, Batch};
-use crate::support::server::{got, http, Got};
+use crate::support::server::Got;
 use crate::support::stack::Stack;
 
 fn assert_nothing_written(s: &Stack) {
@@ -227,14 +228,11 @@ fn an_ipv4_mapped_address_is_the_same_endpoint_as_its_ipv4_host() {
         assert_eq!(h["_source"]["ip"], "198.51.100.9", "{h}");
     }
     // The task's results list the host with both of its endpoints.
-    let r = got(http()
-        .get(format!(
-            "{}/api/v1/tasks/{}/results",
-            s.base(),
-            s.run.task_id
-        ))
-        .header("Authorization", &format!("Bearer {}", s.owner.token))
-        .call());
+    let r = read::get(
+        s.base(),
+        &s.owner.token,
+        &format!("/api/v1/tasks/{}/results", s.run.task_id),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     let ips = r.body["ips"].as_array().unwrap();
     assert_eq!(ips.len(), 1, "{}", r.body);
