@@ -96,6 +96,19 @@ CREATE TABLE scanners (
 -- Tasks and executions
 ------------------------------------------------------------------------------------------
 
+-- Whether a task's port scope is a port list as `nmap -p` takes it and scanstore reads it:
+-- ports and ascending ranges within 0-65535, comma-separated, each optionally after T:, U:
+-- or S: (TCP, UDP, SCTP), at most 1024 characters. Service names, open ranges (`-100`,
+-- `1-`) and wildcards are not taken: a scope must say exactly which endpoints it covers.
+CREATE OR REPLACE FUNCTION port_scope_is_valid(scope text) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
+    SELECT length(scope) <= 1024
+       AND scope ~ '^([TUS]:)?[0-9]{1,5}(-[0-9]{1,5})?(,([TUS]:)?[0-9]{1,5}(-[0-9]{1,5})?)*$'
+       AND NOT EXISTS (
+             SELECT 1 FROM regexp_matches(scope, '([0-9]+)(?:-([0-9]+))?', 'g') AS m
+              WHERE m[1]::int > 65535 OR m[2]::int > 65535 OR m[2]::int < m[1]::int)
+$fn$;
+
 CREATE TABLE tasks (
     id                   uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     owner_id             uuid NOT NULL REFERENCES owners (id) ON DELETE CASCADE,
@@ -119,7 +132,11 @@ CREATE TABLE tasks (
     -- Why: a task cannot be its own parent (the cascade would be meaningless).
     CONSTRAINT tasks_parent_not_self CHECK (parent_task_id IS DISTINCT FROM id),
     -- Why: only generated (child) tasks have a source execution.
-    CONSTRAINT tasks_source_needs_parent CHECK (source_execution_id IS NULL OR parent_task_id IS NOT NULL)
+    CONSTRAINT tasks_source_needs_parent CHECK (source_execution_id IS NULL OR parent_task_id IS NOT NULL),
+    -- The ports a port scan covers (`scanstore-admin task create --ports`), handed to the
+    -- scanner with the claim; NULL: whatever the scanner scans, and nothing can be said of
+    -- the ports it did not report.
+    ports                text CONSTRAINT tasks_ports_valid CHECK (port_scope_is_valid(ports))
 );
 
 -- Why: the task list of an owner, newest first, and the owner cascade.
@@ -688,4 +705,5 @@ INSERT INTO schema_marker (name) VALUES
     ('scan_upload_stream_backfill'),
     ('search_target_ip'),
     ('execution_dns_answers'),
-    ('execution_lifecycle');
+    ('execution_lifecycle'),
+    ('task_ports');

@@ -34,6 +34,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_execution_lifecycle.sql",
         include_str!("../../schema/migrate_execution_lifecycle.sql"),
     ),
+    (
+        "migrate_task_ports.sql",
+        include_str!("../../schema/migrate_task_ports.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -43,6 +47,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "search_target_ip",
     "execution_dns_answers",
     "execution_lifecycle",
+    "task_ports",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).

@@ -123,13 +123,14 @@ pub fn resolved_addresses(
 }
 
 const SOURCE: &str = "
-    SELECT t.owner_id, t.tags, e.scanner_id
+    SELECT t.owner_id, t.tags, e.scanner_id, t.ports
       FROM executions e JOIN tasks t ON t.id = e.task_id WHERE e.id = $1";
 
-// One child per source execution: a retry finds the conflict and inserts nothing.
+// One child per source execution: a retry finds the conflict and inserts nothing. The
+// child scans the parent's port scope.
 const CHILD_TASK: &str = "
-    INSERT INTO tasks (owner_id, kind, status, parent_task_id, source_execution_id, tags, executions_total)
-    VALUES ($1, 'port_scan', 'pending', $2, $3, $4, 1)
+    INSERT INTO tasks (owner_id, kind, status, parent_task_id, source_execution_id, tags, executions_total, ports)
+    VALUES ($1, 'port_scan', 'pending', $2, $3, $4, 1, $5)
     ON CONFLICT (source_execution_id) WHERE source_execution_id IS NOT NULL DO NOTHING
     RETURNING id";
 
@@ -153,9 +154,13 @@ pub fn generate(
         return Ok(None);
     }
     let source = tx.query_one(SOURCE, &[&execution_id])?;
-    let (owner_id, tags, scanner_id): (Uuid, Vec<String>, Uuid) =
-        (source.get(0), source.get(1), source.get(2));
-    let Some(row) = tx.query_opt(CHILD_TASK, &[&owner_id, &task_id, &execution_id, &tags])? else {
+    let (owner_id, tags, scanner_id, ports): (Uuid, Vec<String>, Uuid, Option<String>) =
+        (source.get(0), source.get(1), source.get(2), source.get(3));
+    let child = tx.query_opt(
+        CHILD_TASK,
+        &[&owner_id, &task_id, &execution_id, &tags, &ports],
+    )?;
+    let Some(row) = child else {
         return Ok(None);
     };
     let child: Uuid = row.get(0);

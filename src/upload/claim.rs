@@ -51,7 +51,7 @@ const CLAIM_FOR_OWNER: &str = claim!(
 const TASK: &str = "
     UPDATE tasks SET status = CASE WHEN status = 'pending' THEN 'running' ELSE status END
      WHERE id = $1
-    RETURNING kind, tags, owner_id";
+    RETURNING kind, tags, owner_id, ports";
 
 const TARGETS: &str =
     "SELECT kind, value FROM task_targets WHERE task_id = $1 ORDER BY kind, value";
@@ -80,8 +80,8 @@ pub fn run(
     let (execution_id, task_id, attempt, lease_expires_at): (Uuid, Uuid, i32, DateTime<Utc>) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
     let task = tx.query_one(TASK, &[&task_id])?;
-    let (kind, tags, owner_id): (String, Vec<String>, Uuid) =
-        (task.get(0), task.get(1), task.get(2));
+    let (kind, tags, owner_id, ports): (String, Vec<String>, Uuid, Option<String>) =
+        (task.get(0), task.get(1), task.get(2), task.get(3));
     if scanner.owner_id.is_some_and(|o| o != owner_id) {
         return Err(UploadError::Forbidden(
             "execution belongs to another owner".into(),
@@ -98,6 +98,7 @@ pub fn run(
         "kind": kind,
         "tags": tags,
         "targets": targets,
+        "ports": ports,
         "protocol_version": super::batch::PROTOCOL_VERSION,
         "attempt": attempt,
         "max_attempts": config.scanner.max_attempts,

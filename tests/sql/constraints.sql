@@ -170,3 +170,13 @@ SELECT pg_temp.check_eq(
           + (SELECT count(*) FROM asset_tags WHERE owner_id = '00000000-0000-4000-8000-000000000001')),
     0::bigint, 'owner delete cascades to scanners, tasks (incl. children), executions, receipts, streams, outbox, targets, tags');
 SELECT pg_temp.check_eq((SELECT count(*) FROM executions), 1::bigint, 'other owner''s execution kept');
+
+-- A task's port scope is an nmap port list, or none.
+SELECT pg_temp.check_eq(
+    (SELECT string_agg(s, ' ' ORDER BY s) FROM unnest(ARRAY['22,80,443', '1-1024', 'U:53,T:1-1000',
+        '0,65535', '65536', '1024-1', '-100', 'http', '22,,80', 'X:22']) AS s
+      WHERE port_scope_is_valid(s)),
+    '0,65535 1-1024 22,80,443 U:53,T:1-1000', 'port scopes: nmap lists taken, the rest refused');
+SELECT pg_temp.check_raises(
+    $$INSERT INTO tasks (owner_id, kind, ports) SELECT id, 'port_scan', '1-70000' FROM owners LIMIT 1$$,
+    '23514', 'tasks_ports_valid', 'an invalid port scope is refused');

@@ -37,7 +37,7 @@ prefix=scanstore_schema_test
 failures=0
 created_dbs=()
 
-MIGRATIONS=(migrate_scan_projection.sql migrate_scan_upload_stream.sql migrate_search_target_ip.sql migrate_execution_dns_answers.sql migrate_execution_lifecycle.sql)
+MIGRATIONS=(migrate_scan_projection.sql migrate_scan_upload_stream.sql migrate_search_target_ip.sql migrate_execution_dns_answers.sql migrate_execution_lifecycle.sql migrate_task_ports.sql)
 
 log()  { printf '%s\n' "$*"; }
 pass() { printf 'PASS  %s\n' "$*"; }
@@ -118,8 +118,8 @@ section_fresh() {
     [[ "$(scalar "$db" "SELECT string_agg(name || '@' || applied_at, ',' ORDER BY name) FROM schema_marker")" == "$markers_before" ]] \
         && pass "fresh: markers unchanged" || fail "fresh: markers changed"
     [[ "$(scalar "$db" "SELECT string_agg(name, ',' ORDER BY name) FROM schema_marker")" == \
-        "execution_dns_answers,execution_lifecycle,scan_projection_v2,scan_upload_stream_backfill,search_target_ip" ]] \
-        && pass "fresh: init.sql inserts the five markers" || fail "fresh: markers"
+        "execution_dns_answers,execution_lifecycle,scan_projection_v2,scan_upload_stream_backfill,search_target_ip,task_ports" ]] \
+        && pass "fresh: init.sql inserts the six markers" || fail "fresh: markers"
     [[ "$(scalar "$db" "SELECT version FROM schema_version")" == 3 ]] \
         && pass "fresh: schema_version = 3" || fail "fresh: schema_version"
     # The upload-stream block must be byte-identical in init.sql and the migration, since
@@ -141,7 +141,8 @@ snapshot_kept_data() {
         psql -X -At -d "$db" -c "SELECT id, execution_id, upload_id, stream, batch_index, is_final, checksum, observation_count, endpoint_count, dns_record_count, status, storage_references, created_at, confirmed_at FROM scan_upload_receipts ORDER BY id"
         psql -X -At -d "$db" -c "SELECT owner_id, kind, key, last_scanned_at, last_execution_id, created_at FROM search_targets ORDER BY 1, 2, 3"
         psql -X -At -d "$db" -c "SELECT owner_id, kind, key, tag, created_at FROM asset_tags ORDER BY 1, 2, 3, 4"
-        psql -X -At -d "$db" -c "SELECT t.* FROM tasks t ORDER BY id"
+        # The legacy columns; later releases add their own after them.
+        psql -X -At -d "$db" -c "SELECT id, owner_id, kind, status, parent_task_id, source_execution_id, tags, executions_total, executions_succeeded, endpoints_total, dns_records_total, last_succeeded_at, created_at, updated_at FROM tasks ORDER BY id"
         # The legacy columns; later releases add their own after them.
         psql -X -At -d "$db" -c "SELECT id, task_id, scanner_id, status, observation_count, endpoint_count, dns_record_count, ip_count, created_at, started_at, finished_at, updated_at FROM executions ORDER BY id"
         psql -X -At -d "$db" -c "SELECT q.* FROM scan_analysis_queue q ORDER BY id"

@@ -336,3 +336,76 @@ fn server_hands_the_queued_execution_to_the_admin_created_scanner() {
     assert_eq!(scan::claim(&srv.base, &owner_token).status, 401);
     srv.shutdown();
 }
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn task_create_takes_a_port_scope_in_nmap_syntax_and_refuses_a_bad_one() {
+    let t = db::fresh();
+    let o = owner(&t, "alice");
+    let create = |ports: &str| {
+        admin(
+            &t,
+            &[
+                "task",
+                "create",
+                "--owner",
+                &o,
+                "--kind",
+                "port_scan",
+                "--target",
+                "192.0.2.0/24",
+                "--ports",
+                ports,
+            ],
+        )
+    };
+    for ports in ["22,80,443", "1-1024", "U:53,T:1-1000", "0,65535", "S:2905"] {
+        let r = create(ports).ok();
+        assert_eq!(r.get("ports"), ports);
+        let stored: Option<String> = t
+            .connect()
+            .query_one(
+                "SELECT ports FROM tasks WHERE id = $1",
+                &[&r.uuid("task_id")],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(stored.as_deref(), Some(ports));
+    }
+    let before = count(&t, "tasks");
+    for bad in [
+        "65536",
+        "1024-1",
+        "-100",
+        "1-",
+        "http",
+        "22,,80",
+        "X:22",
+        "22 80",
+        "1-2-3",
+        &"1,".repeat(600),
+    ] {
+        create(bad).fails_with("nmap port list");
+    }
+    assert_eq!(
+        count(&t, "tasks"),
+        before,
+        "a refused scope creates nothing"
+    );
+    // Without --ports the task has no scope.
+    let r = admin(
+        &t,
+        &[
+            "task",
+            "create",
+            "--owner",
+            &o,
+            "--kind",
+            "port_scan",
+            "--target",
+            "192.0.2.1",
+        ],
+    )
+    .ok();
+    assert_eq!(r.all("ports").len(), 0);
+}

@@ -116,11 +116,23 @@ fn the_agent_scans_loopback_services_with_nmap_and_streams_what_it_finds() {
     let s = Stack::new("port_scan");
     let (http, ssh, tls) = (http_server(), ssh_server(), tls_server());
     let task = queued(&s, "port_scan", &[("ip", "127.0.0.1")]);
-    let ports = format!("{http},{ssh},{tls}");
-    let out = run(client(&s, &temp_dir("client-journal"))
-        .args(["run", "--once", "--scanner-args"])
-        .arg(format!("-sV -Pn -n -T4 --script banner -p {ports}"))
-        .args(["--", "nmap"]));
+    // The task's port scope reaches nmap through the claim (`-p`), not the command line.
+    let ports = format!("T:{http},{ssh},{tls}");
+    s.sql()
+        .execute(
+            "UPDATE tasks SET ports = $2 WHERE id = $1",
+            &[&task.task_id, &ports],
+        )
+        .unwrap();
+    let scanner_args = "-sV -Pn -n -T4 --script banner";
+    let out = run(client(&s, &temp_dir("client-journal")).args([
+        "run",
+        "--once",
+        "--scanner-args",
+        scanner_args,
+        "--",
+        "nmap",
+    ]));
     assert!(out.status.success());
     assert_eq!(execution_status(&s, task.execution_id).0, "succeeded");
 
