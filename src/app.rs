@@ -13,6 +13,7 @@ use crate::es::retry::Backoff;
 use crate::es::senders::{SendContext, Senders};
 use crate::es::writer::{WritePolicy, Writer};
 use crate::es::{setup, EsClient, EsError};
+use crate::http::load::HttpLoad;
 use crate::http::server::{self, HttpServer, Routes};
 use crate::projection::wake::Wake;
 use crate::projection::Workers;
@@ -38,6 +39,8 @@ pub struct App {
     /// The threads uploads send their bulk requests on, one per concurrency permit (each
     /// publication worker has its own).
     pub upload_senders: Senders,
+    /// What the HTTP server is doing now.
+    pub http_load: HttpLoad,
     /// Rung when publication work may be due, so idle workers need not wait for their poll.
     pub projection_wake: Wake,
     /// Set once the index templates and indices are installed (at start, or lazily by
@@ -76,6 +79,7 @@ impl App {
             es_probe,
             limiter,
             upload_senders,
+            http_load: HttpLoad::default(),
             projection_wake: Wake::default(),
             indices_ready: AtomicBool::new(false),
             script_rejected: AtomicBool::new(false),

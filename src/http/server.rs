@@ -25,6 +25,7 @@ use crossbeam_channel::{Receiver, Sender};
 use socket2::{Domain, Socket, Type};
 
 use super::error::ApiError;
+use super::load::HttpLoad;
 use super::request::{read_body, Reply, Req};
 use super::router::{self, BodyPolicy};
 use super::tls::ServerTls;
@@ -312,7 +313,10 @@ fn accept(server: &tiny_http::Server, admission: &Admission, stop: &AtomicBool) 
     let mut accept_failures = FailureLog::new("HttpAcceptFailed");
     let mut spawn_failures = FailureLog::new("HttpBodyReaderUnavailable");
     while !stop.load(Ordering::SeqCst) {
-        match server.recv_timeout(POLL) {
+        let received = server.recv_timeout(POLL);
+        let open = i64::try_from(server.open_connections()).unwrap_or(i64::MAX);
+        admission.app.http_load.connections.set(open);
+        match received {
             Ok(Some(request)) => {
                 let admitted = catch_unwind(AssertUnwindSafe(|| {
                     admit(admission, request, &mut spawn_failures)
@@ -443,20 +447,27 @@ fn is_upgrade(request: &tiny_http::Request) -> bool {
 /// workers. A stalled client holds only this thread, bounded by the connection cap.
 fn read_body_of(job: BodyJob, app: &App, permits: &Permits, ready: &Sender<Admitted>) {
     let cfg = &app.config.server;
+    let _reading = app.http_load.body_reads.enter();
     let _permit = if job.large {
         if job.policy == BodyPolicy::Scanner {
             if let Err(e) = upload::authenticate(app, &job.req) {
-                return queue(job_refused(job, e.into()), ready);
+                return queue(job_refused(job, e.into()), ready, &app.http_load);
             }
         }
         match permits.acquire(cfg.header_timeout) {
-            Some(permit) => Some(permit),
-            None => return queue(job_refused(job, ApiError::BodyReadersBusy), ready),
+            Some(permit) => Some((permit, app.http_load.large_body_reads.enter())),
+            None => {
+                return queue(
+                    job_refused(job, ApiError::BodyReadersBusy),
+                    ready,
+                    &app.http_load,
+                )
+            }
         }
     } else {
         None
     };
-    queue_with_body(job, cfg.max_body_bytes, cfg.body_deadline, ready);
+    queue_with_body(job, app, ready);
 }
 
 fn job_refused(job: BodyJob, e: ApiError) -> Admitted {
@@ -471,7 +482,11 @@ fn job_refused(job: BodyJob, e: ApiError) -> Admitted {
 
 /// Reads the job's body within the limit and deadline and queues the request for the
 /// workers; a body that fails is answered with the connection closed.
-fn queue_with_body(job: BodyJob, limit: u64, deadline: Duration, ready: &Sender<Admitted>) {
+fn queue_with_body(job: BodyJob, app: &App, ready: &Sender<Admitted>) {
+    let (limit, deadline) = (
+        app.config.server.max_body_bytes,
+        app.config.server.body_deadline,
+    );
     let BodyJob {
         mut request,
         req,
@@ -504,11 +519,11 @@ fn queue_with_body(job: BodyJob, limit: u64, deadline: Duration, ready: &Sender<
             refused: Some(e),
         },
     };
-    queue(pending, ready);
+    queue(pending, ready, &app.http_load);
 }
 
 /// Hands a request to the workers; answers it here when they are gone.
-fn queue(pending: Admitted, ready: &Sender<Admitted>) {
+fn queue(pending: Admitted, ready: &Sender<Admitted>, load: &HttpLoad) {
     if let Err(crossbeam_channel::SendError(p)) = ready.send(pending) {
         answer(
             p.request,
@@ -516,6 +531,7 @@ fn queue(pending: Admitted, ready: &Sender<Admitted>) {
             p.started,
             Err(ApiError::ShuttingDown),
             true,
+            load,
         );
     }
 }
@@ -546,13 +562,21 @@ fn work(
 
 /// Runs the handler on a complete request (or takes its refusal), and answers.
 fn dispatch(app: &App, handler: Handler, p: Admitted) {
+    let _busy = app.http_load.busy_workers.enter();
     let _serving = telemetry::context::enter(&p.req.request_id);
     let outcome = match p.refused {
         Some(e) => Err(e),
         None => catch_unwind(AssertUnwindSafe(|| handler(app, &p.req)))
             .unwrap_or_else(|_| Err(ApiError::Internal("handler panicked".into()))),
     };
-    answer(p.request, &p.req, p.started, outcome, p.close);
+    answer(
+        p.request,
+        &p.req,
+        p.started,
+        outcome,
+        p.close,
+        &app.http_load,
+    );
 }
 
 /// Logs the request and sends the reply (or the error's envelope); with `close`, the
@@ -563,6 +587,7 @@ fn answer(
     started: Instant,
     outcome: Result<Reply, ApiError>,
     close: bool,
+    load: &HttpLoad,
 ) {
     let (reply, failure) = match outcome {
         Ok(reply) => (reply, None),
@@ -597,10 +622,12 @@ fn answer(
     // A client that reads nothing would block this write once the socket's send buffer is
     // full: a large reply is written by a thread of its own (inline if none can start).
     let (handoff, take) = crossbeam_channel::bounded(1);
+    let writing = load.answer_writes.enter();
     let writer = std::thread::Builder::new()
         .name("http-write".into())
         .stack_size(BODY_THREAD_STACK)
         .spawn(move || {
+            let _writing = writing;
             if let Ok((request, response, close)) = take.recv() {
                 send(request, response, close);
             }

@@ -6,13 +6,26 @@
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::telemetry::metrics::{self, Occupancy};
+
 /// A generation counter with a condition variable: a waiter that read generation `g`
 /// before looking for work returns as soon as the generation moves past `g`, so a ring
 /// between its look and its wait is not lost.
-#[derive(Default)]
 pub struct Wake {
     generation: Mutex<u64>,
     rung: Condvar,
+    /// Workers waiting now.
+    pub idle: Occupancy,
+}
+
+impl Default for Wake {
+    fn default() -> Wake {
+        Wake {
+            generation: Mutex::default(),
+            rung: Condvar::new(),
+            idle: Occupancy::new(&metrics::get().projection_workers_idle),
+        }
+    }
 }
 
 impl Wake {
@@ -36,6 +49,7 @@ impl Wake {
     /// Waits until the generation moves past `seen`, or `timeout`; true when rung.
     pub fn wait(&self, seen: u64, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        let _idle = self.idle.enter();
         let mut g = self
             .generation
             .lock()

@@ -2,8 +2,8 @@
 //! logged measurement is also a metric, from one place) and by the sampler (backlog, slow
 //! SQL). Rendered in the Prometheus text format by `GET /metrics`.
 
-use std::sync::atomic::AtomicU64;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -63,6 +63,12 @@ pub struct Metrics {
     pub sql_calls: Family<QueryLabels, Gauge>,
     pub slow_sql_available: Gauge,
     pub sampling_failures: Counter,
+    pub http_connections_open: Gauge,
+    pub http_body_reads: Gauge,
+    pub http_large_body_reads: Gauge,
+    pub http_workers_busy: Gauge,
+    pub http_answer_writes: Gauge,
+    pub projection_workers_idle: Gauge,
 }
 
 fn seconds() -> Histogram {
@@ -93,6 +99,12 @@ impl Metrics {
             sql_calls: Family::default(),
             slow_sql_available: Gauge::default(),
             sampling_failures: Counter::default(),
+            http_connections_open: Gauge::default(),
+            http_body_reads: Gauge::default(),
+            http_large_body_reads: Gauge::default(),
+            http_workers_busy: Gauge::default(),
+            http_answer_writes: Gauge::default(),
+            projection_workers_idle: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -190,6 +202,36 @@ impl Metrics {
             "Samplings that failed (pool or query failure)",
             m.sampling_failures.clone(),
         );
+        registry.register(
+            "http_connections_open",
+            "HTTP connections accepted and not yet closed",
+            m.http_connections_open.clone(),
+        );
+        registry.register(
+            "http_body_reads",
+            "Request bodies being read, or waiting for a permit to be read",
+            m.http_body_reads.clone(),
+        );
+        registry.register(
+            "http_large_body_reads",
+            "Large request bodies being read (at most server.max_body_reads)",
+            m.http_large_body_reads.clone(),
+        );
+        registry.register(
+            "http_workers_busy",
+            "HTTP workers handling or answering a request",
+            m.http_workers_busy.clone(),
+        );
+        registry.register(
+            "http_answer_writes",
+            "Large answers being written off the workers",
+            m.http_answer_writes.clone(),
+        );
+        registry.register(
+            "projection_workers_idle",
+            "Publication workers waiting for due work",
+            m.projection_workers_idle.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -205,6 +247,51 @@ impl Metrics {
 pub fn get() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
     METRICS.get_or_init(Metrics::new)
+}
+
+/// A count of things in progress kept for their owner (one HTTP server, one set of
+/// publication workers) and added into a process-wide gauge: the owner reads its own count
+/// even where one process runs several (tests), and `/metrics` shows the sum.
+#[derive(Clone)]
+pub struct Occupancy {
+    here: Arc<AtomicI64>,
+    gauge: Gauge,
+}
+
+/// One unit of an [`Occupancy`], given back when dropped; it may move to another thread.
+pub struct Occupied(Occupancy);
+
+impl Occupancy {
+    pub fn new(gauge: &Gauge) -> Occupancy {
+        Occupancy {
+            here: Arc::default(),
+            gauge: gauge.clone(),
+        }
+    }
+
+    pub fn get(&self) -> i64 {
+        self.here.load(Ordering::Relaxed)
+    }
+
+    /// Replaces the count with one measured elsewhere.
+    pub fn set(&self, n: i64) {
+        let before = self.here.swap(n, Ordering::Relaxed);
+        self.gauge.inc_by(n - before);
+    }
+
+    /// Counts one more until the returned guard is dropped.
+    pub fn enter(&self) -> Occupied {
+        self.here.fetch_add(1, Ordering::Relaxed);
+        self.gauge.inc();
+        Occupied(self.clone())
+    }
+}
+
+impl Drop for Occupied {
+    fn drop(&mut self) {
+        self.0.here.fetch_sub(1, Ordering::Relaxed);
+        self.0.gauge.dec();
+    }
 }
 
 pub fn stage(stage: &str) -> StageLabels {
@@ -244,5 +331,17 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn an_occupancy_counts_for_its_owner_and_adds_into_the_gauge() {
+        let gauge = Gauge::default();
+        let (a, b) = (Occupancy::new(&gauge), Occupancy::new(&gauge));
+        let held = a.enter();
+        b.set(5);
+        assert_eq!((a.get(), b.get(), gauge.get()), (1, 5, 6));
+        b.set(2);
+        drop(held);
+        assert_eq!((a.get(), b.get(), gauge.get()), (0, 2, 2));
     }
 }

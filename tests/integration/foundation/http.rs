@@ -104,8 +104,11 @@ fn trickling_client_is_cut_off_and_others_are_served() {
         let n = s.read(&mut buf).unwrap_or(0);
         String::from_utf8_lossy(&buf[..n]).into_owned()
     });
-    // Time for the only worker to take the trickler up; a trickle reports nothing.
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for(
+        "the trickled body to be read",
+        Duration::from_secs(5),
+        || server.app().http_load.body_reads.get() == 1,
+    );
     // The only worker is busy with the trickler until its deadline passes.
     let r = got(http().get(server.url("/healthz")).call());
     assert_eq!(r.status, 200);
@@ -190,8 +193,11 @@ fn stalled_client_does_not_pin_the_only_worker() {
     stalled
         .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n")
         .unwrap();
-    // Time for the only worker to take the stalled request up; a stall reports nothing.
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for(
+        "the stalled body to be awaited",
+        Duration::from_secs(5),
+        || server.app().http_load.body_reads.get() == 1,
+    );
     for _ in 0..3 {
         let r = got(http().get(server.url("/healthz")).call());
         assert_eq!(r.status, 200);

@@ -94,6 +94,19 @@ fn metrics_parse_and_move_with_uploads() {
     assert!(after
         .iter()
         .any(|(s, _)| s == "scanstore_outbox_oldest_age_seconds"));
+    // The scrape itself holds a connection and a worker (the gauges sum every server in
+    // this process, so other tests may add to them).
+    assert!(metric(&after, "scanstore_http_connections_open") >= 1.0);
+    assert!(metric(&after, "scanstore_http_workers_busy") >= 1.0);
+    for gauge in [
+        "http_body_reads",
+        "http_large_body_reads",
+        "http_answer_writes",
+        "projection_workers_idle",
+    ] {
+        let name = format!("scanstore_{gauge}");
+        assert!(after.iter().any(|(s, _)| *s == name), "{name} missing");
+    }
 }
 
 #[test]

@@ -53,9 +53,11 @@ fn a_final_rings_the_idle_workers() {
         cfg.projection.workers = 2;
         cfg.projection.poll_interval = Duration::from_secs(3600);
     });
-    // Both workers have looked once, found nothing and are waiting. Nothing reports an idle
-    // worker, so this is the time given them: the ring, not their first look, publishes.
-    std::thread::sleep(Duration::from_millis(200));
+    // Both workers have looked once and found nothing: the ring, not their first look,
+    // publishes.
+    wait_for("both workers idle", Duration::from_secs(10), || {
+        s.server.app().projection_wake.idle.get() == 2
+    });
     scan::upload_execution(s.base(), &s.scanner.token, s.execution(), 0, 25, 10, t0());
     wait_for("publication", Duration::from_secs(30), || {
         outbox_row(&s, s.execution())["processed_at"].is_string()

@@ -121,9 +121,11 @@ fn stalled_expect_continue_and_upgrade_requests_do_not_pin_the_workers() {
             .unwrap();
         upgrades.push(c);
     }
-    // Time for the server to take the stalled connections up; a stall is silence, so
-    // nothing reports that it has.
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for(
+        "the four promised bodies to be awaited",
+        Duration::from_secs(5),
+        || s.server.app().http_load.body_reads.get() == 4,
+    );
     for _ in 0..8 {
         assert_serving(s.base());
     }
@@ -162,9 +164,11 @@ fn clients_that_read_no_answers_do_not_pin_the_workers() {
         .unwrap();
         held.push(c);
     }
-    // Time for the workers to fill those clients' buffers and block writing; nothing
-    // reports a blocked write.
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for(
+        "an answer blocked on each connection",
+        Duration::from_secs(5),
+        || s.server.app().http_load.answer_writes.get() == 6,
+    );
     for _ in 0..8 {
         assert_serving(s.base());
     }
@@ -259,8 +263,11 @@ fn oversized_heads_are_431_and_closed() {
 fn connections_over_the_cap_are_refused_and_idle_ones_closed() {
     let s = stack(|c| c.server.max_connections = 16);
     let mut idle: Vec<TcpStream> = (0..16).map(|_| connect(s.base())).collect();
-    // Time for the accept loop to count the 16 (a probe would itself take a slot).
-    std::thread::sleep(Duration::from_millis(100));
+    wait_for(
+        "the 16 connections to count",
+        Duration::from_secs(5),
+        || s.server.app().http_load.connections.get() == 16,
+    );
     let mut over = connect(s.base());
     let out = read_to_close(&mut over);
     assert_eq!(statuses(&out), vec![503], "{out}");
@@ -353,7 +360,7 @@ fn large_body_reads_are_capped_and_the_rest_refused_with_retry_after() {
     // waits for its turn for the header timeout, then is refused.
     let mut conns = Vec::new();
     let mut tricklers = Vec::new();
-    for _ in 0..2 {
+    for first in [true, false] {
         let mut c = connect(s.base());
         write!(c, "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n[", s.scanner.token).unwrap();
         let mut w = c.try_clone().unwrap();
@@ -367,9 +374,13 @@ fn large_body_reads_are_capped_and_the_rest_refused_with_retry_after() {
             }
         }));
         conns.push(c);
-        // The first body must hold the permit before the second asks for it; nothing
-        // reports a held permit.
-        std::thread::sleep(Duration::from_millis(200));
+        if first {
+            wait_for(
+                "the first body to hold the permit",
+                Duration::from_secs(5),
+                || s.server.app().http_load.large_body_reads.get() == 1,
+            );
+        }
     }
     let second = read_to_close(&mut conns[1]);
     assert_eq!(statuses(&second), vec![503], "{second}");

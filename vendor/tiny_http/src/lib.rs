@@ -140,6 +140,10 @@ pub struct Server {
 
     // result of TcpListener::local_addr()
     listening_addr: ListenAddr,
+
+    // scanstore patch: connections being served, for `Limits::max_connections` and
+    // `Server::open_connections`.
+    open: Arc<AtomicUsize>,
 }
 
 enum Message {
@@ -441,11 +445,12 @@ impl Server {
 
         let inside_close_trigger = close_trigger.clone();
         let inside_messages = messages.clone();
+        let open = Arc::new(AtomicUsize::new(0));
+        let inside_open = open.clone();
         thread::spawn(move || {
             // a tasks pool is used to dispatch the connections into threads
             let tasks_pool = util::TaskPool::new();
-            // scanstore patch: connections being served, for `Limits::max_connections`.
-            let open = Arc::new(AtomicUsize::new(0));
+            let open = inside_open;
             let mut backoff = ACCEPT_BACKOFF_MIN;
 
             log::debug!("Running accept thread");
@@ -542,7 +547,13 @@ impl Server {
             messages,
             close: close_trigger,
             listening_addr: local_addr,
+            open,
         })
+    }
+
+    /// Connections being served now: accepted and not yet closed (scanstore patch).
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Relaxed)
     }
 
     /// Returns an iterator for all the incoming requests.
