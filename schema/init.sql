@@ -580,7 +580,7 @@ CREATE TRIGGER scan_upload_receipts_stream_truncate AFTER TRUNCATE ON scan_uploa
 -- means all pages are written and only the final refresh remains.
 CREATE TABLE scan_projection_outbox (
     id               bigserial PRIMARY KEY,
-    kind             text NOT NULL CHECK (kind IN ('execution', 'tags')),
+    kind             text NOT NULL,
     execution_id     uuid REFERENCES executions (id) ON DELETE CASCADE,
     owner_id         uuid NOT NULL REFERENCES owners (id) ON DELETE CASCADE,
     -- kind 'tags': which of the owner's targets the tag change affects,
@@ -599,11 +599,22 @@ CREATE TABLE scan_projection_outbox (
     phase               text NOT NULL DEFAULT 'publishing',
     processed_endpoints bigint NOT NULL DEFAULT 0,
     updated_at          timestamptz NOT NULL DEFAULT now(),
-    -- Why: an execution row must say which execution to publish, a tags row which targets;
-    -- tags rows carry no execution, which also lets the execution_id index be plain unique.
+    -- Added by migrate_asset_closing.sql on upgrade; declared last.
+    -- kind 'close': the succeeded execution whose port scope closes what it did not see.
+    -- A column of its own, not execution_id: that one's unique index is what a final's
+    -- ON CONFLICT (execution_id) infers, in this release and the one before it.
+    closing_execution_id uuid REFERENCES executions (id) ON DELETE CASCADE,
+    -- Why: an execution row must say which execution to publish, a tags row which targets,
+    -- a close row which execution closes; each carries only its own reference, which also
+    -- lets the execution_id index be plain unique.
+    CONSTRAINT scan_projection_outbox_kind_check CHECK (kind IN ('execution', 'tags', 'close')),
     CONSTRAINT scan_projection_outbox_kind_shape CHECK (
-        (kind = 'execution' AND execution_id IS NOT NULL AND tag_scope IS NULL)
-        OR (kind = 'tags' AND execution_id IS NULL AND tag_scope IS NOT NULL)),
+        (kind = 'execution' AND execution_id IS NOT NULL AND tag_scope IS NULL
+             AND closing_execution_id IS NULL)
+        OR (kind = 'tags' AND execution_id IS NULL AND tag_scope IS NOT NULL
+             AND closing_execution_id IS NULL)
+        OR (kind = 'close' AND execution_id IS NULL AND tag_scope IS NULL
+             AND closing_execution_id IS NOT NULL)),
     -- Why: a phase outside these two would be claimable but never finishable.
     CONSTRAINT scan_projection_outbox_phase_check CHECK (phase IN ('publishing', 'refreshing')),
     CONSTRAINT scan_projection_outbox_processed_endpoints_check CHECK (processed_endpoints >= 0),
@@ -618,6 +629,9 @@ CREATE TABLE scan_projection_outbox (
 -- Plain (not partial) so it also serves the ON DELETE CASCADE from executions; tags rows
 -- have NULL execution_id and NULLs never conflict.
 CREATE UNIQUE INDEX scan_projection_outbox_execution_key ON scan_projection_outbox (execution_id);
+-- Why unique: one close run per execution, however often its publication completes (a
+-- requeue, a lost completion); also serves the ON DELETE CASCADE from executions.
+CREATE UNIQUE INDEX scan_projection_outbox_closing_key ON scan_projection_outbox (closing_execution_id);
 -- Why: the claim takes the oldest due unprocessed rows,
 --   WHERE processed_at IS NULL AND available_at <= now()
 --     AND (claim_token IS NULL OR lease_expires_at <= now())
@@ -706,4 +720,5 @@ INSERT INTO schema_marker (name) VALUES
     ('search_target_ip'),
     ('execution_dns_answers'),
     ('execution_lifecycle'),
-    ('task_ports');
+    ('task_ports'),
+    ('asset_closing');

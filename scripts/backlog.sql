@@ -7,7 +7,8 @@
 -- Read-only; takes no row locks, so it is safe to run while workers publish.
 --
 -- Columns beyond the seed's: id (for `scanstore-admin outbox retry ID`), kind
--- ('execution' rows have an execution_id, 'tags' rows a tag_scope), available_at (when the
+-- ('execution' rows have an execution_id, 'tags' rows a tag_scope, 'close' rows the
+-- closing_execution_id whose unseen endpoints they close), available_at (when the
 -- row is next due; in the future while it backs off) and last_error_class ('permanent' rows
 -- wait at the longest backoff until an operator fixes the cause and retries them).
 
@@ -18,6 +19,7 @@ SELECT id,
        kind,
        execution_id,
        tag_scope,
+       closing_execution_id,
        phase,
        processed_endpoints,
        attempts,
@@ -43,4 +45,8 @@ SELECT format('backlog_rows=%s', count(*) FILTER (WHERE processed_at IS NULL))
               count(*) FILTER (WHERE processed_at IS NULL AND last_error_class = 'permanent'))
        || E'\n' || format('published_last_hour=%s',
               count(*) FILTER (WHERE processed_at >= NOW() - interval '1 hour'))
+       || E'\n' || format('backlog_by_kind=execution:%s,tags:%s,close:%s',
+              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'execution'),
+              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'tags'),
+              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'close'))
   FROM scan_projection_outbox;

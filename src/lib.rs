@@ -15,7 +15,7 @@
 //! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`rebuild`]
 //! (re-building the asset projection into a new version and switching its aliases), [`read`]
 //! (owner-side read APIs), [`auth`] (tokens to principals), [`tags`] (asset tags), [`task`]
-//! (task kinds), [`app`]
+//! (task kinds), [`ports`] (a task's port scope), [`app`]
 //! (start-up and shutdown), [`telemetry`] (events, metrics, sampler), [`allocator`] (how
 //! long freed memory stays mapped, no transparent huge pages).
 
@@ -26,6 +26,7 @@ pub mod config;
 pub mod db;
 pub mod es;
 pub mod http;
+pub mod ports;
 pub mod projection;
 pub mod read;
 pub mod rebuild;

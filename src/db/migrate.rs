@@ -38,6 +38,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_task_ports.sql",
         include_str!("../../schema/migrate_task_ports.sql"),
     ),
+    (
+        "migrate_asset_closing.sql",
+        include_str!("../../schema/migrate_asset_closing.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -48,6 +52,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "execution_dns_answers",
     "execution_lifecycle",
     "task_ports",
+    "asset_closing",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).

@@ -110,6 +110,9 @@ pub fn assets_mapping() -> Value {
         ("last_seen", typed("date")),
         ("service_observed_at", typed("date")),
         ("state_observed_at", typed("date")),
+        ("status", typed("keyword")),
+        ("closed_at", typed("date")),
+        ("closed_by", typed("keyword")),
     ])
 }
 
@@ -256,7 +259,8 @@ mod tests {
             20
         );
         let a = assets_mapping();
-        assert_eq!(a["properties"].as_object().unwrap().len(), 22);
+        assert_eq!(a["properties"].as_object().unwrap().len(), 25);
+        assert_eq!(a["properties"]["closed_at"]["type"], "date");
         assert_eq!(a["properties"]["first_seen"]["type"], "date");
         assert_eq!(a["properties"]["banner"]["type"], "text");
         assert_eq!(

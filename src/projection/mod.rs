@@ -23,6 +23,7 @@
 //! leaves the documents as they would be anyway. Connections are checked out per statement
 //! and never held across Elasticsearch I/O.
 
+pub mod close;
 pub mod heartbeat;
 pub mod outbox;
 pub mod page;

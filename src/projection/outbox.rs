@@ -20,7 +20,8 @@ use crate::db::{Db, Queries, Stage};
 pub struct OutboxClaim {
     pub id: i64,
     pub token: Uuid,
-    /// What to publish: an execution's endpoints, or an owner's re-tagged documents.
+    /// What to publish: an execution's endpoints, an owner's re-tagged documents, or the
+    /// closing of what a scoped execution did not see.
     pub work: Work,
     pub owner_id: Uuid,
     pub cursor: Option<String>,
@@ -29,12 +30,15 @@ pub struct OutboxClaim {
     pub attempts: i32,
 }
 
-/// The two kinds of outbox rows.
+/// The kinds of outbox rows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Work {
     Execution(Uuid),
     /// Re-publish the tags of the owner's documents within this scope.
     Tags(TagScope),
+    /// Close the owner's assets in this succeeded execution's targets × port scope that
+    /// it did not see.
+    Close(Uuid),
 }
 
 impl std::fmt::Display for Work {
@@ -42,13 +46,14 @@ impl std::fmt::Display for Work {
         match self {
             Work::Execution(id) => write!(f, "execution:{id}"),
             Work::Tags(scope) => write!(f, "tags:{scope}"),
+            Work::Close(id) => write!(f, "close:{id}"),
         }
     }
 }
 
-// Takes the oldest due row — a tags row, or an execution row whose execution has
-// succeeded — whose lease is free or expired. Both kinds share one order, so tag
-// re-publication and executions take turns. SKIP LOCKED: concurrent claimers take
+// Takes the oldest due row — a tags row, a close row (made only for a succeeded
+// execution), or an execution row whose execution has succeeded — whose lease is free or
+// expired. All kinds share one order, so they take turns. SKIP LOCKED: concurrent claimers take
 // different rows instead of queueing on one. The partial index
 // scan_projection_outbox_claim_idx serves the ORDER BY.
 const OUTBOX_CLAIM: &str = "
@@ -59,7 +64,7 @@ const OUTBOX_CLAIM: &str = "
          WHERE o.processed_at IS NULL
            AND o.available_at <= now()
            AND (o.claim_token IS NULL OR o.lease_expires_at <= now())
-           AND (o.kind = 'tags' OR e.status = 'succeeded')
+           AND (o.kind <> 'execution' OR e.status = 'succeeded')
          ORDER BY o.available_at, o.id
          LIMIT 1
            FOR UPDATE OF o SKIP LOCKED)
@@ -68,7 +73,7 @@ const OUTBOX_CLAIM: &str = "
       FROM next
      WHERE o.id = next.id
     RETURNING o.id, o.execution_id, o.owner_id, o.cursor, o.phase = 'refreshing',
-              o.processed_endpoints, o.attempts, o.tag_scope";
+              o.processed_endpoints, o.attempts, o.tag_scope, o.closing_execution_id";
 
 const OUTBOX_RENEW_LEASE: &str = "
     UPDATE scan_projection_outbox SET lease_expires_at = now() + make_interval(secs => $3)
@@ -89,11 +94,26 @@ const OUTBOX_RELEASE: &str = "
        SET claim_token = NULL, lease_expires_at = NULL, available_at = now()
      WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()";
 
+// Completes the row; an execution row of a task with a port scope enqueues the execution's
+// close run with it, in the same statement: the close runs only once the execution's own
+// observations are in the asset view. ON CONFLICT: a completion repeated (a requeue)
+// enqueues nothing twice. Counts the completed rows (0: the lease is lost).
 const OUTBOX_COMPLETE: &str = "
-    UPDATE scan_projection_outbox
-       SET processed_at = now(), claim_token = NULL, lease_expires_at = NULL,
-           last_error = NULL, last_error_class = NULL
-     WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()";
+    WITH done AS (
+        UPDATE scan_projection_outbox
+           SET processed_at = now(), claim_token = NULL, lease_expires_at = NULL,
+               last_error = NULL, last_error_class = NULL
+         WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()
+        RETURNING kind, execution_id, owner_id),
+    closing AS (
+        INSERT INTO scan_projection_outbox (kind, closing_execution_id, owner_id)
+        SELECT 'close', d.execution_id, d.owner_id
+          FROM done d
+          JOIN executions e ON e.id = d.execution_id
+          JOIN tasks t ON t.id = e.task_id
+         WHERE d.kind = 'execution' AND t.ports IS NOT NULL
+        ON CONFLICT (closing_execution_id) DO NOTHING)
+    SELECT count(*) FROM done";
 
 const OUTBOX_RECORD_ERROR: &str = "
     UPDATE scan_projection_outbox
@@ -114,10 +134,11 @@ pub fn claim(db: &Db, lease: Duration) -> Result<Option<OutboxClaim>, Projection
     let Some(r) = conn.query_opt(OUTBOX_CLAIM, &[&token, &secs(lease)])? else {
         return Ok(None);
     };
-    // The table's CHECK makes a row without an execution carry a scope.
-    let work = match r.get::<_, Option<Uuid>>(1) {
-        Some(e) => Work::Execution(e),
-        None => Work::Tags(
+    // The table's CHECK makes each row carry exactly its kind's reference.
+    let work = match (r.get::<_, Option<Uuid>>(1), r.get::<_, Option<Uuid>>(8)) {
+        (Some(e), _) => Work::Execution(e),
+        (None, Some(e)) => Work::Close(e),
+        (None, None) => Work::Tags(
             r.try_get::<_, Json<TagScope>>(7)
                 .map_err(crate::db::DbError::from)?
                 .0,
@@ -180,7 +201,14 @@ pub fn release(db: &Db, claim: &OutboxClaim) -> Result<(), ProjectionError> {
 }
 
 pub fn complete(db: &Db, claim: &OutboxClaim) -> Result<(), ProjectionError> {
-    guarded(db, Stage::Checkpoint, OUTBOX_COMPLETE, claim, &[])
+    let mut conn = db.checkout(Stage::Checkpoint)?;
+    match conn
+        .query_one(OUTBOX_COMPLETE, &[&claim.id, &claim.token])?
+        .get::<_, i64>(0)
+    {
+        0 => Err(ProjectionError::LeaseLost),
+        _ => Ok(()),
+    }
 }
 
 /// Records a failed tick and schedules the next attempt after `backoff`; returns the new

@@ -74,7 +74,7 @@ impl<'a> Source<'a> {
     /// (ip, transport, port): the endpoint's identity, which names its asset documents.
     /// A missing or mistyped part is empty (or port 0), as a merge of such a document
     /// writes it under that id rather than failing the page.
-    fn endpoint_key(&self) -> (Cow<'a, str>, Cow<'a, str>, u16) {
+    pub(super) fn endpoint_key(&self) -> (Cow<'a, str>, Cow<'a, str>, u16) {
         let port = self.0[PORT]
             .and_then(|raw| serde_json::from_str::<u16>(raw.get()).ok())
             .unwrap_or(0);

@@ -22,6 +22,7 @@ use crate::telemetry::events::ms;
 use crate::telemetry::metrics;
 use crate::telemetry::Line;
 
+use super::close::CloseRun;
 use super::heartbeat::Heartbeat;
 use super::outbox::{self, OutboxClaim, Work};
 use super::worker::OUTBOX_BACKOFF;
@@ -74,6 +75,8 @@ struct Tick<'a> {
     targets: &'a AssetIndices,
     send_ctx: &'a Arc<SendContext>,
     source: &'a PageSource<'a>,
+    /// A close row's run (what it closes, and as of when).
+    close: Option<&'a CloseRun>,
     /// The row's `processed_endpoints` as of the last checkpoint.
     processed: Cell<i64>,
 }
@@ -107,7 +110,7 @@ impl Pipeline {
     }
 
     /// Publishes the claimed row's pages from `index` matching `filter` into `targets`, up
-    /// to the tick's share.
+    /// to the tick's share; a close row's pages are closed as `close` says.
     pub fn publish(
         &self,
         claim: &OutboxClaim,
@@ -115,6 +118,7 @@ impl Pipeline {
         targets: &AssetIndices,
         index: &str,
         filter: Value,
+        close: Option<&CloseRun>,
     ) -> Result<Pages, ProjectionError> {
         let app = &self.app;
         let cfg = &app.config.elasticsearch;
@@ -142,6 +146,7 @@ impl Pipeline {
             targets,
             send_ctx: &send_ctx,
             source: &source,
+            close,
             processed: Cell::new(claim.processed_endpoints),
         };
         let mut in_flight = VecDeque::new();
@@ -181,15 +186,17 @@ impl Pipeline {
     /// merge distinct documents, and what they read (the execution projection) is not
     /// what they write, so the next page is read, built and sent while the previous one is
     /// still being written: at most two pages in flight, settled in order, so each worker
-    /// keeps the cluster busy through its own reads, builds and checkpoints. A tags row's
-    /// pages read the index they write: each is settled before the next is read.
+    /// keeps the cluster busy through its own reads, builds and checkpoints. A close row's
+    /// pages also overlap: each write only takes documents out of what the next page's
+    /// filter matches, behind its cursor. A tags row's pages read the index they write and
+    /// keep matching it: each is settled before the next is read.
     fn pages(
         &self,
         tick: &Tick,
         in_flight: &mut VecDeque<InFlight>,
     ) -> Result<Pages, ProjectionError> {
         let claim = tick.claim;
-        let overlap = matches!(claim.work, Work::Execution(_));
+        let overlap = matches!(claim.work, Work::Execution(_) | Work::Close(_));
         let keep = usize::from(overlap);
         let per_tick = self.app.config.projection.pages_per_tick;
         let mut cursor = claim.cursor.clone();
@@ -228,17 +235,32 @@ impl Pipeline {
             let Some(next) = page.cursor.clone() else {
                 break;
             };
-            let tags = {
-                let mut conn = self.app.db.checkout(Stage::Context)?;
-                tags::lookup(&mut conn, claim.owner_id, &page::addresses(&page.docs), &[])?
-            };
-            let ops = match &claim.work {
-                Work::Execution(_) => {
-                    page::execution_operations(tick.targets, claim.owner_id, &page.docs, &tags)
+            let tags = match claim.work {
+                Work::Close(_) => tags::Tags::default(),
+                _ => {
+                    let mut conn = self.app.db.checkout(Stage::Context)?;
+                    tags::lookup(&mut conn, claim.owner_id, &page::addresses(&page.docs), &[])?
                 }
-                Work::Tags(_) => page::retag_operations(tick.targets, &page.docs, &tags),
             };
-            let endpoints = page.docs.len();
+            let read = page.docs.len();
+            let (ops, endpoints) = match (&claim.work, tick.close) {
+                (Work::Execution(_), _) => (
+                    page::execution_operations(tick.targets, claim.owner_id, &page.docs, &tags),
+                    read,
+                ),
+                (Work::Tags(_), _) => (
+                    page::retag_operations(tick.targets, &page.docs, &tags),
+                    read,
+                ),
+                (Work::Close(_), Some(run)) => run.operations(
+                    &self.app.es,
+                    &self.app.config.elasticsearch.index_prefix,
+                    tick.targets,
+                    claim.owner_id,
+                    &page.docs,
+                )?,
+                (Work::Close(_), None) => (Vec::new(), 0),
+            };
             if tick.heartbeat.is_lost() {
                 return Err(ProjectionError::LeaseLost);
             }
@@ -259,7 +281,7 @@ impl Pipeline {
                 }
             }
             cursor = Some(next);
-            if endpoints < self.app.config.projection.page_size {
+            if read < self.app.config.projection.page_size {
                 break;
             }
         }

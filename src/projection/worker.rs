@@ -1,5 +1,5 @@
-//! A publication worker's claim loop: `tick()` claims one outbox row (an execution, or a
-//! tag change), has its [`Pipeline`] publish up to `projection.pages_per_tick` pages, and
+//! A publication worker's claim loop: `tick()` claims one outbox row (an execution, a tag
+//! change or a close run), has its [`Pipeline`] publish up to `projection.pages_per_tick` pages, and
 //! either yields the row, or refreshes the asset indices once and completes it; a failure
 //! is recorded with its backoff. The loop around it survives panics and idles between
 //! empty claims.
@@ -18,6 +18,7 @@ use crate::telemetry::events::ms;
 use crate::telemetry::metrics;
 use crate::telemetry::Line;
 
+use super::close::CloseRun;
 use super::heartbeat::Heartbeat;
 use super::outbox::{self, OutboxClaim, Work};
 use super::pipeline::{Pages, Pipeline};
@@ -106,6 +107,7 @@ impl Worker {
         // rebuild switches them, the next tick writes the new version (the rebuild
         // catches up with whatever a tick that began before the switch wrote to the old).
         let targets = alias::current(&app.es, prefix)?;
+        let mut close = None;
         let (source, filter) = match &claim.work {
             Work::Execution(id) => (
                 index::execution_endpoints(prefix),
@@ -115,13 +117,22 @@ impl Worker {
                 targets.user.clone(),
                 page::tag_scope_filter(claim.owner_id, scope),
             ),
+            Work::Close(id) => {
+                close = CloseRun::load(&app.db, *id)?;
+                let filter = close.as_ref().map(|run| run.filter(claim.owner_id));
+                (targets.user.clone(), filter)
+            }
         };
         let mut pages = 0;
         if let (false, Some(filter)) = (claim.refreshing, filter) {
-            match self
-                .pipeline
-                .publish(claim, heartbeat, &targets, &source, filter)?
-            {
+            match self.pipeline.publish(
+                claim,
+                heartbeat,
+                &targets,
+                &source,
+                filter,
+                close.as_ref(),
+            )? {
                 Pages::Yielded(n) => return Ok(TickOutcome::Yielded { pages: n }),
                 Pages::Done(n) => pages = n,
             }

@@ -25,11 +25,61 @@ use crate::upload::details::PortState;
 pub const DEFAULT_SIZE: usize = 50;
 pub const MAX_SIZE: usize = 200;
 
-const FIELDS: [&str; 20] = with_detail_fields![
-    "ip", "port", "transport", "first_seen", "last_seen", "state_observed_at", "service",
-    "product", "version", "banner";
+const FIELDS: [&str; 23] = with_detail_fields![
+    "ip", "port", "transport", "status", "closed_at", "closed_by", "first_seen", "last_seen",
+    "state_observed_at", "service", "product", "version", "banner";
     "service_observed_at", "execution_id", "tags"
 ];
+
+/// Which assets a read lists by status (`status=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Open,
+    Closed,
+    All,
+}
+
+/// `status` and `closed_since`: `open` unless asked otherwise, or unless a `state` or
+/// `closed_since` is asked for (they name closed assets themselves). A closed asset is one
+/// with a state (open is stored as none); its `state_observed_at` is when it closed, also
+/// on documents merged before `closed_at` was stored.
+fn status_filters(req: &Req, out: &mut Vec<Value>) -> Result<(), ReadError> {
+    let since = match req.query_param("closed_since") {
+        Some(s) => Some(params::time("closed_since", s.trim())?),
+        None => None,
+    };
+    let status = match params::text(req, "status")?.as_deref() {
+        Some("open") => Status::Open,
+        Some("closed") => Status::Closed,
+        Some("all") => Status::All,
+        Some(other) => {
+            return Err(ReadError::invalid(
+                "bad_parameter",
+                format!("status must be open, closed or all, got {other:?}"),
+            ))
+        }
+        None if since.is_some() => Status::Closed,
+        None if req.query_param("state").is_some() => Status::All,
+        None => Status::Open,
+    };
+    if let Some(t) = since {
+        if status == Status::Open {
+            return Err(ReadError::invalid(
+                "bad_parameter",
+                "closed_since lists closed assets; it cannot go with status=open",
+            ));
+        }
+        let t = t.to_rfc3339_opts(SecondsFormat::Millis, true);
+        out.push(json!({"exists": {"field": "state"}}));
+        out.push(json!({"range": {"state_observed_at": {"gte": t}}}));
+    }
+    match status {
+        Status::Open => out.push(json!({"bool": {"must_not": [{"exists": {"field": "state"}}]}})),
+        Status::Closed => out.push(json!({"exists": {"field": "state"}})),
+        Status::All => {}
+    }
+    Ok(())
+}
 
 /// The filters shared by assets and search, as ES filter clauses.
 pub fn filters(req: &Req) -> Result<Vec<Value>, ReadError> {
@@ -69,6 +119,7 @@ pub fn filters(req: &Req) -> Result<Vec<Value>, ReadError> {
     if let Some(t) = params::text(req, "tag")? {
         out.push(json!({"term": {"tags": t}}));
     }
+    status_filters(req, &mut out)?;
     if let Some(s) = req.query_param("seen_since") {
         let t = params::time("seen_since", s.trim())?;
         out.push(json!({"range": {"last_seen": {"gte": t.to_rfc3339_opts(SecondsFormat::Millis, true)}}}));

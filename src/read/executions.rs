@@ -29,9 +29,14 @@ macro_rules! page_sql {
                 e.failure_reason,
                 o.id IS NOT NULL AS has_row, o.processed_at, o.lease_expires_at,
                 o.last_error IS NOT NULL AS has_error, o.last_error_class, o.attempts,
-                o.processed_endpoints, o.phase, o.available_at, now() AS now
+                o.processed_endpoints, o.phase, o.available_at,
+                c.id IS NOT NULL AS has_close, c.processed_at AS close_processed_at,
+                c.lease_expires_at AS close_lease_expires_at,
+                c.last_error IS NOT NULL AS close_has_error,
+                c.processed_endpoints AS closed_endpoints, now() AS now
            FROM executions e
            LEFT JOIN scan_projection_outbox o ON o.execution_id = e.id
+           LEFT JOIN scan_projection_outbox c ON c.closing_execution_id = e.id
           WHERE e.task_id = $1 ",
             $keyset,
             " ORDER BY e.created_at, e.id LIMIT $2"
@@ -39,7 +44,8 @@ macro_rules! page_sql {
     };
 }
 
-// Index executions_task_idx (task_id, created_at); the outbox by its unique execution_id.
+// Index executions_task_idx (task_id, created_at); the outbox by its unique execution_id
+// and closing_execution_id indexes.
 const FIRST_PAGE: &str = page_sql!("");
 const PAGE_AFTER: &str = page_sql!("AND (e.created_at, e.id) > ($3, $4)");
 
@@ -49,16 +55,21 @@ fn time(t: Option<DateTime<Utc>>) -> Value {
     })
 }
 
-fn execution_json(r: &Row, task_kind: TaskKind) -> Value {
-    let has_row: bool = r.get("has_row");
-    let state = OutboxState {
-        processed_at: r.get("processed_at"),
-        lease_expires_at: r.get("lease_expires_at"),
+/// An outbox row's state from its columns (processed at, lease expiry, has an error).
+fn outbox_state(r: &Row, [processed, lease, error]: [&str; 3]) -> OutboxState {
+    OutboxState {
+        processed_at: r.get(processed),
+        lease_expires_at: r.get(lease),
         last_error: r
-            .get::<_, Option<bool>>("has_error")
+            .get::<_, Option<bool>>(error)
             .unwrap_or(false)
             .then(String::new),
-    };
+    }
+}
+
+fn execution_json(r: &Row, task_kind: TaskKind) -> Value {
+    let has_row: bool = r.get("has_row");
+    let state = outbox_state(r, ["processed_at", "lease_expires_at", "has_error"]);
     let s = status::derive(
         r.get("status"),
         task_kind,
@@ -81,6 +92,22 @@ fn execution_json(r: &Row, task_kind: TaskKind) -> Value {
             "next_attempt_at": null, "processed_at": null,
         })
     };
+    let closing = r.get::<_, bool>("has_close").then(|| {
+        let close = outbox_state(
+            r,
+            [
+                "close_processed_at",
+                "close_lease_expires_at",
+                "close_has_error",
+            ],
+        );
+        let s = status::derive(r.get("status"), task_kind, Some(&close), r.get("now"));
+        json!({
+            "status": s.as_str(),
+            "closed_endpoints": r.get::<_, Option<i64>>("closed_endpoints"),
+            "processed_at": time(close.processed_at),
+        })
+    });
     json!({
         "id": r.get::<_, Uuid>("id"),
         "scanner_id": r.get::<_, Option<Uuid>>("scanner_id"),
@@ -98,6 +125,7 @@ fn execution_json(r: &Row, task_kind: TaskKind) -> Value {
         "finished_at": time(r.get("finished_at")),
         "updated_at": time(Some(r.get("updated_at"))),
         "projection_status": s.as_str(),
+        "closing": closing,
         "projection": projection,
     })
 }

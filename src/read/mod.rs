@@ -54,11 +54,23 @@ pub fn endpoint_json(src: &Value, fields: &[&str]) -> Value {
         let v = match (src.get(*f), *f) {
             (None | Some(Value::Null), "tags") => Value::Array(Vec::new()),
             (None | Some(Value::Null), "state") => Value::from("open"),
+            // Documents merged before status was stored: it follows from the state.
+            (None | Some(Value::Null), "status") => {
+                Value::from(if closed(src) { "closed" } else { "open" })
+            }
+            (None | Some(Value::Null), "closed_at") if closed(src) => {
+                src.get("state_observed_at").cloned().unwrap_or(Value::Null)
+            }
             (v, _) => v.cloned().unwrap_or(Value::Null),
         };
         e.insert(f.to_string(), v);
     }
     Value::Object(e)
+}
+
+/// Whether an asset document is closed: it has a state, and open is stored as none.
+fn closed(src: &Value) -> bool {
+    src.get("state").is_some_and(|s| !s.is_null())
 }
 
 /// `POST /<index>/_search` with `body`; an error status is an `EsError`, an incomplete

@@ -115,11 +115,12 @@ impl Default for Options {
 struct Ledger {
     executions: HashSet<Uuid>,
     tags: HashSet<i64>,
+    closes: HashSet<i64>,
 }
 
 /// Publishes into `target` every publishable execution and tag change of the window
 /// (`None`: all history) that this run has not published yet: executions first, in
-/// outbox order, then tag changes (they touch existing documents only).
+/// outbox order, then close runs and tag changes (they touch existing documents only).
 fn catch_up_round(
     app: &App,
     target: &AssetIndices,
@@ -131,17 +132,27 @@ fn catch_up_round(
         .into_iter()
         .filter(|r| !ledger.executions.contains(&r.execution_id))
         .collect();
+    let closes: Vec<_> = source::close_runs(&app.db, window)?
+        .into_iter()
+        .filter(|r| !ledger.closes.contains(&r.outbox_id))
+        .collect();
     let tags: Vec<_> = source::tag_changes(&app.db, window)?
         .into_iter()
         .filter(|r| !ledger.tags.contains(&r.outbox_id))
         .collect();
-    if rows.is_empty() && tags.is_empty() {
+    let items = rows.len() + closes.len() + tags.len();
+    if items == 0 {
         return Ok(0);
     }
-    let mut progress = Progress::new(step, (rows.len() + tags.len()) as u64);
+    let mut progress = Progress::new(step, items as u64);
     for row in &rows {
         let n = publish::execution(app, target, row)?;
         ledger.executions.insert(row.execution_id);
+        progress.item(n);
+    }
+    for row in &closes {
+        let n = publish::close_run(app, target, row)?;
+        ledger.closes.insert(row.outbox_id);
         progress.item(n);
     }
     for row in &tags {
@@ -150,7 +161,7 @@ fn catch_up_round(
         progress.item(n);
     }
     progress.finish();
-    Ok(rows.len() + tags.len())
+    Ok(items)
 }
 
 /// Waits until live publication owes nothing (every succeeded execution and tag change

@@ -13,6 +13,8 @@ use crate::es::alias::AssetIndices;
 use crate::es::bulk::BulkOp;
 use crate::es::index;
 use crate::es::writer::Writer;
+use crate::es::EsError;
+use crate::projection::close::CloseRun;
 use crate::projection::{page, worker::OUTBOX_BACKOFF};
 use crate::tags;
 
@@ -42,8 +44,36 @@ pub fn execution(
         &trace_id,
         &source,
         &filter,
-        row.owner_id,
-        |docs, tags| page::execution_operations(target, row.owner_id, docs, tags),
+        Some(row.owner_id),
+        |docs, tags| Ok(page::execution_operations(target, row.owner_id, docs, tags)),
+    )
+}
+
+/// Replays one close run into `target` (what a `close` outbox row does live); returns the
+/// documents it read. The documents are made visible first, so every one published so far
+/// is a candidate.
+pub fn close_run(
+    app: &App,
+    target: &AssetIndices,
+    row: &ExecutionRow,
+) -> Result<u64, RebuildError> {
+    let Some(run) = CloseRun::load(&app.db, row.execution_id)? else {
+        return Ok(0);
+    };
+    refresh(app, target)?;
+    let trace_id = format!("rebuild-v{}-close-{}", target.version, row.outbox_id);
+    let prefix = &app.config.elasticsearch.index_prefix;
+    each_page(
+        app,
+        &trace_id,
+        &target.user,
+        &run.filter(row.owner_id),
+        None,
+        |docs, _| {
+            Ok(run
+                .operations(&app.es, prefix, target, row.owner_id, docs)?
+                .0)
+        },
     )
 }
 
@@ -61,20 +91,21 @@ pub fn tag_change(app: &App, target: &AssetIndices, row: &TagRow) -> Result<u64,
         &trace_id,
         &target.user,
         &filter,
-        row.owner_id,
-        |docs, tags| page::retag_operations(target, docs, tags),
+        Some(row.owner_id),
+        |docs, tags| Ok(page::retag_operations(target, docs, tags)),
     )
 }
 
-/// Reads `source` page by page under `filter`, looks up the owner's tags of each page and
-/// writes the operations `ops` makes of it; returns the documents read.
+/// Reads `source` page by page under `filter`, looks up the tags of each page (with an
+/// owner whose tags the operations need) and writes the operations `ops` makes of it;
+/// returns the documents read.
 fn each_page(
     app: &App,
     trace_id: &str,
     source: &str,
     filter: &Value,
-    owner_id: Uuid,
-    ops: impl Fn(&[page::Doc<'_>], &tags::Tags) -> Vec<BulkOp>,
+    tags_of: Option<Uuid>,
+    ops: impl Fn(&[page::Doc<'_>], &tags::Tags) -> Result<Vec<BulkOp>, EsError>,
 ) -> Result<u64, RebuildError> {
     let page_size = app.config.projection.page_size;
     let writer = writer(app, trace_id);
@@ -92,11 +123,14 @@ fn each_page(
         let Some(next) = page.cursor.clone() else {
             break;
         };
-        let tags = {
-            let mut conn = app.db.checkout(Stage::Rebuild)?;
-            tags::lookup(&mut conn, owner_id, &page::addresses(&page.docs), &[])?
+        let tags = match tags_of {
+            Some(owner_id) => {
+                let mut conn = app.db.checkout(Stage::Rebuild)?;
+                tags::lookup(&mut conn, owner_id, &page::addresses(&page.docs), &[])?
+            }
+            None => tags::Tags::default(),
         };
-        writer.write(&ops(&page.docs, &tags))?;
+        writer.write(&ops(&page.docs, &tags)?)?;
         documents += page.docs.len() as u64;
         if page.docs.len() < page_size {
             break;

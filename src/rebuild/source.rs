@@ -1,7 +1,7 @@
 //! What a rebuild reads from PostgreSQL: the executions live publication publishes (one
 //! outbox row of kind `execution` whose execution succeeded — DNS-only executions have
-//! none), the tag changes (outbox rows of kind `tags`), and whether live publication has
-//! settled. Each query is one short statement on a fresh connection.
+//! none), the tag changes (outbox rows of kind `tags`), the close runs (kind `close`), and
+//! whether live publication has settled. Each query is one short statement on a fresh connection.
 
 use postgres::types::Json;
 
@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::db::{Db, DbError, Queries, Stage};
 
-/// One execution to re-publish.
+/// One execution to re-publish, or whose close run to replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionRow {
     pub outbox_id: i64,
@@ -38,6 +38,14 @@ const PUBLISHABLE_EXECUTIONS: &str = "
        AND ($1::timestamptz IS NULL OR o.processed_at IS NULL OR o.processed_at >= $1)
      ORDER BY o.id";
 
+// In outbox order, as live publication enqueued them (each after its execution's row).
+const CLOSE_RUNS: &str = "
+    SELECT id, closing_execution_id, owner_id
+      FROM scan_projection_outbox
+     WHERE kind = 'close'
+       AND ($1::timestamptz IS NULL OR processed_at IS NULL OR processed_at >= $1)
+     ORDER BY id";
+
 const TAG_CHANGES: &str = "
     SELECT id, owner_id, tag_scope
       FROM scan_projection_outbox
@@ -45,26 +53,38 @@ const TAG_CHANGES: &str = "
        AND ($1::timestamptz IS NULL OR processed_at IS NULL OR processed_at >= $1)
      ORDER BY id";
 
-// Live publication still owes something: a succeeded execution's row or a tags row not
-// yet processed. The oldest is named in the message when waiting gives up.
+// Live publication still owes something: a succeeded execution's row, a tags row or a
+// close row not yet processed. The oldest is named in the message when waiting gives up.
 const UNSETTLED: &str = "
     SELECT count(*), min(o.id)
       FROM scan_projection_outbox o
       LEFT JOIN executions e ON e.id = o.execution_id
-     WHERE o.processed_at IS NULL AND (o.kind = 'tags' OR e.status = 'succeeded')";
+     WHERE o.processed_at IS NULL AND (o.kind <> 'execution' OR e.status = 'succeeded')";
 
 // Did live publication finish or start anything since $1 (database time)?
 const CHANGED_SINCE: &str = "
     SELECT EXISTS (
         SELECT 1 FROM scan_projection_outbox o
           LEFT JOIN executions e ON e.id = o.execution_id
-         WHERE (o.kind = 'tags' OR e.status = 'succeeded')
+         WHERE (o.kind <> 'execution' OR e.status = 'succeeded')
            AND (o.processed_at IS NULL OR o.processed_at >= $1 OR o.created_at >= $1))";
 
 pub fn executions(db: &Db, since: Option<DateTime<Utc>>) -> Result<Vec<ExecutionRow>, DbError> {
+    execution_rows(db, PUBLISHABLE_EXECUTIONS, since)
+}
+
+pub fn close_runs(db: &Db, since: Option<DateTime<Utc>>) -> Result<Vec<ExecutionRow>, DbError> {
+    execution_rows(db, CLOSE_RUNS, since)
+}
+
+fn execution_rows(
+    db: &Db,
+    sql: &'static str,
+    since: Option<DateTime<Utc>>,
+) -> Result<Vec<ExecutionRow>, DbError> {
     let mut conn = db.checkout(Stage::Rebuild)?;
     Ok(conn
-        .query(PUBLISHABLE_EXECUTIONS, &[&since])?
+        .query(sql, &[&since])?
         .iter()
         .map(|r| ExecutionRow {
             outbox_id: r.get(0),

@@ -147,6 +147,9 @@
       h("td", { class: "muted" }, when(e.finished_at)),
       h("td", {}, badge(e.projection_status, { "data-projection-status": e.projection_status })),
       h("td", { class: "num" }, num(p.processed_endpoints)),
+      h("td", { class: "num", "data-closed": "" }, e.closing
+        ? h("span", { title: "close run " + e.closing.status }, num(e.closing.closed_endpoints))
+        : h("span", { class: "muted", title: "no port scope: closes nothing" }, "—")),
       h("td", { class: "num" }, num(p.attempts)),
       h("td", {}, p.last_error_class ? badge(p.last_error_class) : h("span", { class: "muted" }, "—")));
   }
@@ -160,7 +163,7 @@
       h("table", { id: "executions" },
         h("thead", {}, h("tr", {}, h("th", {}, "Execution"), h("th", {}, "Status"), h("th", { class: "num" }, "Claims"), h("th", { class: "num" }, "Endpoints"),
           h("th", { class: "num" }, "DNS"), h("th", {}, "Started"), h("th", {}, "Finished"), h("th", {}, "Asset publication"),
-          h("th", { class: "num" }, "Published"), h("th", { class: "num" }, "Attempts"), h("th", {}, "Last error"))),
+          h("th", { class: "num" }, "Published"), h("th", { class: "num" }, "Closed"), h("th", { class: "num" }, "Attempts"), h("th", {}, "Last error"))),
         execBody));
     const resultsPanel = h("div", { class: "panel", id: "results" });
     clear(main).append(h("a", { href: "#/tasks", class: "crumb" }, "← All tasks"), head, execPanel, resultsPanel);
@@ -189,7 +192,7 @@
             stat("DNS records", num(task.counters.dns_records_total))));
         clear(execBody);
         for (const e of execs.executions) execBody.appendChild(executionRow(e));
-        if (!execs.executions.length) execBody.appendChild(h("tr", {}, h("td", { colspan: 11, class: "empty" }, "No executions yet.")));
+        if (!execs.executions.length) execBody.appendChild(h("tr", {}, h("td", { colspan: 12, class: "empty" }, "No executions yet.")));
         settled = !execs.executions.some((e) => UNSETTLED.includes(e.projection_status));
       } catch (e) {
         if (e.status === 401) return;
@@ -286,35 +289,10 @@
       ["", "open", "closed", "filtered", "unfiltered", "open|filtered", "closed|filtered"].map((v) => h("option", { value: v }, v || "any")));
     const stateL = h("label", {}, "State", state);
     const global = h("input", { type: "checkbox", id: "f-global" });
-    const tbody = h("tbody");
-    const summary = h("span", { class: "muted", id: "search-summary" });
-    const more = h("button", { class: "secondary", type: "button", hidden: true }, "Load more");
-    const errors = h("div");
-    let next = null, base = null;
-    async function load() {
-      more.hidden = true;
-      clear(errors);
-      try {
-        const body = await api(base + (next ? "&after=" + encodeURIComponent(next) : ""));
-        if (gen !== generation) return;
-        if (body.total) summary.textContent = num(body.total.value) + (body.total.relation === "gte" ? "+" : "") + (body.total.value === 1 ? " asset" : " assets");
-        for (const a of body.assets) {
-          tbody.appendChild(h("tr", { "data-asset": a.ip + ":" + a.port + "/" + a.transport },
-            h("td", { class: "mono ipcell" }, a.ip),
-            h("td", {}, h("b", {}, a.port + "/" + a.transport)),
-            h("td", { "data-state": a.state }, stateBadge(a.state)),
-            h("td", {}, serviceName(a) || "—"),
-            h("td", {}, [a.product, a.version].filter(Boolean).join(" ") || "—"),
-            h("td", { class: "muted mono", title: a.banner || "" }, (a.banner || "").slice(0, 80)),
-            detailsCell(a),
-            h("td", { class: "tags" }, (a.tags || []).map((x) => h("span", { class: "chip" }, x))),
-            h("td", { class: "muted" }, when(a.last_seen))));
-        }
-        if (!tbody.firstChild) tbody.appendChild(h("tr", {}, h("td", { colspan: 9, class: "empty" }, "No matching assets.")));
-        next = body.next;
-        more.hidden = !next;
-      } catch (e) { if (e.status !== 401) errors.appendChild(failure(e)); }
-    }
+    // Open services, and apart from them the closed ones (by a scan's close run or a
+    // closed or filtered observation); a chosen state lists that state alone.
+    const open = assetList("assets", "search-summary", "Assets", false);
+    const closed = assetList("closed-assets", "closed-summary", "Closed services", true);
     const form = h("form", { class: "filters", id: "search-form", onsubmit: (ev) => {
       ev.preventDefault();
       const p = new URLSearchParams();
@@ -324,27 +302,72 @@
         if (input.value.trim()) p.set(k, input.value.trim());
       }
       if (global.checked) p.set("scope", "global");
-      base = (p.has("q") ? "/api/v1/search?" : "/api/v1/assets?") + p.toString();
-      next = null;
-      clear(tbody);
-      summary.textContent = "";
-      load();
+      const path = p.has("q") ? "/api/v1/search?" : "/api/v1/assets?";
+      open.start(path + p.toString());
+      closed.panel.hidden = p.has("state");
+      if (!p.has("state")) {
+        p.set("status", "closed");
+        closed.start(path + p.toString());
+      }
     } }, qL, ipL, portL, svcL, tagL, seenL, prodL, cpeL, hostL, stateL,
       h("label", { class: "check" }, global, "Global view (admins)"),
       h("div", {}, h("button", { class: "primary", type: "submit" }, "Search")));
-    more.addEventListener("click", load);
+    closed.panel.hidden = true;
     clear(main).append(
       h("h1", {}, "Assets"),
       h("p", { class: "sub" }, "The current asset view: every endpoint your scans found, as last published."),
       h("div", { class: "panel" }, form),
-      errors,
-      h("div", { class: "panel" },
-        h("div", { class: "panel-head" }, h("h2", {}, "Assets"), summary),
-        h("table", { id: "assets" },
+      open.panel,
+      closed.panel);
+
+    // A table of assets that pages with "Load more"; closed ones show when and by which
+    // execution they closed instead of when they were last seen.
+    function assetList(id, summaryId, title, closedView) {
+      const tbody = h("tbody");
+      const summary = h("span", { class: "muted", id: summaryId });
+      const more = h("button", { class: "secondary", type: "button", hidden: true }, "Load more");
+      const errors = h("div");
+      let next = null, base = null;
+      async function load() {
+        more.hidden = true;
+        clear(errors);
+        try {
+          const body = await api(base + (next ? "&after=" + encodeURIComponent(next) : ""));
+          if (gen !== generation) return;
+          if (body.total) summary.textContent = num(body.total.value) + (body.total.relation === "gte" ? "+" : "") + (body.total.value === 1 ? " asset" : " assets");
+          for (const a of body.assets) {
+            tbody.appendChild(h("tr", { "data-asset": a.ip + ":" + a.port + "/" + a.transport },
+              h("td", { class: "mono ipcell" }, a.ip),
+              h("td", {}, h("b", {}, a.port + "/" + a.transport)),
+              h("td", { "data-state": a.state }, stateBadge(a.state)),
+              h("td", {}, serviceName(a) || "—"),
+              h("td", {}, [a.product, a.version].filter(Boolean).join(" ") || "—"),
+              h("td", { class: "muted mono", title: a.banner || "" }, (a.banner || "").slice(0, 80)),
+              detailsCell(a),
+              h("td", { class: "tags" }, (a.tags || []).map((x) => h("span", { class: "chip" }, x))),
+              closedView
+                ? h("td", { class: "muted", title: a.closed_by ? "closed by execution " + a.closed_by : "" }, when(a.closed_at))
+                : h("td", { class: "muted" }, when(a.last_seen))));
+          }
+          if (!tbody.firstChild) tbody.appendChild(h("tr", {}, h("td", { colspan: 9, class: "empty" }, closedView ? "No closed services." : "No matching assets.")));
+          next = body.next;
+          more.hidden = !next;
+        } catch (e) { if (e.status !== 401) errors.appendChild(failure(e)); }
+      }
+      more.addEventListener("click", load);
+      const panel = h("div", { class: "panel", id: id + "-panel" },
+        h("div", { class: "panel-head" }, h("h2", {}, title), summary),
+        errors,
+        h("table", { id: id },
           h("thead", {}, h("tr", {}, h("th", {}, "IP"), h("th", {}, "Port"), h("th", {}, "State"), h("th", {}, "Service"),
-            h("th", {}, "Product"), h("th", {}, "Banner"), h("th", {}, "Details"), h("th", {}, "Tags"), h("th", {}, "Last seen"))),
+            h("th", {}, "Product"), h("th", {}, "Banner"), h("th", {}, "Details"), h("th", {}, "Tags"), h("th", {}, closedView ? "Closed" : "Last seen"))),
           tbody),
-        h("div", { class: "actions" }, more)));
+        h("div", { class: "actions" }, more));
+      return {
+        panel,
+        start(b) { base = b; next = null; clear(tbody); summary.textContent = ""; return load(); },
+      };
+    }
     q.focus();
   }
 

@@ -56,6 +56,7 @@ fn backlog_prints_unprocessed_rows_and_a_summary() {
         "id",
         "kind",
         "execution_id",
+        "closing_execution_id",
         "phase",
         "processed_endpoints",
         "attempts",
@@ -83,6 +84,7 @@ fn backlog_prints_unprocessed_rows_and_a_summary() {
     assert_eq!(r.get("published_last_hour"), "1");
     assert_eq!(r.get("leased_rows"), "0");
     assert_eq!(r.get("permanent_error_rows"), "0");
+    assert_eq!(r.get("backlog_by_kind"), "execution:1,tags:1,close:0");
     // The failed row is due in an hour: it sorts after the tags row, which is due now.
     let pos_tags = r.stdout.find("| tags").unwrap();
     let pos_exec = r.stdout.find(&e).unwrap();
@@ -119,7 +121,7 @@ fn backlog_sql_runs_standalone() {
     assert!(stdout.contains("execution_id") && stdout.contains("backlog_rows=0"));
     // Even without -q, no psql chatter ("Output format is unaligned.") between the parts.
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 9, "{stdout}");
+    assert_eq!(lines.len(), 10, "{stdout}");
     assert_eq!(lines[2], "(0 rows)", "{stdout}");
 }
 

@@ -135,18 +135,6 @@ fn add_tag(s: &Stack, ip: &str, tag: &str) {
         .unwrap();
 }
 
-fn all_published(s: &Stack) -> bool {
-    let pending: i64 = s
-        .sql()
-        .query_one(
-            "SELECT count(*) FROM scan_projection_outbox WHERE processed_at IS NULL",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    pending == 0
-}
-
 fn stack() -> Stack {
     Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
         cfg.projection.page_size = 7;
@@ -163,7 +151,7 @@ fn rebuild_during_uploads_and_live_publication_verifies_and_switches_atomically(
     }
     add_tag(&s, &scan::nth_ip(12), "prod");
     wait_for("initial publication", Duration::from_secs(60), || {
-        all_published(&s)
+        crate::support::publish::outbox_drained(&s)
     });
 
     // Uploads (and the server's publisher) keep going while the rebuild runs.
@@ -257,7 +245,7 @@ fn rebuild_during_uploads_and_live_publication_verifies_and_switches_atomically(
     wait_for(
         "publication after the rebuild",
         Duration::from_secs(60),
-        || all_published(&s),
+        || crate::support::publish::outbox_drained(&s),
     );
     let current = docs(&s.es(), &physical(&s, "user", 2));
     let uploaded = finished.lock().unwrap().len();
@@ -315,7 +303,9 @@ fn switch_back_is_refused_until_the_old_version_is_caught_up_and_drop_spares_ali
     let s = stack();
     let f = cli_config(&s);
     upload_nth(&s, 0);
-    wait_for("publication", Duration::from_secs(60), || all_published(&s));
+    wait_for("publication", Duration::from_secs(60), || {
+        crate::support::publish::outbox_drained(&s)
+    });
 
     let (code, out, err) = run(&f, &[]);
     assert_eq!(code, 0, "{out}{err}");
@@ -435,7 +425,9 @@ fn a_rebuild_without_live_publication_settling_switches_nothing() {
 fn a_restart_after_a_rebuild_keeps_the_aliases_and_does_not_recreate_a_dropped_v1() {
     let s = stack();
     upload_nth(&s, 0);
-    wait_for("publication", Duration::from_secs(60), || all_published(&s));
+    wait_for("publication", Duration::from_secs(60), || {
+        crate::support::publish::outbox_drained(&s)
+    });
     rebuild::rebuild(s.server.app(), opts()).expect("rebuild");
     rebuild::drop_index(s.server.app(), &physical(&s, "global", 1)).unwrap();
     rebuild::drop_index(s.server.app(), &physical(&s, "user", 1)).unwrap();

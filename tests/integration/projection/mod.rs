@@ -3,6 +3,7 @@
 //! backoff and recovery. Tests that drive ticks by hand start the server with no workers.
 
 mod claims;
+mod close;
 mod faults;
 mod merge;
 mod publish;

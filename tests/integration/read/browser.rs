@@ -218,7 +218,8 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
         b.eval("document.getElementById('search-summary').textContent"),
         "1 asset"
     );
-    // Without filters, all 21 assets, the one only ever seen closed among them.
+    // Without filters, the 20 open assets, and apart from them the one only ever seen
+    // closed.
     b.eval(
         "document.getElementById('f-ip').value = ''; document.getElementById('f-q').value = '';
          document.getElementById('search-form').requestSubmit(); true",
@@ -226,7 +227,12 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
     b.wait_until(
         "all assets",
         long,
-        "document.querySelectorAll('#assets tbody tr').length === 21",
+        "document.querySelectorAll('#assets tbody tr').length === 20
+         && document.querySelectorAll('#closed-assets tbody tr[data-asset]').length === 1",
+    );
+    assert_eq!(
+        b.eval("!!document.querySelector('#closed-assets [data-asset=\"10.0.0.7:8443/tcp\"]') && !document.querySelector('#assets [data-asset=\"10.0.0.7:8443/tcp\"]')"),
+        true
     );
     // What nmap added: the CPE, the hostname, the state, and the script output collapsed,
     // all as text.
@@ -268,14 +274,15 @@ fn console_follows_publication_to_ready_and_finds_the_asset() {
         ),
         "closed"
     );
-    // The state filter.
+    // The state filter lists that state alone, in the one table.
     b.eval(
         "document.getElementById('f-state').value = 'closed'; document.getElementById('search-form').requestSubmit(); true",
     );
     b.wait_until(
         "the closed asset alone",
         long,
-        "document.querySelectorAll('#assets tbody tr').length === 1 && !!document.querySelector('[data-asset=\"10.0.0.7:8443/tcp\"]')",
+        "document.querySelectorAll('#assets tbody tr').length === 1 && !!document.querySelector('#assets [data-asset=\"10.0.0.7:8443/tcp\"]')
+         && document.getElementById('closed-assets-panel').hidden",
     );
     b.screenshot(&artifact("asset-search.png"));
 

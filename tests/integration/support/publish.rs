@@ -126,3 +126,28 @@ pub fn tick_until_done(
         outbox_row(s, execution)
     );
 }
+
+/// Whether every outbox row is processed.
+pub fn outbox_drained(s: &Stack) -> bool {
+    let pending: i64 = s
+        .sql()
+        .query_one(
+            "SELECT count(*) FROM scan_projection_outbox WHERE processed_at IS NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    pending == 0
+}
+
+/// Ticks a hand-driven worker until every outbox row is processed (at most `max` ticks).
+pub fn drain(s: &Stack, max: usize) {
+    let w = worker(s);
+    for _ in 0..max {
+        w.tick().unwrap();
+        if outbox_drained(s) {
+            return;
+        }
+    }
+    panic!("outbox not drained after {max} ticks");
+}

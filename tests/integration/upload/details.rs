@@ -144,7 +144,7 @@ fn details_flow_through_facts_projection_assets_and_filters() {
             })
             .collect()
     };
-    let all = ok(&base, &s.owner.token, "/api/v1/assets");
+    let all = ok(&base, &s.owner.token, "/api/v1/assets?status=all");
     let a22 = all["assets"]
         .as_array()
         .unwrap()

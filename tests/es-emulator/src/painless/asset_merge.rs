@@ -2,8 +2,11 @@
 //!
 //! Same semantics as the Painless text, statement by statement. Every rule takes a maximum,
 //! so the result does not depend on the order observations arrive in: `state` follows the
-//! newest observation under (observed_at, state), missing state = open = "" (a document
-//! from before states were stored was open as of its `last_seen`); open observations alone
+//! newest observation under (observed_at, state, execution_id of a closing one), missing
+//! state = open = "" (a document
+//! from before states were stored was open as of its `last_seen`), and with it `status`
+//! (`open`, or `closed` for closed and filtered), `closed_at` and `closed_by` (the closing
+//! observation's time and execution); open observations alone
 //! move `first_seen` (earliest) and `last_seen` (latest), and the service fields follow the
 //! newest of them under (observed_at, execution_id, service, product, version, banner,
 //! details_digest), missing = empty string. A new document (`ctx.op == "create"`) takes what
@@ -18,7 +21,7 @@ use super::{ScriptCtx, ScriptError};
 
 /// Hex SHA-256 of `asset_merge.painless`, pinned so an edit of the Painless text without the
 /// twin is caught by `pinned_hash_matches_the_painless_file`.
-pub const SOURCE_SHA256: &str = "6552624bbd3e146f438803dc6da87224b146f41758b5ba7988b71ea14df2fe0d";
+pub const SOURCE_SHA256: &str = "ad5d617ca56b405ec251f4967fadc49ec572232fe8583f49dcf8c58b20993888";
 
 /// Fields replaced together when an observation wins the service order (besides
 /// `service_observed_at`).
@@ -78,14 +81,20 @@ fn take_service(src: &mut Map<String, Value>, obs: &Map<String, Value>, at: &str
     );
 }
 
-fn set_state(src: &mut Map<String, Value>, state: &str, at: &str) {
-    let v = if state.is_empty() {
-        Value::Null
+/// Painless `setState`: the state, its time, and the status with what closed it.
+fn set_state(src: &mut Map<String, Value>, state: &str, at: &str, execution: Value) {
+    let open = state.is_empty();
+    let (state, status, closed_at, closed_by) = if open {
+        (Value::Null, "open", Value::Null, Value::Null)
     } else {
-        Value::String(state.to_owned())
+        let at = Value::String(at.to_owned());
+        (Value::String(state.to_owned()), "closed", at, execution)
     };
-    src.insert("state".to_owned(), v);
+    src.insert("state".to_owned(), state);
     src.insert("state_observed_at".to_owned(), Value::String(at.to_owned()));
+    src.insert("status".to_owned(), Value::String(status.to_owned()));
+    src.insert("closed_at".to_owned(), closed_at);
+    src.insert("closed_by".to_owned(), closed_by);
 }
 
 /// Runs the merge with `params.obs`.
@@ -108,7 +117,7 @@ pub fn run(ctx: &mut ScriptCtx, params: &Map<String, Value>) -> Result<(), Scrip
         if let Some(owner) = present(obs.get("owner_id")) {
             src.insert("owner_id".to_owned(), owner.clone());
         }
-        set_state(src, &state, &at);
+        set_state(src, &state, &at, field(obs, "execution_id"));
         if open {
             src.insert("first_seen".to_owned(), Value::String(at.clone()));
             src.insert("last_seen".to_owned(), Value::String(at.clone()));
@@ -123,8 +132,11 @@ pub fn run(ctx: &mut ScriptCtx, params: &Map<String, Value>) -> Result<(), Scrip
     if state_order == Ordering::Equal {
         state_order = java_cmp(&state, &text(src.get("state")));
     }
+    if state_order == Ordering::Equal && !open {
+        state_order = java_cmp(&text(obs.get("execution_id")), &text(src.get("closed_by")));
+    }
     if state_order == Ordering::Greater {
-        set_state(src, &state, &at);
+        set_state(src, &state, &at, field(obs, "execution_id"));
         changed = true;
     }
     if open {
@@ -365,10 +377,60 @@ mod tests {
             })
     }
 
+    /// A close run's observation: the endpoint, `closed`, the execution's start and id.
+    fn close(at: &str, exec: &str) -> Value {
+        json!({"ip": "203.0.113.7", "port": 443, "transport": "tcp", "owner_id": "o1",
+               "state": "closed", "observed_at": at, "execution_id": exec})
+    }
+
+    fn arb_obs_or_close() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            3 => arb_obs(),
+            1 => (0u8..4, 0u8..3).prop_map(|(day, exec)| close(
+                &format!("2026-11-2{day}T10:00:00.000Z"),
+                &format!("c{exec}")
+            )),
+        ]
+    }
+
+    #[test]
+    fn a_close_sets_the_status_and_a_newer_open_observation_reopens() {
+        let seen = obs("2026-11-20T10:00:00.000Z", "e1", Some("nginx"));
+        let doc = fold(std::slice::from_ref(&seen)).unwrap();
+        assert_eq!(doc["status"], json!("open"));
+        let (closed, op) = apply(Some(doc), &close("2026-11-22T10:00:00.000Z", "c1"));
+        assert_eq!(op, "index");
+        assert_eq!(
+            (
+                &closed["status"],
+                &closed["closed_at"],
+                &closed["closed_by"]
+            ),
+            (
+                &json!("closed"),
+                &json!("2026-11-22T10:00:00.000Z"),
+                &json!("c1")
+            )
+        );
+        // A close older than what was seen loses; so does a replay of the seen observation.
+        let (same, op) = apply(Some(closed.clone()), &seen);
+        assert_eq!((op.as_str(), &same), ("noop", &closed));
+        let early = fold(&[seen.clone(), close("2026-11-19T10:00:00.000Z", "c0")]).unwrap();
+        assert_eq!(early["status"], json!("open"));
+        let (reopened, _) = apply(
+            Some(closed),
+            &obs("2026-11-23T10:00:00.000Z", "e2", Some("nginx")),
+        );
+        assert_eq!(reopened["status"], json!("open"));
+        assert_eq!(reopened["closed_at"], Value::Null);
+        assert_eq!(reopened["closed_by"], Value::Null);
+        assert_eq!(reopened["first_seen"], json!("2026-11-20T10:00:00.000Z"));
+    }
+
     proptest! {
         #[test]
         fn merge_is_order_independent_and_idempotent(
-            list in proptest::collection::vec(arb_obs(), 1..8),
+            list in proptest::collection::vec(arb_obs_or_close(), 1..8),
             seed in any::<u64>(),
             repeats in proptest::collection::vec(0usize..8, 0..6),
         ) {

@@ -1,0 +1,190 @@
+//! A close run (outbox kind `close`): the owner's open assets inside a succeeded
+//! execution's targets × port scope, last seen before the execution started and not seen
+//! by it, each closed by a merge of a `closed` observation at the execution's start.
+//!
+//! The merge's rules make this safe in any order: a close at `t` loses to any observation
+//! newer than `t`, and merging it again changes nothing. Domain targets close nothing (the
+//! addresses a name resolves to change between scans), and neither does a task without a
+//! port scope (it never gets a close row).
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::db::{Db, DbError, Queries, Stage};
+use crate::es::alias::AssetIndices;
+use crate::es::bulk::{BulkOp, ScriptedUpserts};
+use crate::es::index::{self, Indices};
+use crate::es::{painless, EsClient, EsError};
+use crate::ports::PortScope;
+use crate::upload::facts::es_time;
+
+use super::page::Doc;
+
+// What a close run needs of its execution: when it started (a succeeded execution was
+// claimed, so started_at is set; created_at only guards a hand-made row), its task's port
+// scope and its address targets. By primary keys and task_targets' (task_id, …) key.
+const CLOSE_CONTEXT: &str = "
+    SELECT coalesce(e.started_at, e.created_at), t.ports,
+           coalesce(array_agg(tt.value ORDER BY tt.value)
+                    FILTER (WHERE tt.kind IN ('ip', 'cidr')), '{}')
+      FROM executions e
+      JOIN tasks t ON t.id = e.task_id
+      LEFT JOIN task_targets tt ON tt.task_id = t.id
+     WHERE e.id = $1
+     GROUP BY e.started_at, e.created_at, t.ports";
+
+/// The execution a close run closes for, as the database describes it.
+pub struct CloseRun {
+    pub execution_id: Uuid,
+    /// The time of the close: the execution's start, as documents store times.
+    at: String,
+    /// Address targets (`ip` or `cidr`), as ES `term` queries on an `ip` field take them.
+    targets: Vec<String>,
+    scope: PortScope,
+}
+
+impl CloseRun {
+    /// Reads the run's execution; `None` when there is nothing it could close (no port
+    /// scope, no address target, or the execution is gone).
+    pub fn load(db: &Db, execution_id: Uuid) -> Result<Option<CloseRun>, DbError> {
+        let mut conn = db.checkout(Stage::Context)?;
+        let Some(r) = conn.query_opt(CLOSE_CONTEXT, &[&execution_id])? else {
+            return Ok(None);
+        };
+        let started: DateTime<Utc> = r.get(0);
+        let targets: Vec<String> = r.get(2);
+        // The table's CHECK has validated the scope; one it still refuses closes nothing.
+        let scope = r
+            .get::<_, Option<String>>(1)
+            .and_then(|s| PortScope::parse(&s).ok());
+        Ok(scope.filter(|_| !targets.is_empty()).map(|scope| CloseRun {
+            execution_id,
+            at: es_time(&started),
+            targets,
+            scope,
+        }))
+    }
+
+    /// The owner's asset documents the run may close: open, in scope, last seen before
+    /// the execution started.
+    pub fn filter(&self, owner_id: Uuid) -> Value {
+        let targets: Vec<Value> = self
+            .targets
+            .iter()
+            .map(|t| json!({ "term": { "ip": t } }))
+            .collect();
+        let ports: Vec<Value> = self
+            .scope
+            .0
+            .iter()
+            .map(|r| {
+                json!({ "bool": { "filter": [
+                    { "term": { "transport": r.transport.as_str() } },
+                    { "range": { "port": { "gte": r.first, "lte": r.last } } }
+                ] } })
+            })
+            .collect();
+        json!([
+            { "term": { "owner_id": owner_id.to_string() } },
+            { "range": { "last_seen": { "lt": self.at } } },
+            { "bool": { "should": targets, "minimum_should_match": 1 } },
+            { "bool": { "should": ports, "minimum_should_match": 1 } },
+            { "bool": { "must_not": [ { "exists": { "field": "state" } } ] } }
+        ])
+    }
+
+    /// The page's documents that the execution saw (in any state), by their
+    /// execution-projection ids: they are not closed by its run.
+    fn seen(
+        &self,
+        es: &EsClient,
+        prefix: &str,
+        docs: &[Doc<'_>],
+    ) -> Result<std::collections::HashSet<String>, EsError> {
+        let ids: Vec<String> = docs
+            .iter()
+            .map(|d| {
+                let (ip, transport, port) = d.source.endpoint_key();
+                index::execution_endpoint_id(self.execution_id, &ip, &transport, port)
+            })
+            .collect();
+        let body = json!({
+            "size": ids.len(),
+            "query": { "ids": { "values": ids } },
+            "_source": false,
+            "track_total_hits": false,
+        });
+        let found = es.search(&Indices::one(&index::execution_endpoints(prefix)), &body)?;
+        Ok(found["hits"]["hits"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h["_id"].as_str().map(str::to_string))
+            .collect())
+    }
+
+    /// Merges of a `closed` observation into both copies of each document of the page
+    /// that the execution did not see; returns them with how many endpoints they close.
+    pub fn operations(
+        &self,
+        es: &EsClient,
+        prefix: &str,
+        targets: &AssetIndices,
+        owner_id: Uuid,
+        docs: &[Doc<'_>],
+    ) -> Result<(Vec<BulkOp>, usize), EsError> {
+        let seen = self.seen(es, prefix, docs)?;
+        let global = ScriptedUpserts::new(&targets.global, painless::ASSET_MERGE_ID);
+        let user = ScriptedUpserts::new(&targets.user, painless::ASSET_MERGE_ID);
+        let mut ops = Vec::with_capacity(docs.len() * 2);
+        let mut closed = 0;
+        for doc in docs {
+            let (ip, transport, port) = doc.source.endpoint_key();
+            let seen_id = index::execution_endpoint_id(self.execution_id, &ip, &transport, port);
+            if seen.contains(&seen_id) {
+                continue;
+            }
+            let mut obs = json!({
+                "ip": ip, "port": port, "transport": transport, "state": "closed",
+                "observed_at": self.at, "execution_id": self.execution_id.to_string(),
+            });
+            let params = |obs: &Value| serde_json::to_vec(&json!({ "obs": obs }));
+            let global_params = params(&obs).map_err(|e| EsError::Refused(e.to_string()))?;
+            ops.push(global.op(
+                index::global_asset_id(&ip, &transport, port),
+                &global_params,
+            ));
+            obs["owner_id"] = json!(owner_id.to_string());
+            let user_params = params(&obs).map_err(|e| EsError::Refused(e.to_string()))?;
+            ops.push(user.op(doc.id.to_string(), &user_params));
+            closed += 1;
+        }
+        Ok((ops, closed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filter_names_the_owner_targets_scope_and_start() {
+        let run = CloseRun {
+            execution_id: Uuid::nil(),
+            at: "2026-12-01T00:00:00.000Z".into(),
+            targets: vec!["10.0.0.0/24".into(), "192.0.2.7".into()],
+            scope: PortScope::parse("22,U:53-54").unwrap(),
+        };
+        let f = run.filter(Uuid::from_u128(1)).to_string();
+        for part in [
+            r#"{"term":{"ip":"10.0.0.0/24"}}"#,
+            r#"{"term":{"ip":"192.0.2.7"}}"#,
+            r#"{"term":{"transport":"udp"}},{"range":{"port":{"gte":53,"lte":54}}}"#,
+            r#"{"range":{"last_seen":{"lt":"2026-12-01T00:00:00.000Z"}}}"#,
+            r#"{"exists":{"field":"state"}}"#,
+        ] {
+            assert!(f.contains(part), "{part} not in {f}");
+        }
+    }
+}
