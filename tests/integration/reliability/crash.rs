@@ -355,3 +355,123 @@ fn kill_the_publisher_after_the_bulk_before_the_checkpoint() {
 fn kill_the_publisher_during_its_refresh() {
     check(Point::ProjectionRefresh);
 }
+
+/// `kill -9` in the middle of a close run — its first page checkpointed, the next pages
+/// sent or being read — then a new process: the run resumes from its checkpoint and the
+/// asset views end exactly as one uninterrupted run leaves them.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_in_the_middle_of_a_close_run() {
+    use crate::support::factory;
+    use crate::support::scan::{endpoints, t0};
+    use uuid::Uuid;
+
+    let Some(emu) = emulator_for_faults("crash-close") else {
+        return;
+    };
+    let db = db::fresh();
+    let mut c = db.connect();
+    let owner = factory::owner(&mut c, false);
+    let scanner = factory::scanner(&mut c, None);
+    let seen = factory::task(&mut c, owner.id, scanner.id, "port_scan", "running");
+    let scoped = factory::task_with_targets(
+        &mut c,
+        owner.id,
+        scanner.id,
+        "port_scan",
+        "running",
+        &[("cidr", "10.0.0.0/24")],
+    );
+    c.execute(
+        "UPDATE tasks SET ports = '443' WHERE id = $1",
+        &[&scoped.task_id],
+    )
+    .unwrap();
+    let p = prefix("rc");
+    let mut cfg = config(&db, &emu, &p, 1);
+    cfg.extra_projection = "page_size = 10\n".into();
+    let final_of = |observations| Batch::final_(Uuid::new_v4(), 0, observations);
+    // 60 endpoints seen at t0; the scoped scan sees the first 5 now, so it closes 55 over
+    // six pages.
+    let mut s = Serve::start(&cfg);
+    post_until_ok(
+        &s.base,
+        &scanner.token,
+        seen.execution_id,
+        &final_of(endpoints(0, 60, t0())),
+    );
+    wait_published(&mut c, seen.execution_id, Duration::from_secs(60));
+    // Slow writes, so that the run is caught between pages.
+    emu.add_fault(FaultSpec::Latency {
+        path: "/_bulk".into(),
+        method: None,
+        ms: 300,
+        count: None,
+    });
+    let now = chrono::Utc::now().to_rfc3339();
+    post_until_ok(
+        &s.base,
+        &scanner.token,
+        scoped.execution_id,
+        &final_of(endpoints(0, 5, &now)),
+    );
+    let close_progress = |c: &mut postgres::Client| -> Option<(i64, bool)> {
+        c.query_opt(
+            "SELECT processed_endpoints, processed_at IS NOT NULL
+               FROM scan_projection_outbox WHERE closing_execution_id = $1",
+            &[&scoped.execution_id],
+        )
+        .unwrap()
+        .map(|r| (r.get(0), r.get(1)))
+    };
+    wait_for(
+        "the close run's first checkpoint",
+        Duration::from_secs(60),
+        || close_progress(&mut c).is_some_and(|(n, _)| n > 0),
+    );
+    emu.add_fault(pause(&format!("/{p}-assets-user-*/_search")));
+    emu.wait_paused(1, Duration::from_secs(30));
+    s.kill9();
+    emu.clear_faults();
+    emu.release_all();
+    let (before, done) = close_progress(&mut c).unwrap();
+    assert!(
+        !done && before < 55,
+        "the kill came after the run ({before})"
+    );
+    // A new process takes the row over when the dead one's lease expires.
+    let _s2 = Serve::start(&cfg);
+    wait_for("the close run to finish", Duration::from_secs(90), || {
+        close_progress(&mut c).is_some_and(|(_, done)| done)
+    });
+    let start: chrono::DateTime<chrono::Utc> = c
+        .query_one(
+            "SELECT started_at FROM executions WHERE id = $1",
+            &[&scoped.execution_id],
+        )
+        .unwrap()
+        .get(0);
+    let start = start.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let es = emu.es();
+    for view in ["global", "user"] {
+        let index = format!("{p}-assets-{view}");
+        es.post(&format!("/{index}/_refresh"), &serde_json::json!({}));
+        let (status, body) = es.post(
+            &format!("/{index}/_search"),
+            &serde_json::json!({"size": 1000, "query": {"match_all": {}}}),
+        );
+        assert_eq!(status, 200, "{body}");
+        let docs = body["hits"]["hits"].as_array().unwrap();
+        assert_eq!(docs.len(), 60, "{view}: one document per endpoint");
+        let closed: Vec<&serde_json::Value> = docs
+            .iter()
+            .map(|d| &d["_source"])
+            .filter(|d| d["status"] == "closed")
+            .collect();
+        assert_eq!(closed.len(), 55, "{view}: every unseen endpoint closed");
+        for d in closed {
+            assert_eq!(d["closed_at"], serde_json::json!(start), "{d}");
+            assert_eq!(d["closed_by"], scoped.execution_id.to_string());
+        }
+    }
+}
