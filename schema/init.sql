@@ -571,6 +571,24 @@ CREATE TRIGGER scan_upload_receipts_stream_truncate AFTER TRUNCATE ON scan_uploa
 -- Queues
 ------------------------------------------------------------------------------------------
 
+-- An owner's deletion (`scanstore-admin asset delete`): the owner's asset documents in
+-- `target` (one address as /32 or /128, or a network), on one endpoint (port and transport)
+-- or all, are deleted, and no observation made at or before `deleted_at` brings them back
+-- into the owner's view (publication and rebuild consult this table); a newer one does.
+CREATE TABLE asset_tombstones (
+    id          bigserial PRIMARY KEY,
+    owner_id    uuid NOT NULL REFERENCES owners (id) ON DELETE CASCADE,
+    target      cidr NOT NULL,
+    port        integer CHECK (port BETWEEN 0 AND 65535),
+    transport   text CHECK (transport IN ('tcp', 'udp', 'sctp')),
+    deleted_at  timestamptz NOT NULL DEFAULT now(),
+    -- Why: one endpoint of each address names both; the whole address neither.
+    CONSTRAINT asset_tombstones_endpoint_pair CHECK ((port IS NULL) = (transport IS NULL))
+);
+
+-- Why: every publication page looks up its owner's tombstones.
+CREATE INDEX asset_tombstones_owner_idx ON asset_tombstones (owner_id);
+
 -- Asset publication outbox. States of a row:
 --   waiting    processed_at IS NULL, claim_token IS NULL (or lease expired), available_at
 --   leased     claim_token + lease_expires_at > now(): only that token may renew,
@@ -599,22 +617,24 @@ CREATE TABLE scan_projection_outbox (
     phase               text NOT NULL DEFAULT 'publishing',
     processed_endpoints bigint NOT NULL DEFAULT 0,
     updated_at          timestamptz NOT NULL DEFAULT now(),
-    -- Added by migrate_asset_closing.sql on upgrade; declared last.
+    -- Added by migrate_asset_lifecycle.sql on upgrade; declared last, in that order.
     -- kind 'close': the succeeded execution whose port scope closes what it did not see.
     -- A column of its own, not execution_id: that one's unique index is what a final's
     -- ON CONFLICT (execution_id) infers, in this release and the one before it.
     closing_execution_id uuid REFERENCES executions (id) ON DELETE CASCADE,
-    -- Why: an execution row must say which execution to publish, a tags row which targets,
-    -- a close row which execution closes; each carries only its own reference, which also
-    -- lets the execution_id index be plain unique.
-    CONSTRAINT scan_projection_outbox_kind_check CHECK (kind IN ('execution', 'tags', 'close')),
+    -- kind 'delete': the tombstone whose asset documents to delete.
+    tombstone_id        bigint REFERENCES asset_tombstones (id) ON DELETE CASCADE,
+    -- Why: each kind of row carries exactly its own reference (an execution to publish,
+    -- the targets of a tag change, the execution that closes, the tombstone to apply),
+    -- which also lets the execution_id index be plain unique.
+    CONSTRAINT scan_projection_outbox_kind_check
+        CHECK (kind IN ('execution', 'tags', 'close', 'delete')),
     CONSTRAINT scan_projection_outbox_kind_shape CHECK (
-        (kind = 'execution' AND execution_id IS NOT NULL AND tag_scope IS NULL
-             AND closing_execution_id IS NULL)
-        OR (kind = 'tags' AND execution_id IS NULL AND tag_scope IS NOT NULL
-             AND closing_execution_id IS NULL)
-        OR (kind = 'close' AND execution_id IS NULL AND tag_scope IS NULL
-             AND closing_execution_id IS NOT NULL)),
+        num_nonnulls(execution_id, tag_scope, closing_execution_id, tombstone_id) = 1
+        AND CASE kind WHEN 'execution' THEN execution_id IS NOT NULL
+                      WHEN 'tags' THEN tag_scope IS NOT NULL
+                      WHEN 'close' THEN closing_execution_id IS NOT NULL
+                      WHEN 'delete' THEN tombstone_id IS NOT NULL END),
     -- Why: a phase outside these two would be claimable but never finishable.
     CONSTRAINT scan_projection_outbox_phase_check CHECK (phase IN ('publishing', 'refreshing')),
     CONSTRAINT scan_projection_outbox_processed_endpoints_check CHECK (processed_endpoints >= 0),
@@ -632,6 +652,8 @@ CREATE UNIQUE INDEX scan_projection_outbox_execution_key ON scan_projection_outb
 -- Why unique: one close run per execution, however often its publication completes (a
 -- requeue, a lost completion); also serves the ON DELETE CASCADE from executions.
 CREATE UNIQUE INDEX scan_projection_outbox_closing_key ON scan_projection_outbox (closing_execution_id);
+-- Why unique: one deletion run per tombstone; also serves the cascade from tombstones.
+CREATE UNIQUE INDEX scan_projection_outbox_tombstone_key ON scan_projection_outbox (tombstone_id);
 -- Why: the claim takes the oldest due unprocessed rows,
 --   WHERE processed_at IS NULL AND available_at <= now()
 --     AND (claim_token IS NULL OR lease_expires_at <= now())
@@ -721,4 +743,4 @@ INSERT INTO schema_marker (name) VALUES
     ('execution_dns_answers'),
     ('execution_lifecycle'),
     ('task_ports'),
-    ('asset_closing');
+    ('asset_lifecycle');

@@ -39,8 +39,8 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../schema/migrate_task_ports.sql"),
     ),
     (
-        "migrate_asset_closing.sql",
-        include_str!("../../schema/migrate_asset_closing.sql"),
+        "migrate_asset_lifecycle.sql",
+        include_str!("../../schema/migrate_asset_lifecycle.sql"),
     ),
 ];
 
@@ -52,7 +52,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "execution_dns_answers",
     "execution_lifecycle",
     "task_ports",
-    "asset_closing",
+    "asset_lifecycle",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).
