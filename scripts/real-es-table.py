@@ -41,6 +41,7 @@ FEATURES = [
         "ops::upgrade::indices_of_an_earlier_release"]),
     ("index templates (monthly fact indices)", [
         "emulator::indices::template_applies"]),
+    ("shards, replicas and live index settings", ["ops::shards::"]),
     ("aliases and the rebuild switch", [
         "emulator::indices::alias", "ops::rebuild::"]),
     ("stored script compiled with its context", [

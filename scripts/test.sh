@@ -84,6 +84,11 @@ if [ $# -eq 0 ]; then
   STORAGE_TEST_ES_SECURE=1 STORAGE_TEST_SERVER_TLS=1 cargo test --test integration -- \
     --include-ignored upload:: projection::publish ops::rebuild read::api foundation::es_auth \
     reliability::tls emulator::python_peer
+  # Several shards per index: publication, reads, rebuilds and finals once more with every
+  # index family scanstore creates at three primary shards (about a minute).
+  STORAGE_TEST_ES_SHARDS=3 cargo test --test integration -- --include-ignored \
+    projection::publish read::api read::paging read::text_search ops::rebuild \
+    upload::final_scope upload::abandon upload::dns_answers
   # Schemathesis (PyPI) against a running server, driven by src/http/openapi.json: bounded
   # examples and time; fails on server errors (5xx) and on answers that break the schema.
   if ! python3 -c 'import schemathesis' 2>/dev/null; then

@@ -125,7 +125,8 @@ impl App {
         if self.indices_ready.load(Ordering::Acquire) {
             return Ok(());
         }
-        let installed = setup::install(&self.es, &self.config.elasticsearch.index_prefix);
+        let es = &self.config.elasticsearch;
+        let installed = setup::install(&self.es, &es.index_prefix, &es.indices);
         self.script_rejected.store(
             installed.as_ref().is_err_and(EsError::is_script_rejected),
             Ordering::Release,

@@ -157,6 +157,14 @@ pub struct RawElasticsearch {
     pub username: Option<String>,
     pub ca_file: Option<String>,
     pub ca_fingerprint: Option<String>,
+    pub facts_shards: u64,
+    pub facts_replicas: u64,
+    /// 0: not set on the indices (the cluster's default).
+    pub facts_refresh_interval_ms: u64,
+    pub execution_endpoints_shards: u64,
+    pub execution_endpoints_replicas: u64,
+    pub assets_shards: u64,
+    pub assets_replicas: u64,
 }
 
 impl Default for RawElasticsearch {
@@ -177,6 +185,13 @@ impl Default for RawElasticsearch {
             username: None,
             ca_file: None,
             ca_fingerprint: None,
+            facts_shards: 1,
+            facts_replicas: 1,
+            facts_refresh_interval_ms: 0,
+            execution_endpoints_shards: 1,
+            execution_endpoints_replicas: 1,
+            assets_shards: 1,
+            assets_replicas: 1,
         }
     }
 }
@@ -358,6 +373,41 @@ pub struct EsConfig {
     pub ca_roots: Option<RootCerts>,
     /// `elasticsearch.ca_fingerprint`: trust the CA with this SHA-256 in the cluster's chain.
     pub ca_fingerprint: Option<Fingerprint>,
+    /// Shards, replicas and refresh interval of each index family.
+    pub indices: IndexShapes,
+}
+
+/// How one family of indices is laid out on the cluster. The shard count is fixed when an
+/// index is created (new indices take a changed value: the next month's facts, a rebuild's
+/// asset version); replicas and the refresh interval are changed on live indices at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexShape {
+    pub shards: u32,
+    pub replicas: u32,
+    /// `None`: not set, so the cluster's default applies (Elasticsearch: 1 s, paused on a
+    /// shard no search has reached for 30 s).
+    pub refresh_interval: Option<Duration>,
+}
+
+impl Default for IndexShape {
+    /// What scanstore created before these were configurable: one shard, Elasticsearch's
+    /// default of one replica, the default refresh interval.
+    fn default() -> Self {
+        IndexShape {
+            shards: 1,
+            replicas: 1,
+            refresh_interval: None,
+        }
+    }
+}
+
+/// The index families scanstore creates: the monthly facts (through their template), the
+/// shared execution endpoint index, and the versioned asset indices of both views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexShapes {
+    pub facts: IndexShape,
+    pub execution_endpoints: IndexShape,
+    pub assets: IndexShape,
 }
 
 #[derive(Debug, Clone)]
@@ -426,6 +476,20 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("elasticsearch.bulk_batch_size", 1, 10_000, ""),
     ("elasticsearch.bulk_max_concurrency", 1, 64, ""),
     ("elasticsearch.request_timeout_ms", 100, 600_000, " ms"),
+    // 1024: Elasticsearch's and OpenSearch's most shards per index.
+    ("elasticsearch.facts_shards", 1, 1024, ""),
+    ("elasticsearch.facts_replicas", 0, 32, ""),
+    // 0 = not set (the cluster's default); at most an hour.
+    (
+        "elasticsearch.facts_refresh_interval_ms",
+        0,
+        3_600_000,
+        " ms",
+    ),
+    ("elasticsearch.execution_endpoints_shards", 1, 1024, ""),
+    ("elasticsearch.execution_endpoints_replicas", 0, 32, ""),
+    ("elasticsearch.assets_shards", 1, 1024, ""),
+    ("elasticsearch.assets_replicas", 0, 32, ""),
     ("projection.page_size", 1, 2000, ""),
     ("elasticsearch.bulk_max_bytes", 64 * KIB, 16 * MIB, " bytes"),
     ("projection.pages_per_tick", 1, 32, ""),
@@ -524,6 +588,7 @@ impl Config {
         let s = raw.server;
         let d = raw.database;
         let e = raw.elasticsearch;
+        let indices = index_shapes(&e)?;
 
         if s.listen.parse::<std::net::SocketAddr>().is_err() {
             return Err(refuse(
@@ -704,6 +769,7 @@ impl Config {
                 auth,
                 ca_roots,
                 ca_fingerprint,
+                indices,
             },
             projection: ProjectionConfig {
                 workers: to_usize(checked("projection.workers", raw.projection.workers)?),
@@ -738,6 +804,36 @@ impl Config {
             },
         })
     }
+}
+
+/// The `[elasticsearch]` shard, replica and refresh keys of each index family.
+fn index_shapes(e: &RawElasticsearch) -> Result<IndexShapes, ConfigError> {
+    let shape = |family: &str, shards: u64, replicas: u64| -> Result<IndexShape, ConfigError> {
+        let count = |what: &str, v: u64| {
+            checked(&format!("elasticsearch.{family}_{what}"), v).map(|v| v as u32)
+        };
+        Ok(IndexShape {
+            shards: count("shards", shards)?,
+            replicas: count("replicas", replicas)?,
+            refresh_interval: None,
+        })
+    };
+    let refresh = checked(
+        "elasticsearch.facts_refresh_interval_ms",
+        e.facts_refresh_interval_ms,
+    )?;
+    Ok(IndexShapes {
+        facts: IndexShape {
+            refresh_interval: (refresh > 0).then(|| Duration::from_millis(refresh)),
+            ..shape("facts", e.facts_shards, e.facts_replicas)?
+        },
+        execution_endpoints: shape(
+            "execution_endpoints",
+            e.execution_endpoints_shards,
+            e.execution_endpoints_replicas,
+        )?,
+        assets: shape("assets", e.assets_shards, e.assets_replicas)?,
+    })
 }
 
 /// `server.tls_cert` and `server.tls_key`: both or neither; they must load as a certificate
@@ -941,6 +1037,84 @@ mod tests {
         assert!(with("elasticsearch.bulk_max_bytes", 65_535).is_err());
         assert!(with("elasticsearch.bulk_max_bytes", 16_777_216).is_ok());
         assert!(with("elasticsearch.bulk_max_bytes", 16_777_217).is_err());
+    }
+
+    #[test]
+    fn index_shapes_default_to_what_was_created_before_they_were_keys() {
+        let c = Config::from_raw(base(), &no_env).unwrap();
+        let one = IndexShape {
+            shards: 1,
+            replicas: 1,
+            refresh_interval: None,
+        };
+        assert_eq!(
+            c.elasticsearch.indices,
+            IndexShapes {
+                facts: one,
+                execution_endpoints: one,
+                assets: one
+            }
+        );
+    }
+
+    #[test]
+    fn index_shapes_are_read_per_family() {
+        let c = parse(
+            "[elasticsearch]\nfacts_shards = 6\nfacts_replicas = 0\n\
+             facts_refresh_interval_ms = 30000\nexecution_endpoints_shards = 12\n\
+             execution_endpoints_replicas = 2\nassets_shards = 3\nassets_replicas = 1\n",
+        )
+        .unwrap();
+        let i = c.elasticsearch.indices;
+        assert_eq!(
+            (i.facts.shards, i.facts.replicas, i.facts.refresh_interval),
+            (6, 0, Some(Duration::from_secs(30)))
+        );
+        assert_eq!(
+            (i.execution_endpoints.shards, i.execution_endpoints.replicas),
+            (12, 2)
+        );
+        assert_eq!((i.assets.shards, i.assets.replicas), (3, 1));
+        // Only the facts have a refresh interval of their own.
+        assert_eq!(
+            (
+                i.execution_endpoints.refresh_interval,
+                i.assets.refresh_interval
+            ),
+            (None, None)
+        );
+    }
+
+    #[test]
+    fn shards_1024_ok_1025_rejected_and_zero_shards_rejected() {
+        for family in ["facts", "execution_endpoints", "assets"] {
+            let key = format!("elasticsearch.{family}_shards");
+            assert!(with(&key, 1024).is_ok(), "{key}");
+            let err = with(&key, 1025).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("invalid configuration: {key} = 1025 (allowed: 1..=1024)")
+            );
+            assert_eq!(with(&key, 0).unwrap_err().key, key);
+            let replicas = format!("elasticsearch.{family}_replicas");
+            assert!(with(&replicas, 0).is_ok() && with(&replicas, 32).is_ok());
+            assert_eq!(with(&replicas, 33).unwrap_err().key, replicas);
+        }
+    }
+
+    #[test]
+    fn facts_refresh_interval_0_is_the_clusters_default_and_an_hour_is_the_most() {
+        let refresh = |ms| {
+            with("elasticsearch.facts_refresh_interval_ms", ms)
+                .map(|c| c.elasticsearch.indices.facts.refresh_interval)
+        };
+        assert_eq!(refresh(0), Ok(None));
+        assert_eq!(refresh(1), Ok(Some(Duration::from_millis(1))));
+        assert_eq!(refresh(3_600_000), Ok(Some(Duration::from_secs(3600))));
+        assert_eq!(
+            refresh(3_600_001).unwrap_err().allowed,
+            "0..=3600000 ms".to_string()
+        );
     }
 
     #[test]

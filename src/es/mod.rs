@@ -1,7 +1,7 @@
 //! Elasticsearch/OpenSearch access over blocking HTTP (`ureq`): the client and its error
 //! classes, index naming, bulk building and splitting, strict verification, the
 //! concurrency limit, retry maths, the bulk writer and its sender threads, index/template
-//! set-up, and the Painless scripts with their native twins.
+//! set-up and the indices' shards and replicas, and the Painless scripts with their native twins.
 
 pub mod access;
 pub mod alias;
@@ -14,6 +14,7 @@ pub mod painless;
 pub mod retry;
 pub mod senders;
 pub mod setup;
+pub mod shape;
 pub mod verify;
 pub mod writer;
 

@@ -1,14 +1,16 @@
 //! Index set-up at start-up, idempotent: the facts index template (monthly indices are
 //! created by the first bulk that needs them), the execution endpoint index, the versioned
-//! current-asset indices with their aliases, and the stored merge script. Mappings are
-//! strict, so a field scanstore does not know about is refused, never guessed.
+//! current-asset indices with their aliases, each family with its configured shape (see
+//! `shape`), and the stored merge script. Mappings are strict, so a field scanstore does
+//! not know about is refused, never guessed.
 
 use serde_json::{json, Value};
 
 use super::client::EsClient;
 use super::error::EsError;
-use super::index;
 use super::painless;
+use super::{index, shape};
+use crate::config::{IndexShape, IndexShapes};
 
 fn typed(kind: &str) -> Value {
     json!({ "type": kind })
@@ -122,13 +124,15 @@ pub const ASSETS_VERSION: u32 = 1;
 /// The Painless context the merge script runs in: an update (`scripted_upsert`).
 const MERGE_CONTEXT: &str = "update";
 
-/// Installs templates and indices; safe to run on every start and from several instances.
-pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
+/// Installs templates and indices, and brings the live indices' replicas and refresh
+/// interval to `shapes`; safe to run on every start and from several instances.
+pub fn install(es: &EsClient, prefix: &str, shapes: &IndexShapes) -> Result<(), EsError> {
+    // Put again at every start: the next monthly index takes a changed shape.
     let template = json!({
         "index_patterns": [index::facts_pattern(prefix)],
         "priority": 200,
         "template": {
-            "settings": {"number_of_shards": 1},
+            "settings": shape::settings(&shapes.facts),
             "mappings": facts_mapping()
         }
     });
@@ -141,7 +145,10 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
     create_index(
         es,
         &index::execution_endpoints(prefix),
-        &json!({ "settings": {"number_of_shards": 1}, "mappings": execution_endpoints_mapping() }),
+        &json!({
+            "settings": shape::settings(&shapes.execution_endpoints),
+            "mappings": execution_endpoints_mapping()
+        }),
     )?;
     for alias in [
         index::assets_global_alias(prefix),
@@ -153,7 +160,7 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
             continue;
         }
         let physical = index::versioned(&alias, ASSETS_VERSION);
-        create_assets_index(es, &physical)?;
+        create_assets_index(es, &physical, &shapes.assets)?;
         let actions = json!({ "actions": [ { "add": { "index": physical, "alias": alias } } ] });
         es.json("POST", "/_aliases", &actions)?.ok()?;
     }
@@ -192,6 +199,7 @@ pub fn install(es: &EsClient, prefix: &str) -> Result<(), EsError> {
         )?
         .ok()?;
     }
+    shape::align(es, prefix, shapes)?;
     // Stored with its context, so that the cluster compiles it now: a script the
     // cluster refuses fails the installation (and `/readyz`) instead of the first
     // publication's items.
@@ -218,11 +226,11 @@ fn alias_exists(es: &EsClient, alias: &str) -> Result<bool, EsError> {
 }
 
 /// Creates a physical current-asset index (a version behind the aliases) unless it exists.
-pub fn create_assets_index(es: &EsClient, name: &str) -> Result<(), EsError> {
+pub fn create_assets_index(es: &EsClient, name: &str, shape: &IndexShape) -> Result<(), EsError> {
     create_index(
         es,
         name,
-        &json!({ "settings": {"number_of_shards": 1}, "mappings": assets_mapping() }),
+        &json!({ "settings": shape::settings(shape), "mappings": assets_mapping() }),
     )
 }
 

@@ -42,7 +42,11 @@ pub fn rebuild(app: &App, opts: Options) -> Result<Outcome, RebuildError> {
         + 1;
     let target = AssetIndices::version(prefix, next);
     for view in View::BOTH {
-        setup::create_assets_index(&app.es, target.of(view))?;
+        setup::create_assets_index(
+            &app.es,
+            target.of(view),
+            &app.config.elasticsearch.indices.assets,
+        )?;
     }
     Line::new("RebuildStarted")
         .field("from", format!("v{}", live.version))

@@ -158,7 +158,7 @@ pub fn publication_requests(
 /// Installs scanstore's templates, indices and merge script under `prefix`.
 pub fn install(es_url: &str, prefix: &str) -> Result<(), String> {
     let es = crate::stack::es_client(es_url, Duration::from_secs(120))?;
-    setup::install(&es, prefix).map_err(|e| format!("install {prefix}: {e}"))
+    setup::install(&es, prefix, &Default::default()).map_err(|e| format!("install {prefix}: {e}"))
 }
 
 /// Deletes the indices written under `prefix` — by a ceiling or peer run, or by scanstore

@@ -1,5 +1,6 @@
-//! Aggregations: dispatch of an `aggs` object, `terms`, `cardinality`, `value_count`, `min`,
-//! `max`, `sum`, `avg`, and sub-aggregations per bucket (`composite` lives in `composite`).
+//! Aggregations: dispatch of an `aggs` object, `cardinality`, `value_count`, `min`, `max`,
+//! `sum`, `avg`, and sub-aggregations per bucket (`terms` and `composite` live in modules
+//! of their own).
 
 use std::collections::HashSet;
 
@@ -8,7 +9,7 @@ use serde_json::{json, Map, Value};
 use crate::error::EsError;
 use crate::extract::FieldRef;
 use crate::mapping::{Mapping, Ty};
-use crate::values::{cmp_keys, fmt_date, Key};
+use crate::values::{fmt_date, Key};
 
 /// `search.max_buckets` default.
 pub(crate) const MAX_BUCKETS: usize = 65_535;
@@ -18,6 +19,8 @@ pub(crate) const MAX_BUCKETS: usize = 65_535;
 pub struct DocRef<'a> {
     pub mapping: &'a Mapping,
     pub source: &'a Value,
+    /// The shard it was found on: its index and shard number.
+    pub shard: (&'a str, u32),
 }
 
 pub(crate) fn agg_error(reason: impl Into<String>) -> EsError {
@@ -66,7 +69,6 @@ impl<'f> FieldKeys<'f> {
 /// The options each aggregation implements (`None`: it checks its own, as `composite`).
 fn options(kind: &str) -> Option<&'static [&'static str]> {
     Some(match kind {
-        // One shard counts exactly, so `shard_size` changes nothing.
         "terms" => &[
             "field",
             "size",
@@ -82,7 +84,7 @@ fn options(kind: &str) -> Option<&'static [&'static str]> {
 }
 
 /// `missing` as a key of the field's type, for documents without a value.
-fn missing_key(body: &Value, ty: Option<Ty>) -> Option<Key> {
+pub(crate) fn missing_key(body: &Value, ty: Option<Ty>) -> Option<Key> {
     body.get("missing")
         .filter(|m| !m.is_null())
         .and_then(|m| crate::composite::typed_key(m, ty))
@@ -126,7 +128,7 @@ pub fn run(spec: &Map<String, Value>, docs: &[DocRef], top_level: bool) -> Resul
         let mut result = match kind.as_str() {
             "composite" if !top_level => return Err(agg_error(format!("[composite] aggregation cannot be used with a parent aggregation of type: [{name}]"))),
             "composite" => crate::composite::composite(name, body, subs, docs)?,
-            "terms" => terms(body, subs, docs)?,
+            "terms" => crate::terms::terms(body, subs, docs)?,
             "cardinality" => {
                 if let Some(p) = body.get("precision_threshold").and_then(Value::as_i64) {
                     if p < 0 {
@@ -199,72 +201,12 @@ fn metric(kind: &str, body: &Value, docs: &[DocRef]) -> Result<Value, EsError> {
     Ok(out)
 }
 
-fn bucket_key(k: &Key, ty: Option<Ty>) -> (Value, Option<String>) {
+pub(crate) fn bucket_key(k: &Key, ty: Option<Ty>) -> (Value, Option<String>) {
     match (k, ty) {
         (Key::Date(ms), _) => (json!(ms), Some(fmt_date(*ms))),
         (Key::Bool(b), _) => (json!(u8::from(*b)), Some(b.to_string())),
         _ => (k.to_json(), None),
     }
-}
-
-fn terms(
-    body: &Value,
-    subs: Option<&Map<String, Value>>,
-    docs: &[DocRef],
-) -> Result<Value, EsError> {
-    let field = field_of(body, "terms")?;
-    let size = body.get("size").and_then(Value::as_u64).unwrap_or(10) as usize;
-    let min_doc_count = body
-        .get("min_doc_count")
-        .and_then(Value::as_u64)
-        .unwrap_or(1) as usize;
-    let mut groups: Vec<(Key, Option<Ty>, Vec<DocRef>)> = Vec::new();
-    let mut fk = FieldKeys::new(&field);
-    for d in docs {
-        let (ty, mut keys) = fk.keys(d);
-        if keys.is_empty() {
-            keys.extend(missing_key(body, ty));
-        }
-        keys.sort_by(cmp_keys);
-        keys.dedup_by(|a, b| cmp_keys(a, b).is_eq());
-        for k in keys {
-            match groups.binary_search_by(|(g, _, _)| cmp_keys(g, &k)) {
-                Ok(i) => groups[i].2.push(*d),
-                Err(i) => groups.insert(i, (k, ty, vec![*d])),
-            }
-        }
-    }
-    groups.retain(|g| g.2.len() >= min_doc_count);
-    let order = body
-        .get("order")
-        .and_then(Value::as_object)
-        .and_then(|o| o.iter().next())
-        .map(|(k, v)| (k.clone(), v.as_str() == Some("asc")));
-    match order.as_ref().map(|(k, asc)| (k.as_str(), *asc)) {
-        Some(("_key", asc)) => groups.sort_by(|a, b| {
-            if asc {
-                cmp_keys(&a.0, &b.0)
-            } else {
-                cmp_keys(&b.0, &a.0)
-            }
-        }),
-        Some(("_count", true)) => {
-            groups.sort_by(|a, b| a.2.len().cmp(&b.2.len()).then(cmp_keys(&a.0, &b.0)))
-        }
-        _ => groups.sort_by(|a, b| b.2.len().cmp(&a.2.len()).then(cmp_keys(&a.0, &b.0))),
-    }
-    let other: usize = groups.iter().skip(size).map(|g| g.2.len()).sum();
-    let mut buckets = Vec::new();
-    for (k, ty, ds) in groups.into_iter().take(size) {
-        let (key, as_string) = bucket_key(&k, ty);
-        let mut b = json!({"key": key, "doc_count": ds.len()});
-        if let Some(s) = as_string {
-            b["key_as_string"] = json!(s);
-        }
-        add_subs(&mut b, subs, &ds)?;
-        buckets.push(b);
-    }
-    Ok(json!({"doc_count_error_upper_bound": 0, "sum_other_doc_count": other, "buckets": buckets}))
 }
 
 pub(crate) fn add_subs(

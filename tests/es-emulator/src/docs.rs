@@ -53,7 +53,8 @@ pub struct WriteOp {
     pub require_alias: bool,
     /// Bulk update `_source` (action line or payload): return the updated source as `get`.
     pub fetch_source: Option<Value>,
-    /// Custom routing: stored (for `exists` on `_routing`), otherwise irrelevant on one node.
+    /// Custom routing: stored (for `exists` on `_routing`), and the value that picks the
+    /// document's shard instead of its id.
     pub routing: Option<String>,
 }
 
@@ -186,6 +187,7 @@ pub fn apply(store: &mut Store, mut op: WriteOp) -> Result<WriteOk, Box<WriteErr
         return Err(fail(&op.index, EsError::index_not_found(&op.index)));
     };
     let uuid = index.uuid.clone();
+    let shard = index.shard_of(&id, op.routing.as_deref());
     let scripts = &store.scripts;
     let body = op.body.take();
     let raw = op.raw.take();
@@ -195,6 +197,12 @@ pub fn apply(store: &mut Store, mut op: WriteOp) -> Result<WriteOk, Box<WriteErr
         OpKind::Update => crate::update::update_doc(index, &op, body, &id, scripts),
     };
     res.map_err(|e| {
+        // A shard-level failure names the document's shard, as ES's item errors do.
+        let e = if e.meta.contains_key("shard") {
+            e.with("shard", shard.to_string())
+        } else {
+            e
+        };
         let e = if e.meta.contains_key("index") {
             e
         } else {
@@ -312,7 +320,7 @@ pub(crate) fn delete_doc(index: &mut Index, op: &WriteOp, id: &str) -> Result<Wr
     check_cas(index, op, id)?;
     let exists = index.docs.get(id).is_some_and(|s| s.latest.is_some());
     let version = next_version(index, op, id)?;
-    let (version, seq_no) = index.put(id, None, version, None);
+    let (version, seq_no) = index.put(id, None, version, op.routing.clone());
     Ok(ok(
         index,
         id,

@@ -148,9 +148,9 @@ impl FieldRef {
         }
     }
 
-    /// Whether this field indexed the document written with `seq_no`.
-    pub fn indexed(&self, seq_no: i64) -> bool {
-        seq_no >= self.since_seq
+    /// Whether this field indexed the document written as the index's `write_no`-th write.
+    pub fn indexed(&self, write_no: i64) -> bool {
+        write_no >= self.since_seq
     }
 
     fn admits(&self, v: &Value) -> bool {

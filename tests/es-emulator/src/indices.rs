@@ -49,13 +49,13 @@ pub fn put_mapping(app: &App, req: &Req, expr: &str) -> HandlerResult {
     let names = resolve_read(&store, expr, opts)?;
     for n in &names {
         if let Some(i) = store.indices.get(n) {
-            i.mapping.clone().add_fields(&update, i.next_seq_no)?;
+            i.mapping.clone().add_fields(&update, i.next_write_no)?;
         }
     }
     for n in &names {
         if let Some(i) = store.indices.get_mut(n) {
-            let next_seq = i.next_seq_no;
-            i.mapping.add_fields(&update, next_seq)?;
+            let next = i.next_write_no;
+            i.mapping.add_fields(&update, next)?;
         }
     }
     Ok(Reply::ok(&json!({"acknowledged": true})))

@@ -28,6 +28,8 @@ mod indices;
 mod mapping;
 mod mapping_params;
 pub mod memory;
+#[cfg(test)]
+mod multi_shard;
 pub mod painless;
 mod params;
 mod postings;
@@ -37,15 +39,18 @@ mod ranked;
 pub mod reqlog;
 mod resolve;
 mod router;
+mod routing;
 mod search;
 mod server;
 mod settings;
+mod settings_update;
 mod sharded;
 mod sockets;
 mod sort;
 mod source_filter;
 mod store;
 mod strict;
+mod terms;
 mod update;
 mod values;
 

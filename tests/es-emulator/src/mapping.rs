@@ -95,7 +95,7 @@ pub struct Field {
     /// A text field's declared `analyzer` and `search_analyzer` (`None`: the default).
     pub analyzer: Option<Analyzer>,
     pub search_analyzer: Option<Analyzer>,
-    /// The index's first sequence number this field indexes: a multi-field added to a live
+    /// The index's first write (`write_no`) this field indexes: a multi-field added to a live
     /// index is not indexed for the documents written before (as in Elasticsearch, until
     /// they are written again).
     pub since_seq: i64,

@@ -213,7 +213,7 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
         Compiled::Ids(ids) => ids.iter().any(|i| i == id).then_some(1.0),
         Compiled::Keys {
             field, keys, cidrs, ..
-        } => (field.indexed(doc.seq_no)
+        } => (field.indexed(doc.write_no)
             && field.any(src, &mut |v| value_in(field, v, keys, cidrs)))
         .then_some(1.0),
         Compiled::Range { field, lo, hi } => field
@@ -247,7 +247,7 @@ pub fn score(c: &Compiled, m: &Mapping, id: &str, doc: &DocVersion) -> Option<f3
             tokens: want,
             and,
         } => {
-            if !field.indexed(doc.seq_no) {
+            if !field.indexed(doc.write_no) {
                 return None;
             }
             let index = field.analyzers.map(|(index, _)| index).unwrap_or_default();

@@ -75,6 +75,8 @@ mod tests {
             raw: None,
             version: 1,
             seq_no: 0,
+            write_no: 0,
+            shard: 0,
             routing: None,
         });
         Arc::new(

@@ -7,7 +7,9 @@ use crate::app::App;
 use crate::docs::OpKind;
 use crate::error::EsError;
 use crate::http::{HandlerResult, Reply, Req};
-use crate::{aliases, analysis, bulk, cluster, doc_api, faults, indices, params, search};
+use crate::{
+    aliases, analysis, bulk, cluster, doc_api, faults, indices, params, search, settings_update,
+};
 
 // The URL parameters each API implements; any other is refused before its handler runs,
 // so a refused request changes nothing.
@@ -186,6 +188,8 @@ fn dispatch<'a>(
             to(TARGETS, move || indices::get(app, req, i, Some(what)))
         }
         ("PUT" | "POST", [i, "_mapping"]) => to(TARGETS, move || indices::put_mapping(app, req, i)),
+        ("PUT", ["_settings"]) => to(TARGETS, || settings_update::put(app, req, "_all")),
+        ("PUT", [i, "_settings"]) => to(TARGETS, move || settings_update::put(app, req, i)),
         ("PUT", [i]) => to(CREATE_INDEX, move || indices::create(app, req, i)),
         ("DELETE", [i]) => to(TARGETS, move || indices::delete(app, req, i)),
         ("HEAD", [i]) => to(EXISTS, move || indices::exists(app, req, i)),

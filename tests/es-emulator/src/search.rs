@@ -148,7 +148,11 @@ fn ranked_key(store: &Store, names: &[String], body: &Map<String, Value>) -> Str
 }
 
 /// Orders the first `window` hits (by sort keys, or by score without a sort) and drops the
-/// rest; ties break on index name and then indexing order, as a single shard would.
+/// rest. Ties break as Elasticsearch merges the shards' hits: by the shard's place in the
+/// search, shard number first and index name second (`ShardId.compareTo`, in
+/// OSP:libs/core/src/main/java/org/opensearch/core/index/shard/ShardId.java, sorted by
+/// `GroupShardsIterator.sortAndCreate`), then in the shard's document order (Lucene's
+/// `TopDocs.merge`); with one shard per index, index name and then indexing order.
 fn order(hits: &mut Vec<Hit>, sort: &[SortSpec], window: usize) {
     let cmp = |a: &Hit, b: &Hit| {
         let first = if sort.is_empty() {
@@ -157,6 +161,7 @@ fn order(hits: &mut Vec<Hit>, sort: &[SortSpec], window: usize) {
             cmp_sort(sort, &a.sort, &b.sort)
         };
         first
+            .then(a.doc.shard.cmp(&b.doc.shard))
             .then(a.index.cmp(&b.index))
             .then(a.doc.seq_no.cmp(&b.doc.seq_no))
     };
@@ -268,6 +273,7 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
                         .map(|h| DocRef {
                             mapping: &h.mapping,
                             source: &h.doc.source,
+                            shard: (&h.index, h.doc.shard),
                         })
                         .collect();
                     Some(aggs::run(spec, &docs, true)?)

@@ -360,6 +360,8 @@ mod tests {
             raw,
             version: 1,
             seq_no: 0,
+            write_no: 0,
+            shard: 0,
             routing: None,
         };
         let shown = |spec: Option<Value>| {

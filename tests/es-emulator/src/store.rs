@@ -24,7 +24,12 @@ pub struct DocVersion {
     /// stores and returns as `_source`. `None` for a source an update produced.
     pub raw: Option<Box<RawValue>>,
     pub version: i64,
+    /// The sequence number on its shard (what `_seq_no` shows: each shard counts its own).
     pub seq_no: i64,
+    /// The index-wide order of writes (a mapping update's fields index only later ones).
+    pub write_no: i64,
+    /// The primary shard the document is routed to (see `routing`).
+    pub shard: u32,
     pub routing: Option<String>,
 }
 
@@ -52,6 +57,8 @@ pub struct Index {
     pub name: String,
     pub uuid: String,
     pub shards: u64,
+    /// `index.number_of_routing_shards` (see `routing`).
+    pub routing_shards: u32,
     pub replicas: u64,
     /// `None` = `refresh_interval: -1`.
     pub refresh_interval: Option<Duration>,
@@ -68,7 +75,10 @@ pub struct Index {
     /// Ids ever queued in / taken from `dirty` (what `refresh=wait_for` waits on).
     pub queued: u64,
     pub published: u64,
-    pub next_seq_no: i64,
+    /// The next write's number in the index-wide order ([`DocVersion::write_no`]).
+    pub next_write_no: i64,
+    /// The next sequence number of each shard.
+    next_seq_no: Vec<i64>,
     pub last_refresh: Instant,
     /// Incremented by every publication that changed what search sees (a cache key).
     pub refresh_gen: u64,
@@ -203,10 +213,21 @@ impl Store {
         };
         let shards = num("number_of_shards", 1)?;
         let replicas = num("number_of_replicas", 1)?;
-        if shards == 0 {
-            return Err(EsError::bad_request(
-                "Failed to parse value [0] for setting [index.number_of_shards] must be >= 1",
-            ));
+        // IndexMetadata's bounds: 1 to 1024 primaries per index.
+        if !(1..=1024).contains(&shards) {
+            let bound = if shards == 0 { ">= 1" } else { "<= 1024" };
+            return Err(EsError::bad_request(format!(
+                "Failed to parse value [{shards}] for setting [index.number_of_shards] must be {bound}"
+            )));
+        }
+        let routing_shards = num(
+            "number_of_routing_shards",
+            u64::from(crate::routing::default_routing_shards(shards as u32)),
+        )?;
+        if routing_shards % shards != 0 || routing_shards > 1 << 20 {
+            return Err(EsError::bad_request(format!(
+                "the number of source shards [{shards}] must be a factor of [{routing_shards}]"
+            )));
         }
         let refresh_interval = match setting(&settings, "refresh_interval").and_then(Value::as_str)
         {
@@ -221,6 +242,7 @@ impl Store {
             name: name.to_owned(),
             uuid,
             shards,
+            routing_shards: routing_shards as u32,
             replicas,
             refresh_interval,
             settings,
@@ -230,7 +252,8 @@ impl Store {
             dirty: VecDeque::new(),
             queued: 0,
             published: 0,
-            next_seq_no: 0,
+            next_write_no: 0,
+            next_seq_no: vec![0; shards as usize],
             last_refresh: Instant::now(),
             refresh_gen: 0,
             searchable,
@@ -314,6 +337,15 @@ impl Index {
         Ok(())
     }
 
+    /// The primary shard of a document: by its routing, else its id.
+    pub fn shard_of(&self, id: &str, routing: Option<&str>) -> u32 {
+        crate::routing::shard(
+            routing.unwrap_or(id),
+            self.shards as u32,
+            self.routing_shards,
+        )
+    }
+
     /// Stores (and inverts) a new latest version and marks the id for the next refresh.
     pub fn put(
         &mut self,
@@ -333,8 +365,11 @@ impl Index {
         version: i64,
         routing: Option<String>,
     ) -> (i64, i64) {
-        let seq_no = self.next_seq_no;
-        self.next_seq_no += 1;
+        let shard = self.shard_of(id, routing.as_deref());
+        let seq_no = self.next_seq_no[shard as usize];
+        self.next_seq_no[shard as usize] += 1;
+        let write_no = self.next_write_no;
+        self.next_write_no += 1;
         let (no, key, slot) = self.docs.upsert(id);
         slot.version = version;
         slot.latest = source.map(|(source, raw)| {
@@ -343,6 +378,8 @@ impl Index {
                 raw,
                 version,
                 seq_no,
+                write_no,
+                shard,
                 routing,
             })
         });

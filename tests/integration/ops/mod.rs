@@ -1,12 +1,14 @@
 //! Operating scanstore: installation under systemd and readiness notification,
 //! upgrade of a previous-release database by starting the new binary, and the verified
-//! rebuild of the asset projection with its atomic alias switch, switch-back and drop.
+//! rebuild of the asset projection with its atomic alias switch, switch-back and drop, and
+//! the indices' configured shards and replicas.
 //! Run with `cargo test --test integration ops:: -- --include-ignored`.
 
 mod install;
 mod notify;
 mod proxy;
 mod rebuild;
+mod shards;
 mod upgrade;
 
 use crate::support::wait_for;

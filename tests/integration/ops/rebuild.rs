@@ -431,7 +431,8 @@ fn a_restart_after_a_rebuild_keeps_the_aliases_and_does_not_recreate_a_dropped_v
     rebuild::rebuild(s.server.app(), opts()).expect("rebuild");
     rebuild::drop_index(s.server.app(), &physical(&s, "global", 1)).unwrap();
     rebuild::drop_index(s.server.app(), &physical(&s, "user", 1)).unwrap();
-    scanstore::es::setup::install(&s.server.app().es, &s.prefix()).unwrap();
+    let app = s.server.app();
+    scanstore::es::setup::install(&app.es, &s.prefix(), &app.config.elasticsearch.indices).unwrap();
     assert_eq!(points_at(&s, "user"), vec![physical(&s, "user", 2)]);
     assert_eq!(s.es().head(&format!("/{}", physical(&s, "user", 1))), 404);
 }

@@ -227,7 +227,7 @@ fn indices_of_an_earlier_release_gain_the_new_fields_at_start() {
         e.ca_roots.as_ref(),
         e.ca_fingerprint,
     );
-    scanstore::es::setup::install(&client, &prefix).unwrap();
+    scanstore::es::setup::install(&client, &prefix, &e.indices).unwrap();
 
     for (idx, extra) in [
         (
@@ -275,5 +275,5 @@ fn indices_of_an_earlier_release_gain_the_new_fields_at_start() {
         assert_eq!(t["tokens"][1]["token"], "openssh", "{idx}: {t}");
     }
     // Installing again changes nothing and fails nothing.
-    scanstore::es::setup::install(&client, &prefix).unwrap();
+    scanstore::es::setup::install(&client, &prefix, &e.indices).unwrap();
 }

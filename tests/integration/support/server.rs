@@ -25,10 +25,29 @@ pub fn config(db_url: &str, es_url: &str) -> Config {
         raw.server.tls_cert = Some(cert.display().to_string());
         raw.server.tls_key = Some(key.display().to_string());
     }
+    // STORAGE_TEST_ES_SHARDS=N: every index family scanstore creates gets N primary
+    // shards (scripts/test.sh runs the ES-facing tests once with 3).
+    if let Some(n) = es_shards() {
+        let e = &mut raw.elasticsearch;
+        (
+            e.facts_shards,
+            e.execution_endpoints_shards,
+            e.assets_shards,
+        ) = (n, n, n);
+    }
     let access = super::secure::suite_access();
     raw.elasticsearch.api_key = access.api_key;
     raw.elasticsearch.ca_file = access.ca_file.map(|f| f.display().to_string());
     Config::from_raw(raw, &|_| None).expect("test config")
+}
+
+/// `STORAGE_TEST_ES_SHARDS`, the shard count of every index the servers create.
+pub fn es_shards() -> Option<u64> {
+    let v = std::env::var("STORAGE_TEST_ES_SHARDS").ok()?;
+    Some(
+        v.parse()
+            .expect("STORAGE_TEST_ES_SHARDS: a number of shards"),
+    )
 }
 
 pub struct TestServer {
