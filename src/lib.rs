@@ -15,7 +15,7 @@
 //! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`rebuild`]
 //! (re-building the asset projection into a new version and switching its aliases), [`read`]
 //! (owner-side read APIs), [`auth`] (tokens to principals), [`tags`] (asset tags), [`task`]
-//! (task kinds), [`ports`] (a task's port scope), [`app`]
+//! (task kinds), [`ports`] (a task's port scope), [`tombstones`] (deletions), [`app`]
 //! (start-up and shutdown), [`telemetry`] (events, metrics, sampler), [`allocator`] (how
 //! long freed memory stays mapped, no transparent huge pages).
 
@@ -33,4 +33,5 @@ pub mod rebuild;
 pub mod tags;
 pub mod task;
 pub mod telemetry;
+pub mod tombstones;
 pub mod upload;

@@ -39,6 +39,8 @@ pub enum Work {
     /// Close the owner's assets in this succeeded execution's targets × port scope that
     /// it did not see.
     Close(Uuid),
+    /// Delete the owner's documents this tombstone covers.
+    Delete(i64),
 }
 
 impl std::fmt::Display for Work {
@@ -47,13 +49,14 @@ impl std::fmt::Display for Work {
             Work::Execution(id) => write!(f, "execution:{id}"),
             Work::Tags(scope) => write!(f, "tags:{scope}"),
             Work::Close(id) => write!(f, "close:{id}"),
+            Work::Delete(id) => write!(f, "delete:{id}"),
         }
     }
 }
 
-// Takes the oldest due row — a tags row, a close row (made only for a succeeded
-// execution), or an execution row whose execution has succeeded — whose lease is free or
-// expired. All kinds share one order, so they take turns. SKIP LOCKED: concurrent claimers take
+// Takes the oldest due row — a tags, close or delete row (a close row is made only for a
+// succeeded execution), or an execution row whose execution has succeeded — whose lease
+// is free or expired. All kinds share one order, so they take turns. SKIP LOCKED: concurrent claimers take
 // different rows instead of queueing on one. The partial index
 // scan_projection_outbox_claim_idx serves the ORDER BY.
 const OUTBOX_CLAIM: &str = "
@@ -73,7 +76,8 @@ const OUTBOX_CLAIM: &str = "
       FROM next
      WHERE o.id = next.id
     RETURNING o.id, o.execution_id, o.owner_id, o.cursor, o.phase = 'refreshing',
-              o.processed_endpoints, o.attempts, o.tag_scope, o.closing_execution_id";
+              o.processed_endpoints, o.attempts, o.tag_scope, o.closing_execution_id,
+              o.tombstone_id";
 
 const OUTBOX_RENEW_LEASE: &str = "
     UPDATE scan_projection_outbox SET lease_expires_at = now() + make_interval(secs => $3)
@@ -135,10 +139,15 @@ pub fn claim(db: &Db, lease: Duration) -> Result<Option<OutboxClaim>, Projection
         return Ok(None);
     };
     // The table's CHECK makes each row carry exactly its kind's reference.
-    let work = match (r.get::<_, Option<Uuid>>(1), r.get::<_, Option<Uuid>>(8)) {
-        (Some(e), _) => Work::Execution(e),
-        (None, Some(e)) => Work::Close(e),
-        (None, None) => Work::Tags(
+    let work = match (
+        r.get::<_, Option<Uuid>>(1),
+        r.get::<_, Option<Uuid>>(8),
+        r.get::<_, Option<i64>>(9),
+    ) {
+        (Some(e), _, _) => Work::Execution(e),
+        (None, Some(e), _) => Work::Close(e),
+        (None, None, Some(t)) => Work::Delete(t),
+        (None, None, None) => Work::Tags(
             r.try_get::<_, Json<TagScope>>(7)
                 .map_err(crate::db::DbError::from)?
                 .0,

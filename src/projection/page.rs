@@ -23,6 +23,7 @@ use crate::es::alias::AssetIndices;
 use crate::es::bulk::{BulkOp, ScriptedUpserts};
 use crate::es::{client, index, painless, EsClient, EsError};
 use crate::tags::Tags;
+use crate::tombstones;
 
 /// A page as read: the search response, parsed (and checked) by [`Fetched::page`]. Kept as
 /// bytes so that the documents borrow from it instead of becoming one JSON tree each.
@@ -52,6 +53,7 @@ const FIELDS: [&str; 17] = with_detail_fields![
 const IP: usize = 0;
 const PORT: usize = 1;
 const TRANSPORT: usize = 2;
+const OBSERVED_AT: usize = FIELDS.len() - 2;
 
 /// A document's [`FIELDS`] by position; absent and `null` fields are `None`.
 #[derive(Default)]
@@ -225,6 +227,11 @@ pub fn tag_scope_filter(owner_id: Uuid, scope: &TagScope) -> Option<Value> {
     }
 }
 
+/// The endpoints of a page, for the tombstone lookup.
+pub fn endpoints<'a>(docs: &'a [Doc<'_>]) -> Vec<crate::tombstones::Endpoint<'a>> {
+    docs.iter().map(|d| d.source.endpoint_key()).collect()
+}
+
 /// The addresses of a page, for the tag lookup.
 pub fn addresses<'a>(docs: &'a [Doc<'_>]) -> Vec<Cow<'a, str>> {
     docs.iter()
@@ -271,12 +278,14 @@ fn merge_params(out: &mut Vec<u8>, obs: &[u8], owner: Option<&[u8]>) {
 
 /// Merge updates into physical asset indices (`targets`: where the aliases point, or a
 /// rebuild's new version; written directly so that every item's `_index` can be
-/// verified), with deterministic ids.
+/// verified), with deterministic ids. An observation a deletion of the owner's copy erased
+/// (`deleted`, per document: see [`crate::tombstones`]) updates the global view only.
 pub fn execution_operations(
     targets: &AssetIndices,
     owner_id: Uuid,
     docs: &[Doc<'_>],
     tags: &Tags,
+    deleted: &[Option<String>],
 ) -> Vec<BulkOp> {
     let global = ScriptedUpserts::new(&targets.global, painless::ASSET_MERGE_ID);
     let user = ScriptedUpserts::new(&targets.user, painless::ASSET_MERGE_ID);
@@ -285,7 +294,7 @@ pub fn execution_operations(
     let owner = format!("\"{owner_id}\"").into_bytes();
     // One observation encoded per endpoint, copied into both of its operations.
     let (mut obs, mut params) = (Vec::with_capacity(512), Vec::with_capacity(1024));
-    for doc in docs {
+    for (i, doc) in docs.iter().enumerate() {
         let (ip, transport, port) = doc.source.endpoint_key();
         let (ip, transport) = (ip.as_ref(), transport.as_ref());
         obs.clear();
@@ -296,6 +305,10 @@ pub fn execution_operations(
         let global_id = index::global_asset_id(ip, transport, port);
         let user_id = index::user_asset_id(owner_id, &global_id);
         ops.push(global.op(global_id, &params));
+        let observed_at = doc.source.text(OBSERVED_AT).unwrap_or_default();
+        if tombstones::erased(&observed_at, deleted.get(i).and_then(Option::as_deref)) {
+            continue;
+        }
         // Applied after the merge in the same request; the tags row of a later change
         // corrects it, so only current tags are ever written.
         let tags = tags.for_ip(ip);
@@ -338,6 +351,7 @@ mod tests {
             owner,
             &[doc],
             &Tags::default(),
+            &[],
         );
         assert_eq!(ops.len(), 2);
         assert_eq!(
@@ -377,6 +391,7 @@ mod tests {
             Uuid::nil(),
             &page.docs,
             &Tags::default(),
+            &[],
         );
         let obs = |i: usize| -> Value {
             let text = String::from_utf8(ops[i].ndjson.clone()).unwrap();
@@ -413,6 +428,7 @@ mod tests {
             owner,
             &docs,
             &Tags::default(),
+            &[],
         );
         let obs = |i: usize| -> Value {
             let text = String::from_utf8(ops[i].ndjson.clone()).unwrap();

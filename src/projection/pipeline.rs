@@ -24,9 +24,10 @@ use crate::telemetry::Line;
 
 use super::close::CloseRun;
 use super::heartbeat::Heartbeat;
-use super::outbox::{self, OutboxClaim, Work};
+use super::outbox::{self, OutboxClaim};
 use super::worker::OUTBOX_BACKOFF;
 use super::{page, ProjectionError};
+use crate::tombstones::{self, DeleteRun};
 
 /// A worker's page pipeline: its sender threads and the page it carries between claims.
 pub struct Pipeline {
@@ -75,10 +76,20 @@ struct Tick<'a> {
     targets: &'a AssetIndices,
     send_ctx: &'a Arc<SendContext>,
     source: &'a PageSource<'a>,
-    /// A close row's run (what it closes, and as of when).
-    close: Option<&'a CloseRun>,
+    /// What the row's pages become.
+    ops: &'a Operations<'a>,
     /// The row's `processed_endpoints` as of the last checkpoint.
     processed: Cell<i64>,
+}
+
+/// What a row's pages become: merges of an execution's endpoints, the owner's current
+/// tags, closes of what a scoped execution did not see, or deletes of what a tombstone
+/// covers.
+pub enum Operations<'a> {
+    Execution,
+    Tags,
+    Close(&'a CloseRun),
+    Delete(&'a DeleteRun),
 }
 
 /// How a tick's pages ended.
@@ -109,8 +120,8 @@ impl Pipeline {
         }
     }
 
-    /// Publishes the claimed row's pages from `index` matching `filter` into `targets`, up
-    /// to the tick's share; a close row's pages are closed as `close` says.
+    /// Publishes the claimed row's pages from `index` matching `filter` into `targets` as
+    /// `ops`, up to the tick's share.
     pub fn publish(
         &self,
         claim: &OutboxClaim,
@@ -118,7 +129,7 @@ impl Pipeline {
         targets: &AssetIndices,
         index: &str,
         filter: Value,
-        close: Option<&CloseRun>,
+        ops: &Operations,
     ) -> Result<Pages, ProjectionError> {
         let app = &self.app;
         let cfg = &app.config.elasticsearch;
@@ -146,7 +157,7 @@ impl Pipeline {
             targets,
             send_ctx: &send_ctx,
             source: &source,
-            close,
+            ops,
             processed: Cell::new(claim.processed_endpoints),
         };
         let mut in_flight = VecDeque::new();
@@ -186,17 +197,17 @@ impl Pipeline {
     /// merge distinct documents, and what they read (the execution projection) is not
     /// what they write, so the next page is read, built and sent while the previous one is
     /// still being written: at most two pages in flight, settled in order, so each worker
-    /// keeps the cluster busy through its own reads, builds and checkpoints. A close row's
-    /// pages also overlap: each write only takes documents out of what the next page's
-    /// filter matches, behind its cursor. A tags row's pages read the index they write and
-    /// keep matching it: each is settled before the next is read.
+    /// keeps the cluster busy through its own reads, builds and checkpoints. Close and
+    /// delete rows' pages also overlap: each write only takes documents out of what the
+    /// next page's filter matches, behind its cursor. A tags row's pages read the index
+    /// they write and keep matching it: each is settled before the next is read.
     fn pages(
         &self,
         tick: &Tick,
         in_flight: &mut VecDeque<InFlight>,
     ) -> Result<Pages, ProjectionError> {
         let claim = tick.claim;
-        let overlap = matches!(claim.work, Work::Execution(_) | Work::Close(_));
+        let overlap = !matches!(tick.ops, Operations::Tags);
         let keep = usize::from(overlap);
         let per_tick = self.app.config.projection.pages_per_tick;
         let mut cursor = claim.cursor.clone();
@@ -235,31 +246,47 @@ impl Pipeline {
             let Some(next) = page.cursor.clone() else {
                 break;
             };
-            let tags = match claim.work {
-                Work::Close(_) => tags::Tags::default(),
-                _ => {
-                    let mut conn = self.app.db.checkout(Stage::Context)?;
-                    tags::lookup(&mut conn, claim.owner_id, &page::addresses(&page.docs), &[])?
-                }
-            };
+            let mut tags = tags::Tags::default();
             let read = page.docs.len();
-            let (ops, endpoints) = match (&claim.work, tick.close) {
-                (Work::Execution(_), _) => (
-                    page::execution_operations(tick.targets, claim.owner_id, &page.docs, &tags),
-                    read,
-                ),
-                (Work::Tags(_), _) => (
-                    page::retag_operations(tick.targets, &page.docs, &tags),
-                    read,
-                ),
-                (Work::Close(_), Some(run)) => run.operations(
+            let (ops, endpoints) = match tick.ops {
+                Operations::Execution => {
+                    let mut conn = self.app.db.checkout(Stage::Context)?;
+                    let ips = page::addresses(&page.docs);
+                    tags = tags::lookup(&mut conn, claim.owner_id, &ips, &[])?;
+                    let deleted = tombstones::covering(
+                        &mut conn,
+                        claim.owner_id,
+                        &page::endpoints(&page.docs),
+                    )?;
+                    let ops = page::execution_operations(
+                        tick.targets,
+                        claim.owner_id,
+                        &page.docs,
+                        &tags,
+                        &deleted,
+                    );
+                    (ops, read)
+                }
+                Operations::Tags => {
+                    let mut conn = self.app.db.checkout(Stage::Context)?;
+                    let ips = page::addresses(&page.docs);
+                    tags = tags::lookup(&mut conn, claim.owner_id, &ips, &[])?;
+                    (
+                        page::retag_operations(tick.targets, &page.docs, &tags),
+                        read,
+                    )
+                }
+                Operations::Close(run) => run.operations(
                     &self.app.es,
                     &self.app.config.elasticsearch.index_prefix,
                     tick.targets,
                     claim.owner_id,
                     &page.docs,
                 )?,
-                (Work::Close(_), None) => (Vec::new(), 0),
+                Operations::Delete(run) => {
+                    let ids: Vec<_> = page.docs.iter().map(|d| d.id.clone()).collect();
+                    (run.operations(tick.targets, &ids), read)
+                }
             };
             if tick.heartbeat.is_lost() {
                 return Err(ProjectionError::LeaseLost);

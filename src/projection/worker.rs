@@ -1,5 +1,5 @@
 //! A publication worker's claim loop: `tick()` claims one outbox row (an execution, a tag
-//! change or a close run), has its [`Pipeline`] publish up to `projection.pages_per_tick` pages, and
+//! change, a close run or a deletion), has its [`Pipeline`] publish up to `projection.pages_per_tick` pages, and
 //! either yields the row, or refreshes the asset indices once and completes it; a failure
 //! is recorded with its backoff. The loop around it survives panics and idles between
 //! empty claims.
@@ -21,8 +21,9 @@ use crate::telemetry::Line;
 use super::close::CloseRun;
 use super::heartbeat::Heartbeat;
 use super::outbox::{self, OutboxClaim, Work};
-use super::pipeline::{Pages, Pipeline};
+use super::pipeline::{Operations, Pages, Pipeline};
 use super::{page, ProjectionError};
+use crate::tombstones::DeleteRun;
 
 /// Wait between claims when nothing is due and no one rings (see [`super::wake`]).
 pub const IDLE_WAIT: Duration = Duration::from_millis(250);
@@ -107,7 +108,7 @@ impl Worker {
         // rebuild switches them, the next tick writes the new version (the rebuild
         // catches up with whatever a tick that began before the switch wrote to the old).
         let targets = alias::current(&app.es, prefix)?;
-        let mut close = None;
+        let (mut close, mut delete) = (None, None);
         let (source, filter) = match &claim.work {
             Work::Execution(id) => (
                 index::execution_endpoints(prefix),
@@ -122,17 +123,27 @@ impl Worker {
                 let filter = close.as_ref().map(|run| run.filter(claim.owner_id));
                 (targets.user.clone(), filter)
             }
+            Work::Delete(id) => {
+                delete = DeleteRun::load(&app.db, *id)?;
+                let filter = delete.as_ref().map(|run| run.filter(claim.owner_id));
+                (targets.user.clone(), filter)
+            }
+        };
+        // A close or delete row whose execution or tombstone has nothing to apply has no
+        // pages, and neither has a tag change of a domain.
+        let ops = match (&claim.work, &close, &delete) {
+            (Work::Execution(_), _, _) => Some(Operations::Execution),
+            (Work::Tags(_), _, _) => Some(Operations::Tags),
+            (_, Some(run), _) => Some(Operations::Close(run)),
+            (_, _, Some(run)) => Some(Operations::Delete(run)),
+            _ => None,
         };
         let mut pages = 0;
-        if let (false, Some(filter)) = (claim.refreshing, filter) {
-            match self.pipeline.publish(
-                claim,
-                heartbeat,
-                &targets,
-                &source,
-                filter,
-                close.as_ref(),
-            )? {
+        if let (false, Some(filter), Some(ops)) = (claim.refreshing, filter, ops) {
+            match self
+                .pipeline
+                .publish(claim, heartbeat, &targets, &source, filter, &ops)?
+            {
                 Pages::Yielded(n) => return Ok(TickOutcome::Yielded { pages: n }),
                 Pages::Done(n) => pages = n,
             }

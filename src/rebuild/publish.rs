@@ -17,6 +17,7 @@ use crate::es::EsError;
 use crate::projection::close::CloseRun;
 use crate::projection::{page, worker::OUTBOX_BACKOFF};
 use crate::tags;
+use crate::tombstones;
 
 use super::source::{ExecutionRow, TagRow};
 use super::RebuildError;
@@ -45,7 +46,15 @@ pub fn execution(
         &source,
         &filter,
         Some(row.owner_id),
-        |docs, tags| Ok(page::execution_operations(target, row.owner_id, docs, tags)),
+        |docs, found| {
+            Ok(page::execution_operations(
+                target,
+                row.owner_id,
+                docs,
+                &found.tags,
+                &found.deleted,
+            ))
+        },
     )
 }
 
@@ -92,20 +101,28 @@ pub fn tag_change(app: &App, target: &AssetIndices, row: &TagRow) -> Result<u64,
         &target.user,
         &filter,
         Some(row.owner_id),
-        |docs, tags| Ok(page::retag_operations(target, docs, tags)),
+        |docs, found| Ok(page::retag_operations(target, docs, &found.tags)),
     )
 }
 
-/// Reads `source` page by page under `filter`, looks up the tags of each page (with an
-/// owner whose tags the operations need) and writes the operations `ops` makes of it;
-/// returns the documents read.
+/// What a page's owner has on record for it: its tags, and its deletions (per document,
+/// see [`tombstones::covering`]).
+#[derive(Default)]
+struct Found {
+    tags: tags::Tags,
+    deleted: Vec<Option<String>>,
+}
+
+/// Reads `source` page by page under `filter`, looks up what the owner has on record for
+/// each page (with an owner whose records the operations need) and writes the operations
+/// `ops` makes of it; returns the documents read.
 fn each_page(
     app: &App,
     trace_id: &str,
     source: &str,
     filter: &Value,
-    tags_of: Option<Uuid>,
-    ops: impl Fn(&[page::Doc<'_>], &tags::Tags) -> Result<Vec<BulkOp>, EsError>,
+    records_of: Option<Uuid>,
+    ops: impl Fn(&[page::Doc<'_>], &Found) -> Result<Vec<BulkOp>, EsError>,
 ) -> Result<u64, RebuildError> {
     let page_size = app.config.projection.page_size;
     let writer = writer(app, trace_id);
@@ -123,14 +140,21 @@ fn each_page(
         let Some(next) = page.cursor.clone() else {
             break;
         };
-        let tags = match tags_of {
+        let found = match records_of {
             Some(owner_id) => {
                 let mut conn = app.db.checkout(Stage::Rebuild)?;
-                tags::lookup(&mut conn, owner_id, &page::addresses(&page.docs), &[])?
+                Found {
+                    tags: tags::lookup(&mut conn, owner_id, &page::addresses(&page.docs), &[])?,
+                    deleted: tombstones::covering(
+                        &mut conn,
+                        owner_id,
+                        &page::endpoints(&page.docs),
+                    )?,
+                }
             }
-            None => tags::Tags::default(),
+            None => Found::default(),
         };
-        writer.write(&ops(&page.docs, &tags)?)?;
+        writer.write(&ops(&page.docs, &found)?)?;
         documents += page.docs.len() as u64;
         if page.docs.len() < page_size {
             break;

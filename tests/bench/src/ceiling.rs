@@ -147,7 +147,7 @@ pub fn publication_requests(
                 })
                 .collect::<Result<Vec<_>, serde_json::Error>>()
                 .map_err(|e| e.to_string())?;
-            let ops = page::execution_operations(&targets, owner, &docs, &Tags::default());
+            let ops = page::execution_operations(&targets, owner, &docs, &Tags::default(), &[]);
             push(&mut out, &ops, max_ops, max_bytes)?;
             out.endpoints += chunk.len();
         }

@@ -4,6 +4,7 @@
 
 mod claims;
 mod close;
+mod delete;
 mod faults;
 mod merge;
 mod publish;

@@ -3,6 +3,7 @@
 //! tools as programs, the suite's TLS material, publication helpers, scans, the owner's
 //! reads and the OpenAPI checker, temp files and waits.
 
+pub mod admin;
 pub mod db;
 pub mod emulator;
 pub mod factory;

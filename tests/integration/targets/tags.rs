@@ -1,8 +1,6 @@
 //! Tags: applied to facts and execution documents at upload, re-published to exactly the
 //! affected owner asset documents through the outbox, sharing turns with executions.
 
-use std::process::Command;
-
 use serde_json::json;
 use uuid::Uuid;
 
@@ -13,21 +11,7 @@ use crate::support::scan::{self, endpoint, Batch};
 use crate::support::stack::Stack;
 
 fn admin(s: &Stack, args: &[&str]) -> String {
-    let out = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/scripts/scanstore-admin"
-        ))
-        .args(args)
-        .env("SCANSTORE_DATABASE_URL", &s.db.url)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "admin {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    crate::support::admin::admin(&s.db, args).ok().stdout
 }
 
 fn tags_of(doc: &serde_json::Value) -> Vec<String> {
@@ -229,15 +213,9 @@ fn targets_are_added_and_removed_by_the_admin_command() {
         .unwrap()
         .get(0);
     assert_eq!(n, 0);
-    let again = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/scripts/scanstore-admin"
-        ))
-        .args(["target", "remove", "--owner", &owner, "10.9.0.0/16"])
-        .env("SCANSTORE_DATABASE_URL", &s.db.url)
-        .output()
-        .unwrap();
-    assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("is not a target"));
+    crate::support::admin::admin(
+        &s.db,
+        &["target", "remove", "--owner", &owner, "10.9.0.0/16"],
+    )
+    .fails_with("is not a target");
 }
