@@ -356,28 +356,121 @@ fn kill_the_publisher_during_its_refresh() {
     check(Point::ProjectionRefresh);
 }
 
-/// `kill -9` in the middle of a close run — its first page checkpointed, the next pages
-/// sent or being read — then a new process: the run resumes from its checkpoint and the
-/// asset views end exactly as one uninterrupted run leaves them.
-#[test]
-#[ignore = "needs PostgreSQL"]
-fn kill_in_the_middle_of_a_close_run() {
+/// A row of the lifecycle runs (close, delete) in the outbox: progress and whether done.
+fn run_progress(
+    c: &mut postgres::Client,
+    condition: &str,
+    id: &(dyn postgres::types::ToSql + Sync),
+) -> Option<(i64, bool)> {
+    c.query_opt(
+        &format!(
+            "SELECT processed_endpoints, processed_at IS NOT NULL
+               FROM scan_projection_outbox WHERE {condition} = $1"
+        ),
+        &[id],
+    )
+    .unwrap()
+    .map(|r| (r.get(0), r.get(1)))
+}
+
+/// `kill -9` of `serve` in the middle of the outbox row whose `condition` column is `id`
+/// (writes slowed, so the run is caught between pages): after its first checkpoint, at its
+/// next read of the owner's view. Then a new process, once the dead one's lease expires,
+/// until the row is done.
+fn kill_mid_run(
+    emu: &Emulator,
+    cfg: &ChildConfig,
+    mut serve: Serve,
+    c: &mut postgres::Client,
+    condition: &str,
+    id: &(dyn postgres::types::ToSql + Sync),
+    start_run: impl FnOnce(&Serve),
+) -> Serve {
+    emu.add_fault(FaultSpec::Latency {
+        path: "/_bulk".into(),
+        method: None,
+        ms: 300,
+        count: None,
+    });
+    start_run(&serve);
+    wait_for(
+        "the run's first checkpoint",
+        Duration::from_secs(60),
+        || run_progress(c, condition, id).is_some_and(|(n, _)| n > 0),
+    );
+    emu.add_fault(pause(&format!("/{}-assets-user-*/_search", cfg.prefix)));
+    emu.wait_paused(1, Duration::from_secs(30));
+    serve.kill9();
+    emu.clear_faults();
+    emu.release_all();
+    let (before, done) = run_progress(c, condition, id).unwrap();
+    assert!(!done, "the kill came after the run ({before})");
+    let again = Serve::start(cfg);
+    wait_for("the run to finish", Duration::from_secs(90), || {
+        run_progress(c, condition, id).is_some_and(|(_, done)| done)
+    });
+    again
+}
+
+/// A child with pages of 10 on a fresh database, and an owner whose scanner's unscoped
+/// execution has published 60 endpoints (10.0.0.1–60, tcp/443) seen at t0.
+fn sixty_published(emu: &Emulator, tag: &str) -> (TestDb, ChildConfig, Serve, Principals) {
     use crate::support::factory;
     use crate::support::scan::{endpoints, t0};
-    use uuid::Uuid;
-
-    let Some(emu) = emulator_for_faults("crash-close") else {
-        return;
-    };
     let db = db::fresh();
     let mut c = db.connect();
     let owner = factory::owner(&mut c, false);
     let scanner = factory::scanner(&mut c, None);
     let seen = factory::task(&mut c, owner.id, scanner.id, "port_scan", "running");
+    let mut cfg = config(&db, emu, &prefix(tag), 1);
+    cfg.extra_projection = "page_size = 10\n".into();
+    let s = Serve::start(&cfg);
+    let b = Batch::final_(uuid::Uuid::new_v4(), 0, endpoints(0, 60, t0()));
+    post_until_ok(&s.base, &scanner.token, seen.execution_id, &b);
+    wait_published(&mut c, seen.execution_id, Duration::from_secs(60));
+    (db, cfg, s, Principals { owner, scanner })
+}
+
+struct Principals {
+    owner: crate::support::factory::Principal,
+    scanner: crate::support::factory::Principal,
+}
+
+/// Every document of an asset view, refreshed.
+fn view(emu: &Emulator, prefix: &str, view: &str) -> Vec<serde_json::Value> {
+    let es = emu.es();
+    let index = format!("{prefix}-assets-{view}");
+    es.post(&format!("/{index}/_refresh"), &serde_json::json!({}));
+    let (status, body) = es.post(
+        &format!("/{index}/_search"),
+        &serde_json::json!({"size": 1000, "query": {"match_all": {}}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    body["hits"]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["_source"].clone())
+        .collect()
+}
+
+/// `kill -9` in the middle of a close run: the run resumes from its checkpoint and both
+/// asset views end exactly as one uninterrupted run leaves them.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_in_the_middle_of_a_close_run() {
+    use crate::support::factory;
+    use crate::support::scan::endpoints;
+
+    let Some(emu) = emulator_for_faults("crash-close") else {
+        return;
+    };
+    let (db, cfg, serve, who) = sixty_published(&emu, "rc");
+    let mut c = db.connect();
     let scoped = factory::task_with_targets(
         &mut c,
-        owner.id,
-        scanner.id,
+        who.owner.id,
+        who.scanner.id,
         "port_scan",
         "running",
         &[("cidr", "10.0.0.0/24")],
@@ -387,63 +480,20 @@ fn kill_in_the_middle_of_a_close_run() {
         &[&scoped.task_id],
     )
     .unwrap();
-    let p = prefix("rc");
-    let mut cfg = config(&db, &emu, &p, 1);
-    cfg.extra_projection = "page_size = 10\n".into();
-    let final_of = |observations| Batch::final_(Uuid::new_v4(), 0, observations);
-    // 60 endpoints seen at t0; the scoped scan sees the first 5 now, so it closes 55 over
-    // six pages.
-    let mut s = Serve::start(&cfg);
-    post_until_ok(
-        &s.base,
-        &scanner.token,
-        seen.execution_id,
-        &final_of(endpoints(0, 60, t0())),
+    // The scoped scan sees the first 5 now, so it closes 55 over six pages.
+    let _serve = kill_mid_run(
+        &emu,
+        &cfg,
+        serve,
+        &mut c,
+        "closing_execution_id",
+        &scoped.execution_id,
+        |s| {
+            let now = chrono::Utc::now().to_rfc3339();
+            let b = Batch::final_(uuid::Uuid::new_v4(), 0, endpoints(0, 5, &now));
+            post_until_ok(&s.base, &who.scanner.token, scoped.execution_id, &b);
+        },
     );
-    wait_published(&mut c, seen.execution_id, Duration::from_secs(60));
-    // Slow writes, so that the run is caught between pages.
-    emu.add_fault(FaultSpec::Latency {
-        path: "/_bulk".into(),
-        method: None,
-        ms: 300,
-        count: None,
-    });
-    let now = chrono::Utc::now().to_rfc3339();
-    post_until_ok(
-        &s.base,
-        &scanner.token,
-        scoped.execution_id,
-        &final_of(endpoints(0, 5, &now)),
-    );
-    let close_progress = |c: &mut postgres::Client| -> Option<(i64, bool)> {
-        c.query_opt(
-            "SELECT processed_endpoints, processed_at IS NOT NULL
-               FROM scan_projection_outbox WHERE closing_execution_id = $1",
-            &[&scoped.execution_id],
-        )
-        .unwrap()
-        .map(|r| (r.get(0), r.get(1)))
-    };
-    wait_for(
-        "the close run's first checkpoint",
-        Duration::from_secs(60),
-        || close_progress(&mut c).is_some_and(|(n, _)| n > 0),
-    );
-    emu.add_fault(pause(&format!("/{p}-assets-user-*/_search")));
-    emu.wait_paused(1, Duration::from_secs(30));
-    s.kill9();
-    emu.clear_faults();
-    emu.release_all();
-    let (before, done) = close_progress(&mut c).unwrap();
-    assert!(
-        !done && before < 55,
-        "the kill came after the run ({before})"
-    );
-    // A new process takes the row over when the dead one's lease expires.
-    let _s2 = Serve::start(&cfg);
-    wait_for("the close run to finish", Duration::from_secs(90), || {
-        close_progress(&mut c).is_some_and(|(_, done)| done)
-    });
     let start: chrono::DateTime<chrono::Utc> = c
         .query_one(
             "SELECT started_at FROM executions WHERE id = $1",
@@ -452,26 +502,58 @@ fn kill_in_the_middle_of_a_close_run() {
         .unwrap()
         .get(0);
     let start = start.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let es = emu.es();
-    for view in ["global", "user"] {
-        let index = format!("{p}-assets-{view}");
-        es.post(&format!("/{index}/_refresh"), &serde_json::json!({}));
-        let (status, body) = es.post(
-            &format!("/{index}/_search"),
-            &serde_json::json!({"size": 1000, "query": {"match_all": {}}}),
-        );
-        assert_eq!(status, 200, "{body}");
-        let docs = body["hits"]["hits"].as_array().unwrap();
-        assert_eq!(docs.len(), 60, "{view}: one document per endpoint");
-        let closed: Vec<&serde_json::Value> = docs
-            .iter()
-            .map(|d| &d["_source"])
-            .filter(|d| d["status"] == "closed")
-            .collect();
-        assert_eq!(closed.len(), 55, "{view}: every unseen endpoint closed");
+    for name in ["global", "user"] {
+        let docs = view(&emu, &cfg.prefix, name);
+        assert_eq!(docs.len(), 60, "{name}: one document per endpoint");
+        let closed: Vec<&serde_json::Value> =
+            docs.iter().filter(|d| d["status"] == "closed").collect();
+        assert_eq!(closed.len(), 55, "{name}: every unseen endpoint closed");
         for d in closed {
             assert_eq!(d["closed_at"], serde_json::json!(start), "{d}");
             assert_eq!(d["closed_by"], scoped.execution_id.to_string());
         }
     }
+}
+
+/// `kill -9` in the middle of a deletion run: it resumes, and every document the
+/// tombstone covers is gone from the owner's view, the global view untouched.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_in_the_middle_of_a_deletion() {
+    let Some(emu) = emulator_for_faults("crash-delete") else {
+        return;
+    };
+    let (db, cfg, serve, who) = sixty_published(&emu, "rd");
+    let mut c = db.connect();
+    let global = view(&emu, &cfg.prefix, "global");
+    let tombstone: i64 = c
+        .query_one(
+            "INSERT INTO asset_tombstones (owner_id, target) VALUES ($1, '10.0.0.0/24') RETURNING id",
+            &[&who.owner.id],
+        )
+        .unwrap()
+        .get(0);
+    let _serve = kill_mid_run(
+        &emu,
+        &cfg,
+        serve,
+        &mut c,
+        "tombstone_id",
+        &tombstone,
+        |_| {
+            queue_deletion(&db, who.owner.id, tombstone);
+        },
+    );
+    assert_eq!(view(&emu, &cfg.prefix, "user").len(), 0);
+    assert_eq!(view(&emu, &cfg.prefix, "global"), global);
+}
+
+/// Queues a tombstone's deletion run, as `scanstore-admin asset delete` does.
+fn queue_deletion(db: &TestDb, owner: uuid::Uuid, tombstone: i64) {
+    db.connect()
+        .execute(
+            "INSERT INTO scan_projection_outbox (kind, owner_id, tombstone_id) VALUES ('delete', $1, $2)",
+            &[&owner, &tombstone],
+        )
+        .unwrap();
 }
