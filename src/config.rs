@@ -3,7 +3,7 @@
 //! applied. Not a dynamic runtime configuration (seed 000, "配置").
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -581,229 +581,323 @@ impl Config {
     }
 
     /// Validates a parsed file; `env` looks up environment overrides (injectable for tests).
+    ///
+    /// Of several problems the one reported is the first of: an index shape, `server.listen`,
+    /// the TLS files, the database URL, the Elasticsearch access, a moved key, other ranges.
     pub fn from_raw(
         raw: RawConfig,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let s = raw.server;
-        let d = raw.database;
-        let e = raw.elasticsearch;
-        let indices = index_shapes(&e)?;
-
-        if s.listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(refuse(
-                "server.listen",
-                &s.listen,
-                "HOST:PORT with an IP address",
-            ));
-        }
-        let tls = server_tls(s.tls_cert, s.tls_key)?;
-        let db_url = env(ENV_DATABASE_URL)
-            .filter(|u| !u.is_empty())
-            .or(d.url)
-            .ok_or_else(|| {
-                refuse(
-                    "database.url",
-                    "(unset)",
-                    format!("a postgresql:// URL in the file or ${ENV_DATABASE_URL}"),
-                )
-            })?;
-        if !(db_url.starts_with("postgres://")
-            || db_url.starts_with("postgresql://")
-            || db_url.contains("host="))
-        {
-            return Err(refuse(
-                "database.url",
-                "(hidden)",
-                "a postgresql:// URL or a key=value connection string",
-            ));
-        }
-        let db_ca = d.ca_file.map(std::path::PathBuf::from);
-        // The URL's TLS settings, and the CA file they would read, are checked now rather
-        // than at the first connection.
-        DbUrl::parse(&db_url, db_ca.as_deref())
-            .and_then(|u| u.connector().map(|_| ()))
-            .map_err(|why| refuse("database.url", "(hidden)", why))?;
-        let es_url = env(ENV_ES_URL).filter(|u| !u.is_empty()).unwrap_or(e.url);
-        if !(es_url.starts_with("http://") || es_url.starts_with("https://")) {
-            return Err(refuse(
-                "elasticsearch.url",
-                &es_url,
-                "an http:// or https:// URL",
-            ));
-        }
-        validate_index_prefix(&e.index_prefix)?;
-        let auth = es_auth(e.api_key, e.username, env)?;
-        let ca_fingerprint = match &e.ca_fingerprint {
-            Some(_) if e.ca_file.is_some() => {
-                return Err(refuse(
-                    "elasticsearch.ca_fingerprint",
-                    "(set, with elasticsearch.ca_file)",
-                    "a CA file or a fingerprint, not both",
-                ))
-            }
-            Some(_) if !es_url.starts_with("https://") => {
-                return Err(refuse(
-                    "elasticsearch.ca_fingerprint",
-                    "(set)",
-                    "used with an https:// elasticsearch.url",
-                ))
-            }
-            Some(text) => Some(
-                text.parse::<Fingerprint>()
-                    .map_err(|why| refuse("elasticsearch.ca_fingerprint", text, why))?,
-            ),
-            None => None,
-        };
-        let ca_roots = match &e.ca_file {
-            Some(path) => Some(access::ca_roots(Path::new(path)).map_err(|why| {
-                refuse(
-                    "elasticsearch.ca_file",
-                    path,
-                    format!("a readable PEM bundle ({why})"),
-                )
-            })?),
-            None => None,
-        };
-        let p = &raw.projection;
-        let mut deprecated = Vec::new();
-        let mut moved = |new, old, default, name| moved(new, old, default, name, &mut deprecated);
-        let page_size = moved(
-            p.page_size,
-            e.projection_page_size,
-            1000,
-            "projection.page_size",
-        )?;
-        let bulk_max_bytes = moved(
-            e.bulk_max_bytes,
-            e.projection_bulk_max_bytes,
-            5 * MIB,
-            "elasticsearch.bulk_max_bytes",
-        )?;
-        let pages_per_tick = moved(
-            p.pages_per_tick,
-            e.projection_pages_per_tick,
-            4,
-            "projection.pages_per_tick",
-        )?;
-        let lease = moved(
-            p.lease_seconds,
-            e.projection_lease_seconds,
-            120,
-            "projection.lease_seconds",
-        )?;
-        let heartbeat = moved(
-            p.heartbeat_seconds,
-            e.projection_heartbeat_seconds,
-            20,
-            "projection.heartbeat_seconds",
-        )?;
-        let lease = checked("projection.lease_seconds", lease)?;
-        let heartbeat = checked("projection.heartbeat_seconds", heartbeat)?;
-        // A renewal must fit three times into a lease so that two missed beats still keep it.
-        if heartbeat * 3 > lease {
-            return Err(refuse(
-                "projection.heartbeat_seconds",
-                format!("{heartbeat} with projection.lease_seconds = {lease}"),
-                format!("at most projection.lease_seconds / 3 = {}", lease / 3),
-            ));
-        }
-
+        let indices = index_shapes(&raw.elasticsearch)?;
+        let tls = server_endpoint(&raw.server)?;
+        let db_target = database_target(&raw.database, env)?;
+        let access = es_access(&raw.elasticsearch, env)?;
+        let moved = moved_keys(&raw.projection, &raw.elasticsearch)?;
+        let request_timeout_ms = raw.elasticsearch.request_timeout_ms;
         Ok(Config {
-            deprecated,
-            server: ServerConfig {
-                listen: s.listen,
-                worker_threads: to_usize(checked("server.worker_threads", s.worker_threads)?),
-                max_body_bytes: checked("server.max_body_bytes", s.max_body_bytes)?,
-                max_observations: to_usize(checked("server.max_observations", s.max_observations)?),
-                body_deadline: Duration::from_millis(checked(
-                    "server.body_deadline_ms",
-                    s.body_deadline_ms,
-                )?),
-                header_timeout: Duration::from_millis(checked(
-                    "server.header_timeout_ms",
-                    s.header_timeout_ms,
-                )?),
-                max_head_bytes: to_usize(checked("server.max_head_bytes", s.max_head_bytes)?),
-                max_headers: to_usize(checked("server.max_headers", s.max_headers)?),
-                max_connections: to_usize(checked("server.max_connections", s.max_connections)?),
-                max_body_reads: to_usize(checked("server.max_body_reads", s.max_body_reads)?),
-                preauth_body_bytes: checked("server.preauth_body_bytes", s.preauth_body_bytes)?,
-                linger: Duration::from_millis(checked("server.linger_ms", s.linger_ms)?),
-                shutdown_grace: Duration::from_secs(checked(
-                    "server.shutdown_grace_seconds",
-                    s.shutdown_grace_seconds,
-                )?),
-                tls,
-                tls_handshake_timeout: Duration::from_millis(checked(
-                    "server.tls_handshake_timeout_ms",
-                    s.tls_handshake_timeout_ms,
-                )?),
-            },
-            database: DatabaseConfig {
-                url: db_url,
-                ca_file: db_ca,
-                pool_size: u32::try_from(checked("database.pool_size", d.pool_size)?)
-                    .unwrap_or(u32::MAX),
-                pool_timeout: Duration::from_millis(checked(
-                    "database.pool_timeout_ms",
-                    d.pool_timeout_ms,
-                )?),
-            },
-            elasticsearch: EsConfig {
-                url: es_url.trim_end_matches('/').to_string(),
-                bulk_max_bytes: to_usize(checked("elasticsearch.bulk_max_bytes", bulk_max_bytes)?),
-                index_prefix: e.index_prefix,
-                bulk_batch_size: to_usize(checked(
-                    "elasticsearch.bulk_batch_size",
-                    e.bulk_batch_size,
-                )?),
-                bulk_max_concurrency: to_usize(checked(
-                    "elasticsearch.bulk_max_concurrency",
-                    e.bulk_max_concurrency,
-                )?),
-                request_timeout: Duration::from_millis(checked(
-                    "elasticsearch.request_timeout_ms",
-                    e.request_timeout_ms,
-                )?),
-                auth,
-                ca_roots,
-                ca_fingerprint,
-                indices,
-            },
-            projection: ProjectionConfig {
-                workers: to_usize(checked("projection.workers", raw.projection.workers)?),
-                page_size: to_usize(checked("projection.page_size", page_size)?),
-                pages_per_tick: to_usize(checked("projection.pages_per_tick", pages_per_tick)?),
-                lease: Duration::from_secs(lease),
-                heartbeat: Duration::from_secs(heartbeat),
-                nice: i32::try_from(checked("projection.nice", raw.projection.nice)?).unwrap_or(19),
-                poll_interval: crate::projection::worker::IDLE_WAIT,
-            },
-            upload: UploadConfig {
-                max_observation_age: chrono::Duration::days(checked(
-                    "upload.max_observation_age_days",
-                    raw.upload.max_observation_age_days,
-                )? as i64),
-                max_clock_skew: chrono::Duration::seconds(checked(
-                    "upload.max_clock_skew_seconds",
-                    raw.upload.max_clock_skew_seconds,
-                )? as i64),
-            },
-            scanner: {
-                let lease = checked("scanner.lease_seconds", raw.scanner.lease_seconds)?;
-                ScannerConfig {
-                    lease: Duration::from_secs(lease),
-                    max_attempts: checked("scanner.max_attempts", raw.scanner.max_attempts)? as u32,
-                    sweep_interval: Duration::from_secs((lease / 10).clamp(1, 30)),
-                    write_grace: Duration::from_millis(e.request_timeout_ms)
-                        * crate::upload::BULK_ATTEMPTS
-                        + crate::upload::BULK_BACKOFF.cap * crate::upload::BULK_ATTEMPTS
-                        + Duration::from_secs(1),
-                }
-            },
+            server: server(raw.server, tls)?,
+            database: database(raw.database, db_target)?,
+            elasticsearch: elasticsearch(raw.elasticsearch, access, &moved, indices)?,
+            projection: projection(raw.projection, &moved)?,
+            upload: upload(raw.upload)?,
+            scanner: scanner(raw.scanner, request_timeout_ms)?,
+            deprecated: moved.deprecated,
         })
     }
+}
+
+/// `server.listen` and the TLS files: the `[server]` keys checked before any range.
+fn server_endpoint(s: &RawServer) -> Result<Option<TlsFiles>, ConfigError> {
+    if s.listen.parse::<std::net::SocketAddr>().is_err() {
+        return Err(refuse(
+            "server.listen",
+            &s.listen,
+            "HOST:PORT with an IP address",
+        ));
+    }
+    server_tls(s.tls_cert.clone(), s.tls_key.clone())
+}
+
+/// The `[server]` section, given its already checked TLS files.
+fn server(s: RawServer, tls: Option<TlsFiles>) -> Result<ServerConfig, ConfigError> {
+    Ok(ServerConfig {
+        listen: s.listen,
+        worker_threads: to_usize(checked("server.worker_threads", s.worker_threads)?),
+        max_body_bytes: checked("server.max_body_bytes", s.max_body_bytes)?,
+        max_observations: to_usize(checked("server.max_observations", s.max_observations)?),
+        body_deadline: Duration::from_millis(checked(
+            "server.body_deadline_ms",
+            s.body_deadline_ms,
+        )?),
+        header_timeout: Duration::from_millis(checked(
+            "server.header_timeout_ms",
+            s.header_timeout_ms,
+        )?),
+        max_head_bytes: to_usize(checked("server.max_head_bytes", s.max_head_bytes)?),
+        max_headers: to_usize(checked("server.max_headers", s.max_headers)?),
+        max_connections: to_usize(checked("server.max_connections", s.max_connections)?),
+        max_body_reads: to_usize(checked("server.max_body_reads", s.max_body_reads)?),
+        preauth_body_bytes: checked("server.preauth_body_bytes", s.preauth_body_bytes)?,
+        linger: Duration::from_millis(checked("server.linger_ms", s.linger_ms)?),
+        shutdown_grace: Duration::from_secs(checked(
+            "server.shutdown_grace_seconds",
+            s.shutdown_grace_seconds,
+        )?),
+        tls,
+        tls_handshake_timeout: Duration::from_millis(checked(
+            "server.tls_handshake_timeout_ms",
+            s.tls_handshake_timeout_ms,
+        )?),
+    })
+}
+
+/// Where the database is: the URL (`$SCANSTORE_DATABASE_URL` first) and its CA file.
+fn database_target(
+    d: &RawDatabase,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(String, Option<PathBuf>), ConfigError> {
+    let url = env(ENV_DATABASE_URL)
+        .filter(|u| !u.is_empty())
+        .or_else(|| d.url.clone())
+        .ok_or_else(|| {
+            refuse(
+                "database.url",
+                "(unset)",
+                format!("a postgresql:// URL in the file or ${ENV_DATABASE_URL}"),
+            )
+        })?;
+    if !(url.starts_with("postgres://")
+        || url.starts_with("postgresql://")
+        || url.contains("host="))
+    {
+        return Err(refuse(
+            "database.url",
+            "(hidden)",
+            "a postgresql:// URL or a key=value connection string",
+        ));
+    }
+    let ca_file = d.ca_file.as_ref().map(PathBuf::from);
+    // The URL's TLS settings, and the CA file they would read, are checked now rather
+    // than at the first connection.
+    DbUrl::parse(&url, ca_file.as_deref())
+        .and_then(|u| u.connector().map(|_| ()))
+        .map_err(|why| refuse("database.url", "(hidden)", why))?;
+    Ok((url, ca_file))
+}
+
+/// The `[database]` section, given its already checked URL and CA file.
+fn database(
+    d: RawDatabase,
+    (url, ca_file): (String, Option<PathBuf>),
+) -> Result<DatabaseConfig, ConfigError> {
+    Ok(DatabaseConfig {
+        url,
+        ca_file,
+        pool_size: u32::try_from(checked("database.pool_size", d.pool_size)?).unwrap_or(u32::MAX),
+        pool_timeout: Duration::from_millis(checked(
+            "database.pool_timeout_ms",
+            d.pool_timeout_ms,
+        )?),
+    })
+}
+
+/// How the cluster is reached, checked before any range: its URL, credentials and CAs.
+struct EsAccess {
+    url: String,
+    auth: EsAuth,
+    ca_roots: Option<RootCerts>,
+    ca_fingerprint: Option<Fingerprint>,
+}
+
+/// `elasticsearch.url` (`$SCANSTORE_ES_URL` first), the index prefix, credentials and CAs.
+fn es_access(
+    e: &RawElasticsearch,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<EsAccess, ConfigError> {
+    let url = env(ENV_ES_URL)
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| e.url.clone());
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(refuse(
+            "elasticsearch.url",
+            &url,
+            "an http:// or https:// URL",
+        ));
+    }
+    validate_index_prefix(&e.index_prefix)?;
+    let auth = es_auth(e.api_key.clone(), e.username.clone(), env)?;
+    let ca_fingerprint = match &e.ca_fingerprint {
+        Some(_) if e.ca_file.is_some() => {
+            return Err(refuse(
+                "elasticsearch.ca_fingerprint",
+                "(set, with elasticsearch.ca_file)",
+                "a CA file or a fingerprint, not both",
+            ))
+        }
+        Some(_) if !url.starts_with("https://") => {
+            return Err(refuse(
+                "elasticsearch.ca_fingerprint",
+                "(set)",
+                "used with an https:// elasticsearch.url",
+            ))
+        }
+        Some(text) => Some(
+            text.parse::<Fingerprint>()
+                .map_err(|why| refuse("elasticsearch.ca_fingerprint", text, why))?,
+        ),
+        None => None,
+    };
+    let ca_roots = match &e.ca_file {
+        Some(path) => Some(access::ca_roots(Path::new(path)).map_err(|why| {
+            refuse(
+                "elasticsearch.ca_file",
+                path,
+                format!("a readable PEM bundle ({why})"),
+            )
+        })?),
+        None => None,
+    };
+    Ok(EsAccess {
+        url,
+        auth,
+        ca_roots,
+        ca_fingerprint,
+    })
+}
+
+/// The `[elasticsearch]` section, given its checked access, moved keys and index shapes.
+fn elasticsearch(
+    e: RawElasticsearch,
+    access: EsAccess,
+    moved: &MovedKeys,
+    indices: IndexShapes,
+) -> Result<EsConfig, ConfigError> {
+    Ok(EsConfig {
+        url: access.url.trim_end_matches('/').to_string(),
+        bulk_max_bytes: to_usize(checked(
+            "elasticsearch.bulk_max_bytes",
+            moved.bulk_max_bytes,
+        )?),
+        index_prefix: e.index_prefix,
+        bulk_batch_size: to_usize(checked("elasticsearch.bulk_batch_size", e.bulk_batch_size)?),
+        bulk_max_concurrency: to_usize(checked(
+            "elasticsearch.bulk_max_concurrency",
+            e.bulk_max_concurrency,
+        )?),
+        request_timeout: Duration::from_millis(checked(
+            "elasticsearch.request_timeout_ms",
+            e.request_timeout_ms,
+        )?),
+        auth: access.auth,
+        ca_roots: access.ca_roots,
+        ca_fingerprint: access.ca_fingerprint,
+        indices,
+    })
+}
+
+/// The moved keys' values ([`DEPRECATED_KEYS`]); only the lease and heartbeat range-checked.
+struct MovedKeys {
+    page_size: u64,
+    bulk_max_bytes: u64,
+    pages_per_tick: u64,
+    lease: u64,
+    heartbeat: u64,
+    /// Old names the file used, as (old, new).
+    deprecated: Vec<(&'static str, &'static str)>,
+}
+
+/// The moved keys (new name, else old name, else default), with the heartbeat × 3 ≤ lease rule.
+fn moved_keys(p: &RawProjection, e: &RawElasticsearch) -> Result<MovedKeys, ConfigError> {
+    let mut deprecated = Vec::new();
+    let mut moved = |new, old, default, name| moved(new, old, default, name, &mut deprecated);
+    let page_size = moved(
+        p.page_size,
+        e.projection_page_size,
+        1000,
+        "projection.page_size",
+    )?;
+    let bulk_max_bytes = moved(
+        e.bulk_max_bytes,
+        e.projection_bulk_max_bytes,
+        5 * MIB,
+        "elasticsearch.bulk_max_bytes",
+    )?;
+    let pages_per_tick = moved(
+        p.pages_per_tick,
+        e.projection_pages_per_tick,
+        4,
+        "projection.pages_per_tick",
+    )?;
+    let lease = moved(
+        p.lease_seconds,
+        e.projection_lease_seconds,
+        120,
+        "projection.lease_seconds",
+    )?;
+    let heartbeat = moved(
+        p.heartbeat_seconds,
+        e.projection_heartbeat_seconds,
+        20,
+        "projection.heartbeat_seconds",
+    )?;
+    let lease = checked("projection.lease_seconds", lease)?;
+    let heartbeat = checked("projection.heartbeat_seconds", heartbeat)?;
+    // A renewal must fit three times into a lease so that two missed beats still keep it.
+    if heartbeat * 3 > lease {
+        return Err(refuse(
+            "projection.heartbeat_seconds",
+            format!("{heartbeat} with projection.lease_seconds = {lease}"),
+            format!("at most projection.lease_seconds / 3 = {}", lease / 3),
+        ));
+    }
+    Ok(MovedKeys {
+        page_size,
+        bulk_max_bytes,
+        pages_per_tick,
+        lease,
+        heartbeat,
+        deprecated,
+    })
+}
+
+/// The `[projection]` section, given its resolved moved keys.
+fn projection(p: RawProjection, moved: &MovedKeys) -> Result<ProjectionConfig, ConfigError> {
+    Ok(ProjectionConfig {
+        workers: to_usize(checked("projection.workers", p.workers)?),
+        page_size: to_usize(checked("projection.page_size", moved.page_size)?),
+        pages_per_tick: to_usize(checked("projection.pages_per_tick", moved.pages_per_tick)?),
+        lease: Duration::from_secs(moved.lease),
+        heartbeat: Duration::from_secs(moved.heartbeat),
+        nice: i32::try_from(checked("projection.nice", p.nice)?).unwrap_or(19),
+        poll_interval: crate::projection::worker::IDLE_WAIT,
+    })
+}
+
+/// The `[upload]` section.
+fn upload(u: RawUpload) -> Result<UploadConfig, ConfigError> {
+    Ok(UploadConfig {
+        max_observation_age: chrono::Duration::days(checked(
+            "upload.max_observation_age_days",
+            u.max_observation_age_days,
+        )? as i64),
+        max_clock_skew: chrono::Duration::seconds(checked(
+            "upload.max_clock_skew_seconds",
+            u.max_clock_skew_seconds,
+        )? as i64),
+    })
+}
+
+/// The `[scanner]` section; the receipts' write grace follows `request_timeout_ms`.
+fn scanner(sc: RawScanner, request_timeout_ms: u64) -> Result<ScannerConfig, ConfigError> {
+    let lease = checked("scanner.lease_seconds", sc.lease_seconds)?;
+    Ok(ScannerConfig {
+        lease: Duration::from_secs(lease),
+        max_attempts: checked("scanner.max_attempts", sc.max_attempts)? as u32,
+        sweep_interval: Duration::from_secs((lease / 10).clamp(1, 30)),
+        write_grace: Duration::from_millis(request_timeout_ms) * crate::upload::BULK_ATTEMPTS
+            + crate::upload::BULK_BACKOFF.cap * crate::upload::BULK_ATTEMPTS
+            + Duration::from_secs(1),
+    })
 }
 
 /// The `[elasticsearch]` shard, replica and refresh keys of each index family.
