@@ -45,6 +45,21 @@ pub struct CloseRun {
 }
 
 impl CloseRun {
+    /// A run of `execution_id`, started at `started`, over address `targets` and `scope`.
+    pub fn new(
+        execution_id: Uuid,
+        started: DateTime<Utc>,
+        targets: Vec<String>,
+        scope: PortScope,
+    ) -> CloseRun {
+        CloseRun {
+            execution_id,
+            at: es_time(&started),
+            targets,
+            scope,
+        }
+    }
+
     /// Reads the run's execution; `None` when there is nothing it could close (no port
     /// scope, no address target, or the execution is gone).
     pub fn load(db: &Db, execution_id: Uuid) -> Result<Option<CloseRun>, DbError> {
@@ -58,12 +73,9 @@ impl CloseRun {
         let scope = r
             .get::<_, Option<String>>(1)
             .and_then(|s| PortScope::parse(&s).ok());
-        Ok(scope.filter(|_| !targets.is_empty()).map(|scope| CloseRun {
-            execution_id,
-            at: es_time(&started),
-            targets,
-            scope,
-        }))
+        Ok(scope
+            .filter(|_| !targets.is_empty())
+            .map(|scope| CloseRun::new(execution_id, started, targets, scope)))
     }
 
     /// The owner's asset documents the run may close: open, in scope, last seen before
@@ -135,16 +147,34 @@ impl CloseRun {
         docs: &[Doc<'_>],
     ) -> Result<(Vec<BulkOp>, usize), EsError> {
         let seen = self.seen(es, prefix, docs)?;
+        let unseen: Vec<&Doc> = docs
+            .iter()
+            .filter(|d| {
+                let (ip, transport, port) = d.source.endpoint_key();
+                !seen.contains(&index::execution_endpoint_id(
+                    self.execution_id,
+                    &ip,
+                    &transport,
+                    port,
+                ))
+            })
+            .collect();
+        Ok((self.closes(targets, owner_id, &unseen)?, unseen.len()))
+    }
+
+    /// Merges of a `closed` observation into both copies of each of `docs` (owner's view
+    /// documents).
+    pub fn closes(
+        &self,
+        targets: &AssetIndices,
+        owner_id: Uuid,
+        docs: &[&Doc<'_>],
+    ) -> Result<Vec<BulkOp>, EsError> {
         let global = ScriptedUpserts::new(&targets.global, painless::ASSET_MERGE_ID);
         let user = ScriptedUpserts::new(&targets.user, painless::ASSET_MERGE_ID);
         let mut ops = Vec::with_capacity(docs.len() * 2);
-        let mut closed = 0;
         for doc in docs {
             let (ip, transport, port) = doc.source.endpoint_key();
-            let seen_id = index::execution_endpoint_id(self.execution_id, &ip, &transport, port);
-            if seen.contains(&seen_id) {
-                continue;
-            }
             let mut obs = json!({
                 "ip": ip, "port": port, "transport": transport, "state": "closed",
                 "observed_at": self.at, "execution_id": self.execution_id.to_string(),
@@ -158,9 +188,8 @@ impl CloseRun {
             obs["owner_id"] = json!(owner_id.to_string());
             let user_params = params(&obs).map_err(|e| EsError::Refused(e.to_string()))?;
             ops.push(user.op(doc.id.to_string(), &user_params));
-            closed += 1;
         }
-        Ok((ops, closed))
+        Ok(ops)
     }
 }
 

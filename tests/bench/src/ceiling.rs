@@ -15,6 +15,7 @@ use uuid::Uuid;
 use scanstore::es::alias::AssetIndices;
 use scanstore::es::bulk::{self, BulkOp};
 use scanstore::es::{index, setup};
+use scanstore::projection::close::CloseRun;
 use scanstore::projection::page;
 use scanstore::tags::Tags;
 use scanstore::upload::{batch, facts};
@@ -151,6 +152,47 @@ pub fn publication_requests(
             push(&mut out, &ops, max_ops, max_bytes)?;
             out.endpoints += chunk.len();
         }
+    }
+    Ok(out)
+}
+
+/// A close run's writes over the first `size` endpoints (all of them unseen by the closing
+/// execution): per page, the closed observation merged into both views, as
+/// `projection::close` builds it (its lookup of what the execution saw is scanstore's own).
+pub fn close_requests(
+    prefix: &str,
+    owner: Uuid,
+    size: usize,
+    run: &CloseRun,
+    (page_size, max_ops, max_bytes): (usize, usize, usize),
+) -> Result<Requests, String> {
+    let mut out = Requests::default();
+    let targets = AssetIndices::version(prefix, setup::ASSETS_VERSION);
+    let texts: Vec<(String, String)> = (0..size)
+        .map(|i| {
+            let e = crate::workload::endpoint(i);
+            let ip = e["ip"].as_str().unwrap_or_default();
+            let port = e["port"].as_u64().unwrap_or_default() as u16;
+            let id = index::user_asset_id(owner, &index::global_asset_id(ip, "tcp", port));
+            let source = json!({"ip": ip, "port": port, "transport": "tcp"}).to_string();
+            (id, source)
+        })
+        .collect();
+    for chunk in texts.chunks(page_size.max(1)) {
+        let docs = chunk
+            .iter()
+            .map(|(id, text)| {
+                Ok(page::Doc {
+                    id: id.into(),
+                    source: page::Source::parse(text)?,
+                })
+            })
+            .collect::<Result<Vec<_>, serde_json::Error>>()
+            .map_err(|e| e.to_string())?;
+        let all: Vec<&page::Doc> = docs.iter().collect();
+        let ops = run.closes(&targets, owner, &all).map_err(|e| e.to_string())?;
+        push(&mut out, &ops, max_ops, max_bytes)?;
+        out.endpoints += chunk.len();
     }
     Ok(out)
 }

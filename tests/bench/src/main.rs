@@ -5,6 +5,7 @@
 
 mod attack;
 mod ceiling;
+mod closing;
 mod cpu;
 mod factory;
 mod imports;
@@ -161,6 +162,10 @@ pub struct Opts {
     /// the TLS handshake rather than in a request head.)
     #[arg(long, conflicts_with = "es_url")]
     pub tls: bool,
+    /// Skip the close run (after each size's publication: a scoped execution that saw
+    /// nothing closes every published endpoint).
+    #[arg(long)]
+    pub no_close_run: bool,
     /// Skip the publication phase and the publication ceiling (e.g. to measure uploads at
     /// 1 M endpoints when draining the backlog would take too long on this machine).
     #[arg(long)]

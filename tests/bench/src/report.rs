@@ -274,6 +274,34 @@ Final uploads by stage (server side, `ScanWriteStageCompleted` with `class=final
 
 /// Where the machine's CPU went in each phase: the ceiling has the emulator alone on the
 /// cores that publication shares with scanstore and PostgreSQL.
+/// The close runs: a scoped execution that saw nothing closes every published endpoint.
+fn close_section(o: &mut String, r: &Results) {
+    if r.sizes.iter().all(|s| s.close.is_none()) {
+        return;
+    }
+    let _ = writeln!(o, "\n## Close run\n\nAfter the first publication, a succeeded execution of a task scoped to every published address and port that saw none of them closes them all (two merges each), from its first claim to its completion, against the same merges sent as raw `_bulk` into indices holding the same documents (before and after it).\n\n| endpoints | closed | seconds | endpoints/s | ceiling endpoints/s | ratio |\n|---:|---:|---:|---:|---:|---:|");
+    for s in &r.sizes {
+        match &s.close {
+            Some(Ok(c)) => {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {:.2} | {:.0} | {:.0} | {:.2} |",
+                    s.size,
+                    c.closed,
+                    c.seconds,
+                    c.endpoints_per_s(),
+                    c.ceiling.endpoints_per_s(),
+                    c.ratio()
+                );
+            }
+            Some(Err(e)) => {
+                let _ = writeln!(o, "| {} | failed: {e} | | | | |", s.size);
+            }
+            None => {}
+        }
+    }
+}
+
 fn cpu_section(o: &mut String, r: &Results, cpus: usize) {
     let _ = writeln!(o, "\n## CPU per phase (first round)\n");
     let _ = writeln!(o, "CPU seconds of each local process over the phase's wall time, read from `/proc` every 50 ms and interpolated at the phase's start and end (the kernel counts in 10 ms ticks; a phase of a few tenths of a second is good to a few hundredths of a second per process); a ceiling phase is the mean of its runs; busy = all CPU over wall × {cpus} CPUs. \"—\": not on this machine (a real cluster, a remote database).\n");
@@ -472,6 +500,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
         }
     }
 
+    close_section(&mut o, r);
     cpu_section(&mut o, r, m.cpus);
 
     let _ = writeln!(o, "\n## Upload latency per class (client side)\n");
@@ -735,6 +764,8 @@ pub fn summary(r: &Results) -> Value {
             })).collect::<Vec<_>>(),
             "peer_endpoints_per_s": s.peer.as_ref().ok().map(|p| p.endpoints_per_s()),
             "published": s.publication().map_or(0, |p| p.published),
+            "close_endpoints_per_s": s.close.as_ref().and_then(|c| c.as_ref().ok()).map(|c| c.endpoints_per_s()),
+            "close_ceiling_endpoints_per_s": s.close.as_ref().and_then(|c| c.as_ref().ok()).map(|c| c.ceiling.endpoints_per_s()),
             "latency": lat(&s.upload.latencies),
             "peak_rss_kib": s.rss_upload_kib.max(s.rss_publish_kib),
             "upload_max_hold_ms": s.upload_logs.max_hold_outside_migrate(),

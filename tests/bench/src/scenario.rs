@@ -14,6 +14,7 @@ use postgres::Client;
 use uuid::Uuid;
 
 use crate::ceiling::{self, Sent};
+use crate::closing::{self, CloseResult};
 use crate::cpu::{self, Role, Sampler, Usage};
 use crate::logs::{self, LogStats};
 use crate::peer::{self, PeerResult};
@@ -66,6 +67,8 @@ pub struct SizeResult {
     pub rss_upload_kib: Option<u64>,
     pub rss_publish_kib: Option<u64>,
     pub cpu: PhaseCpu,
+    /// The close run over the first round's published endpoints; none when skipped.
+    pub close: Option<Result<CloseResult, String>>,
 }
 
 /// CPU of the first round's phases.
@@ -392,6 +395,7 @@ pub fn size_run(
         sampler,
     };
     let mut publications: Vec<PublicationRun> = Vec::new();
+    let mut close = None;
     let (mut publish_logs, mut rss_publish_kib) = (LogStats::default(), None);
     if !opts.no_publication {
         cfg.workers = opts.workers;
@@ -405,6 +409,19 @@ pub fn size_run(
             1
         };
         publications.push(run);
+        if !opts.no_close_run {
+            let x = closing::Ctx {
+                opts,
+                db: &db,
+                es_url: &es_url,
+                prefix: &prefix,
+                cp: &cp,
+                owner,
+                dir,
+            };
+            let label = format!("{name}-close");
+            close = Some(closing::run(&x, &mut c, &cfg, size, &publish_reqs, &label));
+        }
         for n in 2..=repeats {
             // Each repeat meets the store as the first run did, and as every ceiling run
             // does (into indices of its own): published into the earlier runs' documents
@@ -465,6 +482,7 @@ pub fn size_run(
         rss_upload_kib,
         rss_publish_kib,
         cpu,
+        close,
     })
 }
 
