@@ -125,6 +125,20 @@ fn page_docs(job: &Job) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A page's documents as a publication page reads them, from (id, source as JSON text).
+fn docs_of(chunk: &[(String, String)]) -> Result<Vec<page::Doc<'_>>, String> {
+    chunk
+        .iter()
+        .map(|(id, text)| {
+            Ok(page::Doc {
+                id: id.into(),
+                source: page::Source::parse(text)?,
+            })
+        })
+        .collect::<Result<Vec<_>, serde_json::Error>>()
+        .map_err(|e| e.to_string())
+}
+
 /// Publication's writes: per page of `page_size` endpoints, the two merge updates each.
 pub fn publication_requests(
     prefix: &str,
@@ -138,16 +152,7 @@ pub fn publication_requests(
     let targets = AssetIndices::version(prefix, setup::ASSETS_VERSION);
     for job in jobs {
         for chunk in page_docs(job).chunks(page_size.max(1)) {
-            let docs = chunk
-                .iter()
-                .map(|(id, text)| {
-                    Ok(page::Doc {
-                        id: id.into(),
-                        source: page::Source::parse(text)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, serde_json::Error>>()
-                .map_err(|e| e.to_string())?;
+            let docs = docs_of(chunk)?;
             let ops = page::execution_operations(&targets, owner, &docs, &Tags::default(), &[]);
             push(&mut out, &ops, max_ops, max_bytes)?;
             out.endpoints += chunk.len();
@@ -179,18 +184,11 @@ pub fn close_requests(
         })
         .collect();
     for chunk in texts.chunks(page_size.max(1)) {
-        let docs = chunk
-            .iter()
-            .map(|(id, text)| {
-                Ok(page::Doc {
-                    id: id.into(),
-                    source: page::Source::parse(text)?,
-                })
-            })
-            .collect::<Result<Vec<_>, serde_json::Error>>()
-            .map_err(|e| e.to_string())?;
+        let docs = docs_of(chunk)?;
         let all: Vec<&page::Doc> = docs.iter().collect();
-        let ops = run.closes(&targets, owner, &all).map_err(|e| e.to_string())?;
+        let ops = run
+            .closes(&targets, owner, &all)
+            .map_err(|e| e.to_string())?;
         push(&mut out, &ops, max_ops, max_bytes)?;
         out.endpoints += chunk.len();
     }

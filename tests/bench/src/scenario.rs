@@ -420,7 +420,17 @@ pub fn size_run(
                 dir,
             };
             let label = format!("{name}-close");
-            close = Some(closing::run(&x, &mut c, &cfg, size, &publish_reqs, &label));
+            let drop_live = || {
+                let _ = drop_indices(&es_url, &prefix);
+            };
+            close = Some(closing::run(
+                &x,
+                &mut c,
+                &cfg,
+                size,
+                &publish_reqs,
+                (&label, drop_live),
+            ));
         }
         for n in 2..=repeats {
             // Each repeat meets the store as the first run did, and as every ceiling run

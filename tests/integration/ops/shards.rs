@@ -51,15 +51,7 @@ fn upload_and_publish(s: &Stack) {
         assert_eq!(r.status, 200, "{}", r.body);
     }
     wait_for("publication", Duration::from_secs(60), || {
-        let pending: i64 = s
-            .sql()
-            .query_one(
-                "SELECT count(*) FROM scan_projection_outbox WHERE processed_at IS NULL",
-                &[],
-            )
-            .unwrap()
-            .get(0);
-        pending == 0
+        crate::support::publish::outbox_drained(s)
     });
 }
 
