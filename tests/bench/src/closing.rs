@@ -5,7 +5,6 @@
 //! published documents (untimed) while scanstore's are dropped: holding both copies of a
 //! 1 M run at once is more than the emulator's memory on the benchmark machine.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -16,8 +15,9 @@ use scanstore::ports::PortScope;
 use scanstore::projection::close::CloseRun;
 
 use crate::ceiling::{self, Requests, Sent};
-use crate::stack::{self, Database, ServeCfg};
-use crate::{logs, Opts};
+use crate::logs;
+use crate::scenario::PublishCtx;
+use crate::stack::{self, ServeCfg};
 
 /// The close run's targets: the addresses of every size run (10.0.0.0 up, three ports
 /// each), and not the warm-up executions' (from 10.203.x.x, see `scenario::WARM_UP_FIRST`).
@@ -40,18 +40,6 @@ impl CloseResult {
     pub fn ratio(&self) -> f64 {
         self.endpoints_per_s() / self.ceiling.endpoints_per_s().max(1e-9)
     }
-}
-
-/// What the run needs of its size run.
-pub struct Ctx<'a> {
-    pub opts: &'a Opts,
-    pub db: &'a Database,
-    pub es_url: &'a str,
-    pub prefix: &'a str,
-    /// The ceiling's index prefix.
-    pub cp: &'a str,
-    pub owner: Uuid,
-    pub dir: &'a Path,
 }
 
 // The closing execution: a succeeded one of a new task of the owner, scoped to TARGET ×
@@ -83,7 +71,7 @@ const PROGRESS: &str = "
 /// Runs the close, then `drop_live` (scanstore's indices go, so that the ceiling meets
 /// the store as the close met it), then the ceiling.
 pub fn run(
-    x: &Ctx,
+    x: &PublishCtx,
     c: &mut Client,
     cfg: &ServeCfg,
     size: usize,

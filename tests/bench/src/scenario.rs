@@ -410,21 +410,12 @@ pub fn size_run(
         };
         publications.push(run);
         if !opts.no_close_run {
-            let x = closing::Ctx {
-                opts,
-                db: &db,
-                es_url: &es_url,
-                prefix: &prefix,
-                cp: &cp,
-                owner,
-                dir,
-            };
             let label = format!("{name}-close");
             let drop_live = || {
                 let _ = drop_indices(&es_url, &prefix);
             };
             close = Some(closing::run(
-                &x,
+                &ctx,
                 &mut c,
                 &cfg,
                 size,
@@ -523,18 +514,18 @@ const RELEASE_BACKLOG: &str = "
      WHERE kind = 'execution' AND processed_at IS NULL AND owner_id = $1
        AND available_at = 'infinity'";
 
-/// What a publication run needs of its size run.
-struct PublishCtx<'a> {
-    opts: &'a Opts,
-    db: &'a Database,
-    es_url: &'a str,
-    prefix: &'a str,
+/// What a publication run (and the close run after it) needs of its size run.
+pub struct PublishCtx<'a> {
+    pub opts: &'a Opts,
+    pub db: &'a Database,
+    pub es_url: &'a str,
+    pub prefix: &'a str,
     /// The ceiling's index prefix.
-    cp: &'a str,
+    pub cp: &'a str,
     /// The bench's owner: its executions' rows are the backlog.
-    owner: Uuid,
-    dir: &'a Path,
-    sampler: &'a Sampler,
+    pub owner: Uuid,
+    pub dir: &'a Path,
+    pub sampler: &'a Sampler,
 }
 
 /// The publication ceiling, a publishing scanstore draining the backlog, and the ceiling
