@@ -192,6 +192,10 @@ CREATE TABLE executions (
     failure_reason   text CHECK (octet_length(failure_reason) <= 1024),
     -- Created without a scanner: a lapsed lease returns it to the whole owner's scanners.
     any_scanner      boolean NOT NULL DEFAULT false,
+    -- Added by migrate_retention.sql on upgrade; declared last.
+    -- When retention removed the execution's upload records (receipts, upload streams, DNS
+    -- answers, analysis and outbox rows); the row and its results stay. NULL while kept.
+    pruned_at        timestamptz,
     -- Why: only a queued execution may wait for a scanner; once claimed it has one.
     CONSTRAINT executions_scanner_when_claimed CHECK (scanner_id IS NOT NULL OR status = 'queued')
 );
@@ -209,6 +213,10 @@ CREATE INDEX executions_lease_idx ON executions (lease_expires_at) WHERE status 
 CREATE INDEX executions_scanner_idx ON executions (scanner_id, created_at);
 -- Why: executions of a task (task detail, aggregation, freshness) and the task cascade.
 CREATE INDEX executions_task_idx ON executions (task_id, created_at);
+-- Why: retention reads the oldest finished executions whose records it has not pruned;
+-- partial, so pruned history leaves the index. Also created by migrate_retention.sql.
+CREATE INDEX executions_prune_idx ON executions (finished_at)
+    WHERE finished_at IS NOT NULL AND pruned_at IS NULL;
 
 CREATE TRIGGER executions_touch_updated_at BEFORE UPDATE ON executions
     FOR EACH ROW EXECUTE FUNCTION scanstore_touch_updated_at();
@@ -588,6 +596,25 @@ CREATE TABLE asset_tombstones (
 
 -- Why: every publication page looks up its owner's tombstones.
 CREATE INDEX asset_tombstones_owner_idx ON asset_tombstones (owner_id);
+-- Why: retention writes one tombstone per stale endpoint, so an owner may have many, and
+-- the lookup of "tombstones whose target contains this address" must not read them all.
+-- Also created by migrate_retention.sql.
+CREATE INDEX asset_tombstones_target_idx ON asset_tombstones USING gist (target inet_ops);
+
+-- One row per retention run (`scanstore retention run`, or the daily run in `serve`): the
+-- instances read the latest to know whether a run is due. Also created by
+-- migrate_retention.sql.
+CREATE TABLE retention_runs (
+    id           bigserial PRIMARY KEY,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    finished_at  timestamptz,
+    outcome      text CHECK (outcome IN ('completed', 'failed')),
+    -- What it removed, by kind: {"facts_indices": 1, "assets": 250, ...}.
+    removed      jsonb,
+    -- Why: a run is either under way (neither) or over (both).
+    CONSTRAINT retention_runs_outcome_when_finished
+        CHECK ((finished_at IS NULL) = (outcome IS NULL))
+);
 
 -- Asset publication outbox. States of a row:
 --   waiting    processed_at IS NULL, claim_token IS NULL (or lease expired), available_at
@@ -624,17 +651,23 @@ CREATE TABLE scan_projection_outbox (
     closing_execution_id uuid REFERENCES executions (id) ON DELETE CASCADE,
     -- kind 'delete': the tombstone whose asset documents to delete.
     tombstone_id        bigint REFERENCES asset_tombstones (id) ON DELETE CASCADE,
+    -- Added by migrate_retention.sql on upgrade; declared last.
+    -- kind 'expire': the owner's assets last seen before this time are deleted, each with
+    -- a tombstone (retention.asset_days).
+    expire_before       timestamptz,
     -- Why: each kind of row carries exactly its own reference (an execution to publish,
-    -- the targets of a tag change, the execution that closes, the tombstone to apply),
-    -- which also lets the execution_id index be plain unique.
+    -- the targets of a tag change, the execution that closes, the tombstone to apply, the
+    -- age limit), which also lets the execution_id index be plain unique.
     CONSTRAINT scan_projection_outbox_kind_check
-        CHECK (kind IN ('execution', 'tags', 'close', 'delete')),
+        CHECK (kind IN ('execution', 'tags', 'close', 'delete', 'expire')),
     CONSTRAINT scan_projection_outbox_kind_shape CHECK (
-        num_nonnulls(execution_id, tag_scope, closing_execution_id, tombstone_id) = 1
+        num_nonnulls(execution_id, tag_scope, closing_execution_id, tombstone_id,
+                     expire_before) = 1
         AND CASE kind WHEN 'execution' THEN execution_id IS NOT NULL
                       WHEN 'tags' THEN tag_scope IS NOT NULL
                       WHEN 'close' THEN closing_execution_id IS NOT NULL
-                      WHEN 'delete' THEN tombstone_id IS NOT NULL END),
+                      WHEN 'delete' THEN tombstone_id IS NOT NULL
+                      WHEN 'expire' THEN expire_before IS NOT NULL END),
     -- Why: a phase outside these two would be claimable but never finishable.
     CONSTRAINT scan_projection_outbox_phase_check CHECK (phase IN ('publishing', 'refreshing')),
     CONSTRAINT scan_projection_outbox_processed_endpoints_check CHECK (processed_endpoints >= 0),
@@ -654,6 +687,16 @@ CREATE UNIQUE INDEX scan_projection_outbox_execution_key ON scan_projection_outb
 CREATE UNIQUE INDEX scan_projection_outbox_closing_key ON scan_projection_outbox (closing_execution_id);
 -- Why unique: one deletion run per tombstone; also serves the cascade from tombstones.
 CREATE UNIQUE INDEX scan_projection_outbox_tombstone_key ON scan_projection_outbox (tombstone_id);
+-- Why unique: one waiting age-limit run per owner; a retention run moves its limit on
+-- (ON CONFLICT … DO UPDATE) instead of queueing another. Also created by
+-- migrate_retention.sql.
+CREATE UNIQUE INDEX scan_projection_outbox_expire_key ON scan_projection_outbox (owner_id)
+    WHERE kind = 'expire' AND processed_at IS NULL;
+-- Why: retention removes processed rows that belong to no execution (tag changes,
+-- deletions, age limits) some days after they were done; an execution's rows go with its
+-- other records. Also created by migrate_retention.sql.
+CREATE INDEX scan_projection_outbox_done_idx ON scan_projection_outbox (processed_at)
+    WHERE kind IN ('tags', 'delete', 'expire') AND processed_at IS NOT NULL;
 -- Why: the claim takes the oldest due unprocessed rows,
 --   WHERE processed_at IS NULL AND available_at <= now()
 --     AND (claim_token IS NULL OR lease_expires_at <= now())
@@ -743,4 +786,5 @@ INSERT INTO schema_marker (name) VALUES
     ('execution_dns_answers'),
     ('execution_lifecycle'),
     ('task_ports'),
-    ('asset_lifecycle');
+    ('asset_lifecycle'),
+    ('retention');

@@ -149,6 +149,7 @@ pub struct Running {
     workers: Workers,
     sampler: Sampler,
     sweeper: Sweeper,
+    retention: Option<crate::retention::Daily>,
 }
 
 impl Running {
@@ -174,6 +175,9 @@ impl Running {
         self.workers.stop();
         self.sampler.stop();
         self.sweeper.stop();
+        if let Some(daily) = self.retention {
+            daily.stop();
+        }
         http
     }
 }
@@ -229,12 +233,14 @@ pub fn start_with(config: Config, routes: Routes) -> Result<Running, StartError>
     let workers = Workers::start(&app)?;
     let sampler = Sampler::start(app.db.clone(), SAMPLE_EVERY);
     let sweeper = Sweeper::start(app.clone())?;
+    let retention = crate::retention::Daily::start(app.clone())?;
     Ok(Running {
         app,
         http,
         workers,
         sampler,
         sweeper,
+        retention,
     })
 }
 

@@ -71,6 +71,8 @@ pub struct RawConfig {
     pub upload: RawUpload,
     #[serde(default)]
     pub scanner: RawScanner,
+    #[serde(default)]
+    pub retention: RawRetention,
 }
 
 #[derive(Debug, Deserialize)]
@@ -304,6 +306,28 @@ impl Default for RawScanner {
     }
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRetention {
+    pub interval_hours: u64,
+    pub facts_months: u64,
+    pub asset_days: u64,
+    pub execution_days: u64,
+    pub batch_size: u64,
+}
+
+impl Default for RawRetention {
+    fn default() -> Self {
+        RawRetention {
+            interval_hours: 24,
+            facts_months: 0,
+            asset_days: 0,
+            execution_days: 0,
+            batch_size: 1000,
+        }
+    }
+}
+
 /// Validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -315,6 +339,7 @@ pub struct Config {
     pub projection: ProjectionConfig,
     pub upload: UploadConfig,
     pub scanner: ScannerConfig,
+    pub retention: RetentionConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -455,6 +480,25 @@ pub struct ScannerConfig {
     pub write_grace: Duration,
 }
 
+/// What ages out, and how often that is looked at. `None` keeps that kind of data forever.
+#[derive(Debug, Clone)]
+pub struct RetentionConfig {
+    /// How often a run is due (the instances share one run through the database).
+    pub interval: Duration,
+    /// Monthly facts indices older than this many whole months are dropped.
+    pub facts_months: Option<u32>,
+    /// An owner's asset not seen for this long is deleted (through a tombstone).
+    pub asset_age: Option<chrono::Duration>,
+    /// A finished execution's upload records (receipts, upload streams, DNS answers,
+    /// analysis and outbox rows) are removed this long after it finished.
+    pub execution_age: Option<chrono::Duration>,
+    /// Rows per short transaction, and documents per page.
+    pub batch_size: usize,
+    /// How often the daily run asks whether a run is due (not a file setting: a minute;
+    /// tests shorten it).
+    pub check_every: Duration,
+}
+
 /// One documented range: `(key, low, high, unit)`. The table is the single source for
 /// validation, the example file's comments and the boundary tests.
 pub const RANGES: &[(&str, u64, u64, &str)] = &[
@@ -501,6 +545,12 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("upload.max_clock_skew_seconds", 0, 86_400, " s"),
     ("scanner.lease_seconds", 5, 86_400, " s"),
     ("scanner.max_attempts", 1, 100, ""),
+    ("retention.interval_hours", 1, 720, " h"),
+    // 0 = keep forever, in these three.
+    ("retention.facts_months", 0, 1200, " months"),
+    ("retention.asset_days", 0, 36_500, " days"),
+    ("retention.execution_days", 0, 36_500, " days"),
+    ("retention.batch_size", 100, 100_000, ""),
 ];
 
 fn checked(key: &str, value: u64) -> Result<u64, ConfigError> {
@@ -601,6 +651,7 @@ impl Config {
             projection: projection(raw.projection, &moved)?,
             upload: upload(raw.upload)?,
             scanner: scanner(raw.scanner, request_timeout_ms)?,
+            retention: retention(raw.retention)?,
             deprecated: moved.deprecated,
         })
     }
@@ -897,6 +948,26 @@ fn scanner(sc: RawScanner, request_timeout_ms: u64) -> Result<ScannerConfig, Con
         write_grace: Duration::from_millis(request_timeout_ms) * crate::upload::BULK_ATTEMPTS
             + crate::upload::BULK_BACKOFF.cap * crate::upload::BULK_ATTEMPTS
             + Duration::from_secs(1),
+    })
+}
+
+/// The `[retention]` section.
+fn retention(r: RawRetention) -> Result<RetentionConfig, ConfigError> {
+    let days = |key: &str, v: u64| -> Result<Option<chrono::Duration>, ConfigError> {
+        Ok(Some(checked(key, v)?)
+            .filter(|d| *d > 0)
+            .map(|d| chrono::Duration::days(d as i64)))
+    };
+    Ok(RetentionConfig {
+        interval: Duration::from_secs(
+            checked("retention.interval_hours", r.interval_hours)? * 3600,
+        ),
+        facts_months: Some(checked("retention.facts_months", r.facts_months)? as u32)
+            .filter(|m| *m > 0),
+        asset_age: days("retention.asset_days", r.asset_days)?,
+        execution_age: days("retention.execution_days", r.execution_days)?,
+        batch_size: to_usize(checked("retention.batch_size", r.batch_size)?),
+        check_every: Duration::from_secs(60),
     })
 }
 

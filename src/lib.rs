@@ -30,6 +30,7 @@ pub mod ports;
 pub mod projection;
 pub mod read;
 pub mod rebuild;
+pub mod retention;
 pub mod tags;
 pub mod task;
 pub mod telemetry;

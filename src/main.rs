@@ -58,6 +58,23 @@ enum Command {
         #[command(subcommand)]
         action: Option<RebuildAction>,
     },
+    /// Remove what the `[retention]` settings age out.
+    Retention {
+        #[command(subcommand)]
+        action: RetentionAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum RetentionAction {
+    /// Run retention once now (skipped, exit 0, while another instance runs it).
+    Run {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Show what a run would remove, and remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -121,6 +138,9 @@ fn main() -> ExitCode {
         }
         Command::Serve { config } => serve(&config),
         Command::Migrate { config } => migrate(&config),
+        Command::Retention {
+            action: RetentionAction::Run { config, dry_run },
+        } => retention_run(&config, dry_run),
         Command::CheckConfig { file } => Config::load(&file)
             .map(|c| {
                 for (old, new) in &c.deprecated {
@@ -183,6 +203,34 @@ fn rebuild_assets(
         let code = if e.is_mismatch() { EXIT_MISMATCH } else { 1 };
         (e.to_string(), code)
     })
+}
+
+fn retention_run(path: &std::path::Path, dry_run: bool) -> Result<(), String> {
+    use scanstore::retention::{self, Outcome};
+    let config = Config::load(path).map_err(|e| e.to_string())?;
+    let app = scanstore::app::App::new(config).map_err(|e| e.to_string())?;
+    if !retention::configured(&app) {
+        println!("nothing ages out: set facts_months, asset_days or execution_days in [retention]");
+        return Ok(());
+    }
+    let report = if dry_run {
+        retention::plan(&app)
+    } else {
+        match retention::run(&app, &AtomicBool::new(false)) {
+            Ok(Outcome::Ran(report)) => Ok(report),
+            Ok(Outcome::Busy) => {
+                println!("busy: another instance is running retention");
+                return Ok(());
+            }
+            Err(e) => Err(e),
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    println!("dry_run={dry_run}");
+    for line in report.lines() {
+        println!("{line}");
+    }
+    Ok(())
 }
 
 /// Readiness and stopping notices to systemd; a failure is logged, never fatal.

@@ -12,9 +12,11 @@ pub mod session;
 pub mod tls;
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use r2d2_postgres::PostgresConnectionManager;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::config::DatabaseConfig;
 use crate::telemetry::context;
@@ -61,6 +63,8 @@ pub enum Stage {
     Migrate,
     /// `scanstore rebuild-assets`: reading what to re-publish and whether publication settled.
     Rebuild,
+    /// Retention: what is due, and removing it in bounded batches.
+    Retention,
 }
 
 impl Stage {
@@ -82,6 +86,7 @@ impl Stage {
             Stage::Sample => "sample",
             Stage::Migrate => "migrate",
             Stage::Rebuild => "rebuild",
+            Stage::Retention => "retention",
         }
     }
 }
@@ -91,6 +96,8 @@ impl Stage {
 pub struct Db {
     pool: r2d2::Pool<Manager>,
     timeout: Duration,
+    /// How to open a connection outside the pool ([`Db::dedicated`]).
+    direct: Arc<(postgres::Config, MakeRustlsConnect)>,
 }
 
 impl Db {
@@ -102,6 +109,7 @@ impl Db {
     pub fn new(cfg: &DatabaseConfig) -> Result<Db, DbError> {
         let url = DbUrl::parse(&cfg.url, cfg.ca_file.as_deref()).map_err(DbError::Config)?;
         let tls = url.connector().map_err(DbError::Config)?;
+        let direct = Arc::new((url.config.clone(), tls.clone()));
         let manager = Manager(PostgresConnectionManager::new(url.config, tls));
         let pool = r2d2::Pool::builder()
             .max_size(cfg.pool_size)
@@ -110,7 +118,16 @@ impl Db {
         Ok(Db {
             pool,
             timeout: cfg.pool_timeout,
+            direct,
         })
+    }
+
+    /// A connection of its own, outside the pool, for a session-level advisory lock that a
+    /// long run holds across its Elasticsearch I/O: a pooled one would be kept from
+    /// requests and publishers all that time. Closed when dropped (which releases the lock).
+    pub fn dedicated(&self) -> Result<postgres::Client, DbError> {
+        let (config, tls) = &*self.direct;
+        Ok(config.connect(tls.clone())?)
     }
 
     /// Checks a connection out for `stage`, waiting at most the pool timeout.

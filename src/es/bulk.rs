@@ -15,6 +15,9 @@ pub enum OpKind {
     Index,
     Update,
     Delete,
+    /// A delete conditional on the document's `_seq_no` and `_primary_term`: one changed
+    /// since it was read is kept (answered 409, which is no failure).
+    DeleteIfUnchanged,
 }
 
 impl OpKind {
@@ -22,7 +25,7 @@ impl OpKind {
         match self {
             OpKind::Index => "index",
             OpKind::Update => "update",
-            OpKind::Delete => "delete",
+            OpKind::Delete | OpKind::DeleteIfUnchanged => "delete",
         }
     }
 }
@@ -125,6 +128,21 @@ impl BulkOp {
         ActionLine::new(OpKind::Delete, index, None).write(&mut ndjson, id);
         BulkOp {
             kind: OpKind::Delete,
+            index: Arc::from(index),
+            id: id.to_string(),
+            ndjson,
+        }
+    }
+
+    /// Removes a document unless it changed since it was read at (`seq_no`, `primary_term`).
+    pub fn delete_if_unchanged(index: &str, id: &str, seq_no: i64, primary_term: i64) -> BulkOp {
+        let action = serde_json::json!({ "delete": {
+            "_id": id, "_index": index, "if_seq_no": seq_no, "if_primary_term": primary_term
+        } });
+        let mut ndjson = action.to_string().into_bytes();
+        ndjson.push(b'\n');
+        BulkOp {
+            kind: OpKind::DeleteIfUnchanged,
             index: Arc::from(index),
             id: id.to_string(),
             ndjson,

@@ -48,7 +48,7 @@ impl<'a> BulkItem<'a> {
         match (kind, self) {
             (OpKind::Index, BulkItem::Index(r))
             | (OpKind::Update, BulkItem::Update(r))
-            | (OpKind::Delete, BulkItem::Delete(r)) => Some(r),
+            | (OpKind::Delete | OpKind::DeleteIfUnchanged, BulkItem::Delete(r)) => Some(r),
             _ => None,
         }
     }
@@ -128,10 +128,16 @@ pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
             OpKind::Update => status == 200 || status == 201,
             // Gone already, or its index never existed: the document is not there.
             OpKind::Delete => status == 200 || status == 404,
+            // Or changed since it was read, and so kept: what the condition asked for.
+            OpKind::DeleteIfUnchanged => matches!(status, 200 | 404 | 409),
         };
-        // A delete of a document in a missing index is answered 404 with an error; what it
-        // says is what the delete wanted.
-        let gone = op.kind == OpKind::Delete && status == 404;
+        // A delete of a document in a missing index is answered 404 with an error, and a
+        // conditional one of a changed document 409; either says what the delete wanted.
+        let gone = match op.kind {
+            OpKind::Delete => status == 404,
+            OpKind::DeleteIfUnchanged => status == 404 || status == 409,
+            _ => false,
+        };
         match (&result.error, ok) {
             (error, true) if gone => excused += usize::from(error.is_some()),
             (None, true) => {
@@ -245,6 +251,27 @@ mod tests {
             verify(&ops, &body(response(403, refused))),
             Err(EsError::ItemsFailed { status: 403, .. })
         ));
+    }
+
+    #[test]
+    fn a_conditional_delete_of_a_changed_document_keeps_it_and_a_plain_one_fails() {
+        let conflict = json!({"type": "version_conflict_engine_exception", "reason": "changed"});
+        let response = json!({"took": 1, "errors": true, "items": [
+            {"delete": {"_index": "i1", "_id": "a", "status": 409, "error": conflict}}
+        ]});
+        let body = serde_json::to_vec(&response).unwrap();
+        let kept = verify(&[BulkOp::delete_if_unchanged("i1", "a", 7, 1)], &body).unwrap();
+        assert_eq!(kept.items, 1);
+        assert!(matches!(
+            verify(&[BulkOp::delete("i1", "a")], &body),
+            Err(EsError::ItemsFailed { status: 409, .. })
+        ));
+        let line = BulkOp::delete_if_unchanged("i1", "a", 7, 1).ndjson;
+        let action: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(
+            action,
+            json!({"delete": {"_id": "a", "_index": "i1", "if_seq_no": 7, "if_primary_term": 1}})
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use postgres::types::Json;
 use crate::tags::TagScope;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::ProjectionError;
@@ -41,6 +42,8 @@ pub enum Work {
     Close(Uuid),
     /// Delete the owner's documents this tombstone covers.
     Delete(i64),
+    /// Delete the owner's documents last seen before this time, each with a tombstone.
+    Expire(DateTime<Utc>),
 }
 
 impl std::fmt::Display for Work {
@@ -50,11 +53,12 @@ impl std::fmt::Display for Work {
             Work::Tags(scope) => write!(f, "tags:{scope}"),
             Work::Close(id) => write!(f, "close:{id}"),
             Work::Delete(id) => write!(f, "delete:{id}"),
+            Work::Expire(before) => write!(f, "expire:{}", before.to_rfc3339()),
         }
     }
 }
 
-// Takes the oldest due row — a tags, close or delete row (a close row is made only for a
+// Takes the oldest due row — a tags, close, delete or expire row (a close row is made only for a
 // succeeded execution), or an execution row whose execution has succeeded — whose lease
 // is free or expired. All kinds share one order, so they take turns. SKIP LOCKED: concurrent claimers take
 // different rows instead of queueing on one. The partial index
@@ -77,7 +81,7 @@ const OUTBOX_CLAIM: &str = "
      WHERE o.id = next.id
     RETURNING o.id, o.execution_id, o.owner_id, o.cursor, o.phase = 'refreshing',
               o.processed_endpoints, o.attempts, o.tag_scope, o.closing_execution_id,
-              o.tombstone_id";
+              o.tombstone_id, o.expire_before";
 
 const OUTBOX_RENEW_LEASE: &str = "
     UPDATE scan_projection_outbox SET lease_expires_at = now() + make_interval(secs => $3)
@@ -143,11 +147,13 @@ pub fn claim(db: &Db, lease: Duration) -> Result<Option<OutboxClaim>, Projection
         r.get::<_, Option<Uuid>>(1),
         r.get::<_, Option<Uuid>>(8),
         r.get::<_, Option<i64>>(9),
+        r.get::<_, Option<DateTime<Utc>>>(10),
     ) {
-        (Some(e), _, _) => Work::Execution(e),
-        (None, Some(e), _) => Work::Close(e),
-        (None, None, Some(t)) => Work::Delete(t),
-        (None, None, None) => Work::Tags(
+        (Some(e), ..) => Work::Execution(e),
+        (None, Some(e), ..) => Work::Close(e),
+        (None, None, Some(t), _) => Work::Delete(t),
+        (None, None, None, Some(before)) => Work::Expire(before),
+        (None, None, None, None) => Work::Tags(
             r.try_get::<_, Json<TagScope>>(7)
                 .map_err(crate::db::DbError::from)?
                 .0,

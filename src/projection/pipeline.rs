@@ -27,6 +27,7 @@ use super::heartbeat::Heartbeat;
 use super::outbox::{self, OutboxClaim};
 use super::worker::OUTBOX_BACKOFF;
 use super::{page, ProjectionError};
+use crate::retention::assets::ExpireRun;
 use crate::tombstones::{self, DeleteRun};
 
 /// A worker's page pipeline: its sender threads and the page it carries between claims.
@@ -83,13 +84,14 @@ struct Tick<'a> {
 }
 
 /// What a row's pages become: merges of an execution's endpoints, the owner's current
-/// tags, closes of what a scoped execution did not see, or deletes of what a tombstone
-/// covers.
+/// tags, closes of what a scoped execution did not see, deletes of what a tombstone
+/// covers, or tombstones and deletes of what was last seen before an age limit.
 pub enum Operations<'a> {
     Execution,
     Tags,
     Close(&'a CloseRun),
     Delete(&'a DeleteRun),
+    Expire(&'a ExpireRun),
 }
 
 /// How a tick's pages ended.
@@ -286,6 +288,16 @@ impl Pipeline {
                 Operations::Delete(run) => {
                     let ids: Vec<_> = page.docs.iter().map(|d| d.id.clone()).collect();
                     (run.operations(tick.targets, &ids), read)
+                }
+                Operations::Expire(run) => {
+                    let ids: Vec<_> = page.docs.iter().map(|d| d.id.clone()).collect();
+                    run.operations(
+                        &self.app.es,
+                        &self.app.db,
+                        tick.targets,
+                        claim.owner_id,
+                        &ids,
+                    )?
                 }
             };
             if tick.heartbeat.is_lost() {

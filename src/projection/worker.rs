@@ -23,6 +23,7 @@ use super::heartbeat::Heartbeat;
 use super::outbox::{self, OutboxClaim, Work};
 use super::pipeline::{Operations, Pages, Pipeline};
 use super::{page, ProjectionError};
+use crate::retention::assets::ExpireRun;
 use crate::tombstones::DeleteRun;
 
 /// Wait between claims when nothing is due and no one rings (see [`super::wake`]).
@@ -108,7 +109,7 @@ impl Worker {
         // rebuild switches them, the next tick writes the new version (the rebuild
         // catches up with whatever a tick that began before the switch wrote to the old).
         let targets = alias::current(&app.es, prefix)?;
-        let (mut close, mut delete) = (None, None);
+        let (mut close, mut delete, mut expire) = (None, None, None);
         let (source, filter) = match &claim.work {
             Work::Execution(id) => (
                 index::execution_endpoints(prefix),
@@ -128,14 +129,19 @@ impl Worker {
                 let filter = delete.as_ref().map(|run| run.filter(claim.owner_id));
                 (targets.user.clone(), filter)
             }
+            Work::Expire(before) => {
+                let run = expire.insert(ExpireRun::new(*before));
+                (targets.user.clone(), Some(run.filter(claim.owner_id)))
+            }
         };
         // A close or delete row whose execution or tombstone has nothing to apply has no
         // pages, and neither has a tag change of a domain.
-        let ops = match (&claim.work, &close, &delete) {
-            (Work::Execution(_), _, _) => Some(Operations::Execution),
-            (Work::Tags(_), _, _) => Some(Operations::Tags),
-            (_, Some(run), _) => Some(Operations::Close(run)),
-            (_, _, Some(run)) => Some(Operations::Delete(run)),
+        let ops = match (&claim.work, &close, &delete, &expire) {
+            (Work::Execution(_), ..) => Some(Operations::Execution),
+            (Work::Tags(_), ..) => Some(Operations::Tags),
+            (_, Some(run), ..) => Some(Operations::Close(run)),
+            (_, _, Some(run), _) => Some(Operations::Delete(run)),
+            (.., Some(run)) => Some(Operations::Expire(run)),
             _ => None,
         };
         let mut pages = 0;

@@ -27,7 +27,8 @@ macro_rules! page_sql {
                 e.dns_record_count, e.created_at, e.started_at, e.finished_at, e.updated_at,
                 e.attempts AS execution_attempts, e.lease_expires_at AS execution_lease_expires_at,
                 e.failure_reason,
-                o.id IS NOT NULL AS has_row, o.processed_at, o.lease_expires_at,
+                o.id IS NOT NULL OR e.pruned_at IS NOT NULL AS has_row,
+                coalesce(o.processed_at, e.pruned_at) AS processed_at, o.lease_expires_at,
                 o.last_error IS NOT NULL AS has_error, o.last_error_class, o.attempts,
                 o.processed_endpoints, o.phase, o.available_at,
                 c.id IS NOT NULL AS has_close, c.processed_at AS close_processed_at,
@@ -45,7 +46,8 @@ macro_rules! page_sql {
 }
 
 // Index executions_task_idx (task_id, created_at); the outbox by its unique execution_id
-// and closing_execution_id indexes.
+// and closing_execution_id indexes. An execution whose records retention pruned (its
+// outbox rows with them) was published: it reads as processed when it was pruned.
 const FIRST_PAGE: &str = page_sql!("");
 const PAGE_AFTER: &str = page_sql!("AND (e.created_at, e.id) > ($3, $4)");
 

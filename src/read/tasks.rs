@@ -62,16 +62,19 @@ const TARGET_COUNTS: &str = "
 // The inputs of status::derive, grouped so a task with many executions yields a handful
 // of rows: one per distinct (execution status, outbox state) combination, with a
 // representative value of each field and the number of executions in the group.
-// Index executions_task_idx; the outbox by its unique execution_id index.
+// Index executions_task_idx; the outbox by its unique execution_id index. An execution
+// whose records retention pruned (its outbox row with them) was published: it counts as
+// processed when it was pruned.
 const PROJECTION_GROUPS: &str = "
-    SELECT e.task_id, t.kind, e.status, o.id IS NOT NULL AS has_row,
-           max(o.processed_at), max(o.lease_expires_at), bool_or(o.last_error IS NOT NULL),
-           count(*), now()
+    SELECT e.task_id, t.kind, e.status, o.id IS NOT NULL OR e.pruned_at IS NOT NULL,
+           max(coalesce(o.processed_at, e.pruned_at)), max(o.lease_expires_at),
+           bool_or(o.last_error IS NOT NULL), count(*), now()
       FROM executions e
       JOIN tasks t ON t.id = e.task_id
       LEFT JOIN scan_projection_outbox o ON o.execution_id = e.id
      WHERE e.task_id = ANY($1)
-     GROUP BY e.task_id, t.kind, e.status, o.id IS NOT NULL, o.processed_at IS NOT NULL,
+     GROUP BY e.task_id, t.kind, e.status, o.id IS NOT NULL OR e.pruned_at IS NOT NULL,
+              coalesce(o.processed_at, e.pruned_at) IS NOT NULL,
               o.lease_expires_at > now(), o.last_error IS NOT NULL";
 
 /// A task's publication summary: the worst status and how many executions have each.

@@ -115,7 +115,8 @@ impl Default for Options {
 struct Ledger {
     executions: HashSet<Uuid>,
     tags: HashSet<i64>,
-    closes: HashSet<i64>,
+    /// Close runs, by the closing execution.
+    closes: HashSet<Uuid>,
 }
 
 /// Publishes into `target` every publishable execution and tag change of the window
@@ -134,7 +135,7 @@ fn catch_up_round(
         .collect();
     let closes: Vec<_> = source::close_runs(&app.db, window)?
         .into_iter()
-        .filter(|r| !ledger.closes.contains(&r.outbox_id))
+        .filter(|r| !ledger.closes.contains(&r.execution_id))
         .collect();
     let tags: Vec<_> = source::tag_changes(&app.db, window)?
         .into_iter()
@@ -152,7 +153,7 @@ fn catch_up_round(
     }
     for row in &closes {
         let n = publish::close_run(app, target, row)?;
-        ledger.closes.insert(row.outbox_id);
+        ledger.closes.insert(row.execution_id);
         progress.item(n);
     }
     for row in &tags {

@@ -38,7 +38,7 @@ pub fn execution(
     row: &ExecutionRow,
 ) -> Result<u64, RebuildError> {
     let source = index::execution_endpoints(&app.config.elasticsearch.index_prefix);
-    let trace_id = format!("rebuild-v{}-outbox-{}", target.version, row.outbox_id);
+    let trace_id = format!("rebuild-v{}-execution-{}", target.version, row.execution_id);
     let filter = page::execution_filter(row.execution_id);
     each_page(
         app,
@@ -70,7 +70,7 @@ pub fn close_run(
         return Ok(0);
     };
     refresh(app, target)?;
-    let trace_id = format!("rebuild-v{}-close-{}", target.version, row.outbox_id);
+    let trace_id = format!("rebuild-v{}-close-{}", target.version, row.execution_id);
     let prefix = &app.config.elasticsearch.index_prefix;
     each_page(
         app,

@@ -1,7 +1,9 @@
 //! What a rebuild reads from PostgreSQL: the executions live publication publishes (one
 //! outbox row of kind `execution` whose execution succeeded — DNS-only executions have
 //! none), the tag changes (outbox rows of kind `tags`), the close runs (kind `close`), and
-//! whether live publication has settled. Each query is one short statement on a fresh connection.
+//! whether live publication has settled. Retention removes the outbox rows of old
+//! executions (`pruned_at`), so the whole history also takes those from `executions`.
+//! Each query is one short statement on a fresh connection.
 
 use postgres::types::Json;
 
@@ -14,7 +16,8 @@ use crate::db::{Db, DbError, Queries, Stage};
 /// One execution to re-publish, or whose close run to replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionRow {
-    pub outbox_id: i64,
+    /// `None` once retention has removed the row (the execution was published long ago).
+    pub outbox_id: Option<i64>,
     pub execution_id: Uuid,
     pub owner_id: Uuid,
 }
@@ -27,24 +30,42 @@ pub struct TagRow {
     pub scope: TagScope,
 }
 
-// In publication order (the outbox id is the order finals committed their rows in). With
-// $1 set, only rows live publication touched at or after $1, or has not finished: what a
-// tick that resolved the aliases before a switch may have written to the old version only.
+// In publication order (the outbox id is the order finals committed their rows in), after
+// the executions retention pruned (published before every row left; the merge's order
+// does not matter anyway). Pruning keeps the execution of a row only once it was
+// processed, so a pruned, succeeded, publishing execution is one publication published.
+// With $1 set, only rows live publication touched at or after $1, or has not finished:
+// what a tick that resolved the aliases before a switch may have written to the old
+// version only (never a pruned one). By executions_prune_idx's table and the outbox keys.
 const PUBLISHABLE_EXECUTIONS: &str = "
     SELECT o.id, o.execution_id, o.owner_id
       FROM scan_projection_outbox o
       JOIN executions e ON e.id = o.execution_id
      WHERE o.kind = 'execution' AND e.status = 'succeeded'
        AND ($1::timestamptz IS NULL OR o.processed_at IS NULL OR o.processed_at >= $1)
-     ORDER BY o.id";
+    UNION ALL
+    SELECT NULL, e.id, t.owner_id
+      FROM executions e
+      JOIN tasks t ON t.id = e.task_id
+     WHERE $1::timestamptz IS NULL AND e.pruned_at IS NOT NULL
+       AND e.status = 'succeeded' AND t.kind <> 'dns'
+     ORDER BY 1 NULLS FIRST, 2";
 
-// In outbox order, as live publication enqueued them (each after its execution's row).
+// In outbox order, as live publication enqueued them (each after its execution's row),
+// after those of pruned executions: a scoped task's succeeded execution got a close row
+// when its publication completed, which pruning waits for.
 const CLOSE_RUNS: &str = "
     SELECT id, closing_execution_id, owner_id
       FROM scan_projection_outbox
      WHERE kind = 'close'
        AND ($1::timestamptz IS NULL OR processed_at IS NULL OR processed_at >= $1)
-     ORDER BY id";
+    UNION ALL
+    SELECT NULL, e.id, t.owner_id
+      FROM executions e
+      JOIN tasks t ON t.id = e.task_id
+     WHERE $1::timestamptz IS NULL AND e.pruned_at IS NOT NULL
+       AND e.status = 'succeeded' AND t.kind <> 'dns' AND t.ports IS NOT NULL
+     ORDER BY 1 NULLS FIRST, 2";
 
 const TAG_CHANGES: &str = "
     SELECT id, owner_id, tag_scope

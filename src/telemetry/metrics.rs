@@ -40,6 +40,12 @@ pub struct TransitionLabels {
     pub cause: String,
 }
 
+/// A retention run's outcome (`completed`, `failed`, `busy`), or what it removed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RetentionLabels {
+    pub what: String,
+}
+
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 pub struct Metrics {
@@ -69,6 +75,9 @@ pub struct Metrics {
     pub http_workers_busy: Gauge,
     pub http_answer_writes: Gauge,
     pub projection_workers_idle: Gauge,
+    pub retention_runs: Family<RetentionLabels, Counter>,
+    pub retention_removed: Family<RetentionLabels, Counter>,
+    pub retention_last_completed: Gauge,
 }
 
 fn seconds() -> Histogram {
@@ -105,6 +114,9 @@ impl Metrics {
             http_workers_busy: Gauge::default(),
             http_answer_writes: Gauge::default(),
             projection_workers_idle: Gauge::default(),
+            retention_runs: Family::default(),
+            retention_removed: Family::default(),
+            retention_last_completed: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -231,6 +243,21 @@ impl Metrics {
             "projection_workers_idle",
             "Publication workers waiting for due work",
             m.projection_workers_idle.clone(),
+        );
+        registry.register(
+            "retention_runs",
+            "Retention runs of this instance by outcome (completed, failed, busy: another ran)",
+            m.retention_runs.clone(),
+        );
+        registry.register(
+            "retention_removed",
+            "What retention runs of this instance removed or queued for removal, by kind",
+            m.retention_removed.clone(),
+        );
+        registry.register(
+            "retention_last_completed_timestamp_seconds",
+            "When this instance last completed a retention run (Unix time; 0 = never)",
+            m.retention_last_completed.clone(),
         );
         Metrics { registry, ..m }
     }

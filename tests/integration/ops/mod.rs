@@ -1,13 +1,14 @@
 //! Operating scanstore: installation under systemd and readiness notification,
 //! upgrade of a previous-release database by starting the new binary, and the verified
-//! rebuild of the asset projection with its atomic alias switch, switch-back and drop, and
-//! the indices' configured shards and replicas.
+//! rebuild of the asset projection with its atomic alias switch, switch-back and drop,
+//! the indices' configured shards and replicas, and retention.
 //! Run with `cargo test --test integration ops:: -- --include-ignored`.
 
 mod install;
 mod notify;
 mod proxy;
 mod rebuild;
+mod retention;
 mod shards;
 mod upgrade;
 

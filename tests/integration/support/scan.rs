@@ -36,7 +36,7 @@ fn rfc3339(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-fn parse(at: &str) -> DateTime<Utc> {
+pub fn parse(at: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(at)
         .map(|t| t.with_timezone(&Utc))
         .unwrap_or_else(|e| panic!("{at}: {e}"))
