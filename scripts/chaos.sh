@@ -53,7 +53,7 @@ fi
 printf '\n%-52s | %-58s | %8s | %12s | %4s | %4s\n' scenario "faults injected" requests "data checked" lost dup
 printf -- '-%.0s' {1..150}; echo
 printf '%-52s | %-58s | %8s | %12s | %4s | %4s\n' \
-  "kill -9 at 11 points (6 upload, 3 publisher, a close run, a deletion)" "$crash_all kills + restarts ($crash_ok equal to fault-free)" \
+  "kill -9 at 12 points (6 upload, 3 publisher, close, deletion, age limit)" "$crash_all kills + restarts ($crash_ok equal to fault-free)" \
   "-" "all rows+docs" "$(outcome "$crash_ok" "$crash_all")" "$(outcome "$crash_ok" "$crash_all")"
 printf '%-52s | %-58s | %8s | %12s | %4s | %4s\n' \
   "kill -9 at heartbeat→lease expiry, abandon→repair" "$lifecycle_all kills + restarts ($lifecycle_ok as expected)" \

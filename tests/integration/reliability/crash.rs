@@ -548,6 +548,43 @@ fn kill_in_the_middle_of_a_deletion() {
     assert_eq!(view(&emu, &cfg.prefix, "global"), global);
 }
 
+/// `kill -9` in the middle of an age-limit run (retention's `asset_days`): it resumes, every
+/// stale document is gone from the owner's view with exactly one tombstone each (a page
+/// replayed after the kill writes none twice), the global view untouched.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_in_the_middle_of_an_age_limit_run() {
+    let Some(emu) = emulator_for_faults("crash-expire") else {
+        return;
+    };
+    let (db, cfg, serve, who) = sixty_published(&emu, "rx");
+    let mut c = db.connect();
+    let global = view(&emu, &cfg.prefix, "global");
+    let before = chrono::Utc::now() - chrono::Duration::days(1);
+    let _serve = kill_mid_run(&emu, &cfg, serve, &mut c, "expire_before", &before, |_| {
+        db.connect()
+            .execute(
+                "INSERT INTO scan_projection_outbox (kind, owner_id, expire_before)
+                 VALUES ('expire', $1, $2)",
+                &[&who.owner.id, &before],
+            )
+            .unwrap();
+    });
+    assert_eq!(view(&emu, &cfg.prefix, "user").len(), 0);
+    assert_eq!(view(&emu, &cfg.prefix, "global"), global);
+    let (tombstones, endpoints): (i64, i64) = {
+        let r = c
+            .query_one(
+                "SELECT count(*), count(DISTINCT (target, port, transport))
+                   FROM asset_tombstones WHERE owner_id = $1",
+                &[&who.owner.id],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((tombstones, endpoints), (60, 60));
+}
+
 /// Queues a tombstone's deletion run, as `scanstore-admin asset delete` does.
 fn queue_deletion(db: &TestDb, owner: uuid::Uuid, tombstone: i64) {
     db.connect()
