@@ -600,6 +600,9 @@ CREATE INDEX asset_tombstones_owner_idx ON asset_tombstones (owner_id);
 -- the lookup of "tombstones whose target contains this address" must not read them all.
 -- Also created by migrate_retention.sql.
 CREATE INDEX asset_tombstones_target_idx ON asset_tombstones USING gist (target inet_ops);
+-- Why: retention retires the oldest tombstones first (retention.tombstone_days). Also
+-- created by migrate_retention.sql.
+CREATE INDEX asset_tombstones_deleted_idx ON asset_tombstones (deleted_at);
 
 -- One row per retention run (`scanstore retention run`, or the daily run in `serve`): the
 -- instances read the latest to know whether a run is due. Also created by

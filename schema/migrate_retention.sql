@@ -4,7 +4,8 @@
 --     results stay. A partial index finds the finished executions not yet pruned.
 --   - a GiST index on asset_tombstones.target: retention writes one tombstone per stale
 --     endpoint, so an owner can have many, and publication's lookup ("tombstones whose
---     target contains this address") must not read them all.
+--     target contains this address") must not read them all; and one on deleted_at, by
+--     which retention finds the oldest to retire.
 --   - retention_runs: one row per run, which tells every instance when the last one ran.
 --   - outbox kind 'expire' (`expire_before`): a publisher deletes the owner's assets last
 --     seen before that time, each with a tombstone; one waiting row per owner.
@@ -36,6 +37,9 @@ BEGIN
     END IF;
     IF to_regclass('asset_tombstones_target_idx') IS NULL THEN
         CREATE INDEX asset_tombstones_target_idx ON asset_tombstones USING gist (target inet_ops);
+    END IF;
+    IF to_regclass('asset_tombstones_deleted_idx') IS NULL THEN
+        CREATE INDEX asset_tombstones_deleted_idx ON asset_tombstones (deleted_at);
     END IF;
     IF to_regclass('retention_runs') IS NULL THEN
         CREATE TABLE retention_runs (

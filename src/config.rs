@@ -313,6 +313,7 @@ pub struct RawRetention {
     pub facts_months: u64,
     pub asset_days: u64,
     pub execution_days: u64,
+    pub tombstone_days: u64,
     pub batch_size: u64,
 }
 
@@ -323,6 +324,7 @@ impl Default for RawRetention {
             facts_months: 0,
             asset_days: 0,
             execution_days: 0,
+            tombstone_days: 0,
             batch_size: 1000,
         }
     }
@@ -492,6 +494,10 @@ pub struct RetentionConfig {
     /// A finished execution's upload records (receipts, upload streams, DNS answers,
     /// analysis and outbox rows) are removed this long after it finished.
     pub execution_age: Option<chrono::Duration>,
+    /// A tombstone is retired this long after its deletion: the observations it covers
+    /// are marked in the execution projection, which keeps them out of the owner's view
+    /// from then on, and the row goes.
+    pub tombstone_age: Option<chrono::Duration>,
     /// Rows per short transaction, and documents per page.
     pub batch_size: usize,
     /// How often the daily run asks whether a run is due (not a file setting: a minute;
@@ -550,6 +556,7 @@ pub const RANGES: &[(&str, u64, u64, &str)] = &[
     ("retention.facts_months", 0, 1200, " months"),
     ("retention.asset_days", 0, 36_500, " days"),
     ("retention.execution_days", 0, 36_500, " days"),
+    ("retention.tombstone_days", 0, 36_500, " days"),
     ("retention.batch_size", 100, 100_000, ""),
 ];
 
@@ -644,6 +651,7 @@ impl Config {
         let access = es_access(&raw.elasticsearch, env)?;
         let moved = moved_keys(&raw.projection, &raw.elasticsearch)?;
         let request_timeout_ms = raw.elasticsearch.request_timeout_ms;
+        let max_observation_age_days = raw.upload.max_observation_age_days;
         Ok(Config {
             server: server(raw.server, tls)?,
             database: database(raw.database, db_target)?,
@@ -651,7 +659,7 @@ impl Config {
             projection: projection(raw.projection, &moved)?,
             upload: upload(raw.upload)?,
             scanner: scanner(raw.scanner, request_timeout_ms)?,
-            retention: retention(raw.retention)?,
+            retention: retention(raw.retention, max_observation_age_days)?,
             deprecated: moved.deprecated,
         })
     }
@@ -951,8 +959,24 @@ fn scanner(sc: RawScanner, request_timeout_ms: u64) -> Result<ScannerConfig, Con
     })
 }
 
-/// The `[retention]` section.
-fn retention(r: RawRetention) -> Result<RetentionConfig, ConfigError> {
+/// The `[retention]` section. A tombstone outlives the oldest observation an upload may
+/// still carry (`upload.max_observation_age_days`): once retired, only the marks it left
+/// on what was already uploaded keep the deletion.
+fn retention(
+    r: RawRetention,
+    max_observation_age_days: u64,
+) -> Result<RetentionConfig, ConfigError> {
+    let tombstone_days = checked("retention.tombstone_days", r.tombstone_days)?;
+    if tombstone_days != 0 && tombstone_days <= max_observation_age_days {
+        return Err(refuse(
+            "retention.tombstone_days",
+            tombstone_days,
+            format!(
+                "0 (keep) or more than upload.max_observation_age_days ({max_observation_age_days}): \
+                 an upload may still carry an observation that old"
+            ),
+        ));
+    }
     let days = |key: &str, v: u64| -> Result<Option<chrono::Duration>, ConfigError> {
         Ok(Some(checked(key, v)?)
             .filter(|d| *d > 0)
@@ -966,6 +990,7 @@ fn retention(r: RawRetention) -> Result<RetentionConfig, ConfigError> {
             .filter(|m| *m > 0),
         asset_age: days("retention.asset_days", r.asset_days)?,
         execution_age: days("retention.execution_days", r.execution_days)?,
+        tombstone_age: days("retention.tombstone_days", tombstone_days)?,
         batch_size: to_usize(checked("retention.batch_size", r.batch_size)?),
         check_every: Duration::from_secs(60),
     })
@@ -1280,6 +1305,22 @@ mod tests {
             refresh(3_600_001).unwrap_err().allowed,
             "0..=3600000 ms".to_string()
         );
+    }
+
+    #[test]
+    fn a_tombstone_outlives_the_oldest_observation_an_upload_may_carry() {
+        let msg = parse("[retention]\ntombstone_days = 31\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("upload.max_observation_age_days (31)"),
+            "{msg}"
+        );
+        assert!(parse("[retention]\ntombstone_days = 32\n").is_ok());
+        assert!(parse("[retention]\ntombstone_days = 0\n").is_ok());
+        let longer =
+            "[upload]\nmax_observation_age_days = 400\n[retention]\ntombstone_days = 365\n";
+        assert!(parse(longer).is_err());
     }
 
     #[test]

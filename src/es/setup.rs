@@ -102,6 +102,9 @@ pub fn execution_endpoints_mapping() -> Value {
     strict_mapping(&[
         ("task_id", typed("keyword")),
         ("observed_at", typed("date")),
+        // Set when retention retires the owner's tombstone that covers this observation:
+        // from then on the mark keeps it out of the owner's view (see `tombstones`).
+        ("erased", typed("boolean")),
     ])
 }
 
@@ -264,7 +267,7 @@ mod tests {
                 .as_object()
                 .unwrap()
                 .len(),
-            20
+            21
         );
         let a = assets_mapping();
         assert_eq!(a["properties"].as_object().unwrap().len(), 25);

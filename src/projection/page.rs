@@ -55,9 +55,24 @@ const PORT: usize = 1;
 const TRANSPORT: usize = 2;
 const OBSERVED_AT: usize = FIELDS.len() - 2;
 
-/// A document's [`FIELDS`] by position; absent and `null` fields are `None`.
+/// What a page reads: [`FIELDS`], then `erased` (an execution-projection document whose
+/// observation an owner's deletion covers, marked when retention retired the tombstone;
+/// not an observation field, so never merged).
+const READ: [&str; FIELDS.len() + 1] = {
+    let mut read = [""; FIELDS.len() + 1];
+    let mut i = 0;
+    while i < FIELDS.len() {
+        read[i] = FIELDS[i];
+        i += 1;
+    }
+    read[FIELDS.len()] = "erased";
+    read
+};
+const ERASED: usize = FIELDS.len();
+
+/// A document's [`READ`] fields by position; absent and `null` fields are `None`.
 #[derive(Default)]
-pub struct Source<'a>([Option<&'a RawValue>; FIELDS.len()]);
+pub struct Source<'a>([Option<&'a RawValue>; READ.len()]);
 
 impl<'a> Source<'a> {
     /// Reads the JSON object `text` (fields other than [`FIELDS`] are skipped).
@@ -71,6 +86,11 @@ impl<'a> Source<'a> {
             .map(Cow::Borrowed)
             .or_else(|_| serde_json::from_str::<String>(raw).map(Cow::Owned))
             .ok()
+    }
+
+    /// Whether an owner's deletion covers this observation: it reaches the global view only.
+    fn erased(&self) -> bool {
+        self.0[ERASED].is_some_and(|raw| raw.get() == "true")
     }
 
     /// (ip, transport, port): the endpoint's identity, which names its asset documents.
@@ -110,7 +130,7 @@ impl<'de: 'a, 'a> Visitor<'de> for SourceVisitor<'a> {
     fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Source<'a>, M::Error> {
         let mut source = Source::default();
         while let Some(Key(key)) = map.next_key()? {
-            match FIELDS.iter().position(|f| *f == key) {
+            match READ.iter().position(|f| *f == key) {
                 Some(i) => {
                     let raw: &'de RawValue = map.next_value()?;
                     source.0[i] = (raw.get() != "null").then_some(raw);
@@ -170,7 +190,7 @@ pub fn read(
         "query": { "bool": { "filter": filter } },
         "sort": [ {"ip": "asc"}, {"port": "asc"}, {"transport": "asc"} ],
         "track_total_hits": false,
-        "_source": FIELDS,
+        "_source": READ,
     });
     if let Some(c) = cursor {
         let after: Value = serde_json::from_str(c)
@@ -279,7 +299,8 @@ fn merge_params(out: &mut Vec<u8>, obs: &[u8], owner: Option<&[u8]>) {
 /// Merge updates into physical asset indices (`targets`: where the aliases point, or a
 /// rebuild's new version; written directly so that every item's `_index` can be
 /// verified), with deterministic ids. An observation a deletion of the owner's copy erased
-/// (`deleted`, per document: see [`crate::tombstones`]) updates the global view only.
+/// (`deleted`, per document: see [`crate::tombstones`]; or marked `erased` when its
+/// tombstone was retired) updates the global view only.
 pub fn execution_operations(
     targets: &AssetIndices,
     owner_id: Uuid,
@@ -306,7 +327,9 @@ pub fn execution_operations(
         let user_id = index::user_asset_id(owner_id, &global_id);
         ops.push(global.op(global_id, &params));
         let observed_at = doc.source.text(OBSERVED_AT).unwrap_or_default();
-        if tombstones::erased(&observed_at, deleted.get(i).and_then(Option::as_deref)) {
+        if doc.source.erased()
+            || tombstones::erased(&observed_at, deleted.get(i).and_then(Option::as_deref))
+        {
             continue;
         }
         // Applied after the merge in the same request; the tags row of a later change

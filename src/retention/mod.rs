@@ -1,5 +1,5 @@
 //! Retention: what ages out — monthly facts indices, owners' stale assets, finished
-//! executions' upload records — removed by a run that one instance at a time performs
+//! executions' upload records, old tombstones — removed by a run that one instance at a time performs
 //! (a session-level advisory lock on a connection of its own, so no pooled connection is
 //! held across its Elasticsearch I/O) and records in `retention_runs`, whose latest rows
 //! tell every instance's daily run when the next one is due.
@@ -8,6 +8,7 @@ pub mod assets;
 mod daily;
 mod facts;
 mod records;
+mod tombstones;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
@@ -24,6 +25,7 @@ use crate::telemetry::Line;
 
 pub use daily::Daily;
 pub use records::Pruned;
+pub use tombstones::Retired;
 
 /// Advisory-lock key of retention runs ("retentio" read as bytes; the migration's is
 /// "scanstor", so the two never meet).
@@ -44,6 +46,9 @@ pub struct Report {
     /// `expire` rows queued or moved on (one per owner; none in a dry run).
     pub expire_runs: u64,
     pub pruned: Pruned,
+    /// Tombstones retired, and the execution results marked for them (a dry run counts
+    /// the tombstones only).
+    pub retired: Retired,
 }
 
 impl Report {
@@ -57,11 +62,13 @@ impl Report {
             format!("receipts={}", self.pruned.receipts),
             format!("upload_streams={}", self.pruned.upload_streams),
             format!("outbox_rows={}", self.pruned.outbox_rows),
+            format!("tombstones_retired={}", self.retired.tombstones),
+            format!("results_marked={}", self.retired.marked),
         ]
     }
 
     /// The counts by kind, as `retention_runs.removed` and the metrics name them.
-    fn counts(&self) -> [(&'static str, u64); 7] {
+    fn counts(&self) -> [(&'static str, u64); 9] {
         [
             ("facts_indices", self.facts_indices.len() as u64),
             ("stale_assets", self.stale_assets),
@@ -70,6 +77,8 @@ impl Report {
             ("receipts", self.pruned.receipts),
             ("upload_streams", self.pruned.upload_streams),
             ("outbox_rows", self.pruned.outbox_rows),
+            ("tombstones_retired", self.retired.tombstones),
+            ("results_marked", self.retired.marked),
         ]
     }
 
@@ -109,7 +118,10 @@ impl From<postgres::Error> for RetentionError {
 /// Whether the configuration ages anything out.
 pub fn configured(app: &App) -> bool {
     let r = &app.config.retention;
-    r.facts_months.is_some() || r.asset_age.is_some() || r.execution_age.is_some()
+    r.facts_months.is_some()
+        || r.asset_age.is_some()
+        || r.execution_age.is_some()
+        || r.tombstone_age.is_some()
 }
 
 /// Runs retention once, unless another instance is running it (`Busy`); `stop` ends it
@@ -182,6 +194,9 @@ pub fn plan(app: &App) -> Result<Report, RetentionError> {
     if let Some(age) = cfg.execution_age {
         report.pruned = records::plan(&app.db, now - age)?;
     }
+    if let Some(age) = cfg.tombstone_age {
+        report.retired.tombstones = tombstones::count(&app.db, now - age)?;
+    }
     Ok(report)
 }
 
@@ -209,6 +224,9 @@ fn steps(
     }
     if let Some(age) = cfg.execution_age {
         records::prune(&app.db, now - age, cfg.batch_size, stop, &mut report.pruned)?;
+    }
+    if let Some(age) = cfg.tombstone_age {
+        tombstones::retire(app, now - age, cfg.batch_size, stop, &mut report.retired)?;
     }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Retention: stale assets deleted with tombstones that no replay or rebuild undoes,
-//! finished executions' upload records pruned while the execution still reads and
-//! rebuilds, old facts indices dropped a month at a time, one run at a time across
-//! instances, the daily run inside `serve`, and the dry run.
+//! tombstones retired into marks that keep doing so, finished executions' upload records
+//! pruned while the execution still reads and rebuilds, old facts indices dropped a month
+//! at a time, one run at a time across instances, the daily run inside `serve`, and the
+//! dry run.
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -153,6 +154,84 @@ fn stale_assets_are_deleted_with_tombstones_and_stay_deleted_until_seen_again() 
     drain(&s, 20);
     assert_eq!(owner_ids(&s), ["10.0.0.1-tcp-22", "10.0.0.3-tcp-443"]);
     assert_eq!(assets(&s, "user")[0].1["first_seen"], json!(stored(&later)));
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_retired_tombstone_leaves_marks_that_keep_the_deletion() {
+    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        // Shorter than the file allows (it must outlast the upload window), so that an
+        // observation the test can upload is old enough.
+        cfg.retention.tombstone_age = Some(chrono::Duration::hours(30));
+    });
+    post_final(
+        &s,
+        s.execution(),
+        vec![
+            endpoint("10.0.0.1", 22, t0()),
+            endpoint("10.0.0.2", 22, t0()),
+        ],
+    );
+    drain(&s, 20);
+    let global_before = assets(&s, "global");
+    let owner = s.owner.id.to_string();
+    crate::support::admin::admin(&s.db, &["asset", "delete", "--owner", &owner, "10.0.0.1"]).ok();
+    drain(&s, 20);
+    assert_eq!(owner_ids(&s), ["10.0.0.2-tcp-22"]);
+    // Made 36 hours ago: after every observation above (t0 is two days back at 10:00).
+    s.sql()
+        .execute(
+            "UPDATE asset_tombstones SET deleted_at = now() - interval '36 hours'",
+            &[],
+        )
+        .unwrap();
+
+    let planned = retention::plan(s.server.app()).unwrap();
+    assert_eq!(planned.retired.tombstones, 1);
+    let report = run(&s);
+    assert_eq!(
+        report.retired,
+        retention::Retired {
+            tombstones: 1,
+            marked: 1
+        }
+    );
+    assert_eq!(count(&s, "SELECT count(*) FROM asset_tombstones"), 0);
+    let marked = s.es().refreshed_count(
+        &format!("{}-execution-endpoints", s.prefix()),
+        json!({"term": {"erased": true}}),
+    );
+    assert_eq!(marked, 1);
+
+    // Without the row, the mark keeps it out: a replay from the start, then a rebuild.
+    s.sql()
+        .execute(
+            "UPDATE scan_projection_outbox SET processed_at = NULL, cursor = NULL,
+                    phase = 'publishing', processed_endpoints = 0
+              WHERE execution_id = $1",
+            &[&s.execution()],
+        )
+        .unwrap();
+    drain(&s, 20);
+    assert_eq!(owner_ids(&s), ["10.0.0.2-tcp-22"]);
+    assert_eq!(
+        assets(&s, "global"),
+        global_before,
+        "the global view is kept"
+    );
+    let opts = scanstore::rebuild::Options {
+        settle_timeout: Duration::from_secs(60),
+        rounds: 5,
+    };
+    scanstore::rebuild::rebuild(s.server.app(), opts).expect("rebuild");
+    assert_eq!(owner_ids(&s), ["10.0.0.2-tcp-22"]);
+    // A rescan still brings it back.
+    let now = Utc::now().to_rfc3339();
+    post_final(&s, new_execution(&s), vec![endpoint("10.0.0.1", 22, &now)]);
+    drain(&s, 20);
+    assert_eq!(owner_ids(&s), ["10.0.0.1-tcp-22", "10.0.0.2-tcp-22"]);
+    assert_eq!(assets(&s, "user")[0].1["first_seen"], json!(stored(&now)));
 }
 
 #[test]
