@@ -695,11 +695,12 @@ CREATE UNIQUE INDEX scan_projection_outbox_tombstone_key ON scan_projection_outb
 -- migrate_retention.sql.
 CREATE UNIQUE INDEX scan_projection_outbox_expire_key ON scan_projection_outbox (owner_id)
     WHERE kind = 'expire' AND processed_at IS NULL;
--- Why: retention removes processed rows that belong to no execution (tag changes,
--- deletions, age limits) some days after they were done; an execution's rows go with its
--- other records. Also created by migrate_retention.sql.
-CREATE INDEX scan_projection_outbox_done_idx ON scan_projection_outbox (processed_at)
-    WHERE kind IN ('tags', 'delete', 'expire') AND processed_at IS NOT NULL;
+-- Why: "published in the last hour" (scripts/backlog.sql) and retention's removal of
+-- processed rows that belong to no execution (tag changes, deletions, age limits) read
+-- the processed rows by time, which would otherwise read the whole history. Also created
+-- by migrate_retention.sql.
+CREATE INDEX scan_projection_outbox_processed_idx ON scan_projection_outbox (processed_at)
+    WHERE processed_at IS NOT NULL;
 -- Why: the claim takes the oldest due unprocessed rows,
 --   WHERE processed_at IS NULL AND available_at <= now()
 --     AND (claim_token IS NULL OR lease_expires_at <= now())

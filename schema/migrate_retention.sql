@@ -9,7 +9,8 @@
 --   - retention_runs: one row per run, which tells every instance when the last one ran.
 --   - outbox kind 'expire' (`expire_before`): a publisher deletes the owner's assets last
 --     seen before that time, each with a tombstone; one waiting row per owner.
---   - an index of processed rows that belong to no execution, which retention removes.
+--   - an index of the processed outbox rows by time: "published in the last hour"
+--     (scripts/backlog.sql) and retention read them so, not the whole history.
 -- An older binary claims only its own kinds, so 'expire' rows wait for this release.
 --
 -- Runs after migrate_asset_lifecycle.sql (the Rust runner, under pg_advisory_lock). A
@@ -22,7 +23,8 @@
 -- the finished executions (built under a SHARE lock: claims and finals wait that long);
 -- the GiST index over the tombstones, a handful of rows before this release; the outbox
 -- CHECKs are replaced (checking them reads the outbox once, under a short ACCESS EXCLUSIVE
--- lock: publishers and finals wait that long).
+-- lock: publishers and finals wait that long); the index of processed rows covers the
+-- outbox's history (built under a SHARE lock, as above).
 
 DO $migrate$
 BEGIN
@@ -74,9 +76,9 @@ BEGIN
         CREATE UNIQUE INDEX scan_projection_outbox_expire_key ON scan_projection_outbox (owner_id)
             WHERE kind = 'expire' AND processed_at IS NULL;
     END IF;
-    IF to_regclass('scan_projection_outbox_done_idx') IS NULL THEN
-        CREATE INDEX scan_projection_outbox_done_idx ON scan_projection_outbox (processed_at)
-            WHERE kind IN ('tags', 'delete', 'expire') AND processed_at IS NOT NULL;
+    IF to_regclass('scan_projection_outbox_processed_idx') IS NULL THEN
+        CREATE INDEX scan_projection_outbox_processed_idx ON scan_projection_outbox (processed_at)
+            WHERE processed_at IS NOT NULL;
     END IF;
     INSERT INTO schema_marker (name) VALUES ('retention') ON CONFLICT (name) DO NOTHING;
 END

@@ -38,21 +38,25 @@ SELECT id,
  ORDER BY available_at, execution_id, id;
 
 -- Summary. published_last_hour counts rows whose publication finished in the last hour.
+-- Both parts read only what they count, so the outbox's processed history costs nothing:
+-- the unprocessed rows through the claim index's predicate, the last hour's through
+-- scan_projection_outbox_processed_idx.
 \pset tuples_only on
 \pset format unaligned
-SELECT format('backlog_rows=%s', count(*) FILTER (WHERE processed_at IS NULL))
+SELECT format('backlog_rows=%s', count(*))
        || E'\n' || format('oldest_age_seconds=%s',
-              coalesce(floor(extract(epoch FROM NOW() - min(created_at) FILTER (WHERE processed_at IS NULL)))::bigint, 0))
-       || E'\n' || format('leased_rows=%s',
-              count(*) FILTER (WHERE processed_at IS NULL AND lease_expires_at > NOW()))
+              coalesce(floor(extract(epoch FROM NOW() - min(created_at)))::bigint, 0))
+       || E'\n' || format('leased_rows=%s', count(*) FILTER (WHERE lease_expires_at > NOW()))
        || E'\n' || format('permanent_error_rows=%s',
-              count(*) FILTER (WHERE processed_at IS NULL AND last_error_class = 'permanent'))
+              count(*) FILTER (WHERE last_error_class = 'permanent'))
        || E'\n' || format('published_last_hour=%s',
-              count(*) FILTER (WHERE processed_at >= NOW() - interval '1 hour'))
+              (SELECT count(*) FROM scan_projection_outbox
+                WHERE processed_at >= NOW() - interval '1 hour'))
        || E'\n' || format('backlog_by_kind=execution:%s,tags:%s,close:%s,delete:%s,expire:%s',
-              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'execution'),
-              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'tags'),
-              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'close'),
-              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'delete'),
-              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'expire'))
-  FROM scan_projection_outbox;
+              count(*) FILTER (WHERE kind = 'execution'),
+              count(*) FILTER (WHERE kind = 'tags'),
+              count(*) FILTER (WHERE kind = 'close'),
+              count(*) FILTER (WHERE kind = 'delete'),
+              count(*) FILTER (WHERE kind = 'expire'))
+  FROM scan_projection_outbox
+ WHERE processed_at IS NULL;

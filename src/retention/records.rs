@@ -69,7 +69,7 @@ const DELETE_OUTBOX: &str = "
 const MARK_PRUNED: &str = "UPDATE executions SET pruned_at = now() WHERE id = ANY($1)";
 
 // Processed rows that belong to no execution (tag changes, deletions, age limits), done
-// before $1, at most $2 a statement, by scan_projection_outbox_done_idx.
+// before $1, at most $2 a statement, by scan_projection_outbox_processed_idx.
 const DELETE_DONE_ROWS: &str = "
     DELETE FROM scan_projection_outbox
      WHERE id IN (SELECT id FROM scan_projection_outbox
