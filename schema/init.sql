@@ -213,9 +213,9 @@ CREATE INDEX executions_lease_idx ON executions (lease_expires_at) WHERE status 
 CREATE INDEX executions_scanner_idx ON executions (scanner_id, created_at);
 -- Why: executions of a task (task detail, aggregation, freshness) and the task cascade.
 CREATE INDEX executions_task_idx ON executions (task_id, created_at);
--- Why: retention reads the oldest finished executions whose records it has not pruned;
--- partial, so pruned history leaves the index. Also created by migrate_retention.sql.
-CREATE INDEX executions_prune_idx ON executions (finished_at)
+-- Why: retention walks the finished executions whose records it has not pruned, oldest
+-- first, by (finished_at, id) keyset; partial, so pruned history leaves the index. Also created by migrate_retention.sql.
+CREATE INDEX executions_prune_idx ON executions (finished_at, id)
     WHERE finished_at IS NOT NULL AND pruned_at IS NULL;
 
 CREATE TRIGGER executions_touch_updated_at BEFORE UPDATE ON executions

@@ -34,7 +34,7 @@ BEGIN
         ALTER TABLE executions ADD COLUMN pruned_at timestamptz;
     END IF;
     IF to_regclass('executions_prune_idx') IS NULL THEN
-        CREATE INDEX executions_prune_idx ON executions (finished_at)
+        CREATE INDEX executions_prune_idx ON executions (finished_at, id)
             WHERE finished_at IS NOT NULL AND pruned_at IS NULL;
     END IF;
     IF to_regclass('asset_tombstones_target_idx') IS NULL THEN

@@ -63,7 +63,7 @@ impl std::fmt::Display for Work {
 // is free or expired. All kinds share one order, so they take turns. SKIP LOCKED: concurrent claimers take
 // different rows instead of queueing on one. The partial index
 // scan_projection_outbox_claim_idx serves the ORDER BY.
-const OUTBOX_CLAIM: &str = "
+pub const OUTBOX_CLAIM: &str = "
     WITH next AS (
         SELECT o.id
           FROM scan_projection_outbox o
@@ -87,7 +87,7 @@ const OUTBOX_RENEW_LEASE: &str = "
     UPDATE scan_projection_outbox SET lease_expires_at = now() + make_interval(secs => $3)
      WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()";
 
-const OUTBOX_CHECKPOINT: &str = "
+pub const OUTBOX_CHECKPOINT: &str = "
     UPDATE scan_projection_outbox
        SET cursor = $3, processed_endpoints = processed_endpoints + $4
      WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()";

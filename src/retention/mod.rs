@@ -7,7 +7,7 @@
 pub mod assets;
 mod daily;
 mod facts;
-mod records;
+pub mod records;
 mod tombstones;
 
 use std::sync::atomic::AtomicBool;

@@ -17,7 +17,7 @@ use super::Line;
 use crate::db::{Db, DbError, Queries, Stage};
 
 // Bounded by the backlog itself: the partial claim index holds only unprocessed rows.
-const BACKLOG: &str = "
+pub const BACKLOG: &str = "
     SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
       FROM scan_projection_outbox WHERE processed_at IS NULL";
 

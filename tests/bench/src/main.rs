@@ -12,6 +12,7 @@ mod imports;
 mod logs;
 mod peer;
 mod plot;
+mod queue;
 mod report;
 mod scanner;
 mod scenario;
@@ -178,6 +179,23 @@ pub struct Opts {
     /// Skip the import scenario.
     #[arg(long)]
     pub no_imports: bool,
+    /// Queue at scale: processed outbox rows (finished executions, ten receipts each) of
+    /// history at each step after the empty one (comma separated). [default:
+    /// 100000,1000000; with `--quick`, 2000,20000]
+    #[arg(long, value_delimiter = ',')]
+    pub queue_history: Vec<usize>,
+    /// Queue at scale: due outbox rows throughout.
+    #[arg(long, default_value_t = 10_000)]
+    pub queue_due: usize,
+    /// Queue at scale: timed calls of each statement per step.
+    #[arg(long, default_value_t = 2000)]
+    pub queue_samples: usize,
+    /// Skip the size runs (uploads, publication, the close run, their ceilings and peer).
+    #[arg(long)]
+    pub no_sizes: bool,
+    /// Skip the queue-at-scale scenario.
+    #[arg(long)]
+    pub no_queue: bool,
     /// Give up waiting for publication after this many seconds (the emulator's page reads
     /// grow with the execution size, so a 1 M drain there takes hours).
     #[arg(long, default_value_t = 6 * 3600)]
@@ -210,6 +228,17 @@ impl Opts {
                 self.import_ports
                     .unwrap_or(if self.quick { 20_000 } else { 1_000_000 }),
             );
+        if self.queue_history.is_empty() {
+            self.queue_history = if self.quick {
+                vec![2_000, 20_000]
+            } else {
+                vec![100_000, 1_000_000]
+            };
+        }
+        if self.quick {
+            self.queue_due = self.queue_due.min(1_000);
+            self.queue_samples = self.queue_samples.min(500);
+        }
         let hostile = if self.quick { 70 } else { 500 };
         self.attack_connections = Some(self.attack_connections.unwrap_or(hostile));
     }
@@ -300,13 +329,19 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
         }
         _ => None,
     };
+    let queue = if opts.no_queue {
+        None
+    } else {
+        eprintln!("== queue at scale: {} due rows", opts.queue_due);
+        Some(queue::run(opts)?)
+    };
     let imports = if opts.no_imports {
         Vec::new()
     } else {
         imports::run(opts, &logs)?
     };
     let mut sizes = Vec::new();
-    for &size in &opts.sizes {
+    for &size in opts.sizes.iter().filter(|_| !opts.no_sizes) {
         eprintln!("== size {size}: ceiling, peer, upload, publication");
         sizes.push(scenario::size_run(opts, size, &logs, &sampler)?);
     }
@@ -318,6 +353,7 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
         pools,
         attack,
         imports,
+        queue,
     };
     let pngs = plot::all(&results, &opts.out);
     report::write(opts, &results, &pngs)

@@ -1,6 +1,6 @@
 //! PNG plots drawn by the tool itself (plotters, bitmap backend; text through ab_glyph with
-//! a TrueType font found on the system): latency percentiles per class and size, and
-//! throughput against the ceiling and the peer. No font, no plots — the report says so.
+//! a TrueType font found on the system): latency percentiles per class and size,
+//! throughput against the ceiling and the peer, and the queue's p99 against its history. No font, no plots — the report says so.
 
 use std::path::{Path, PathBuf};
 
@@ -40,7 +40,11 @@ pub fn all(r: &Results, out: &Path) -> Vec<PathBuf> {
             latency as fn(&Results, &Path) -> Result<(), String>,
         ),
         ("throughput.png", throughput),
+        ("queue.png", queue),
     ] {
+        if name == "queue.png" && r.queue.is_none() {
+            continue;
+        }
         let p = out.join(name);
         match f(r, &p) {
             Ok(()) => files.push(p),
@@ -203,6 +207,78 @@ fn throughput(r: &Results, path: &Path) -> Result<(), String> {
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
+fn queue(r: &Results, path: &Path) -> Result<(), String> {
+    let Some(q) = &r.queue else {
+        return Ok(());
+    };
+    type Quantiles = fn(&crate::queue::Step) -> [f64; 4];
+    let series: [(&str, Quantiles); 4] = [
+        ("claim", |s| s.claim),
+        ("checkpoint", |s| s.checkpoint),
+        ("backlog (sampler)", |s| s.backlog),
+        ("backlog summary (admin)", |s| s.admin_summary),
+    ];
+    let top = q
+        .steps
+        .iter()
+        .flat_map(|s| series.iter().map(move |(_, f)| f(s)[2]))
+        .fold(0.1f64, f64::max)
+        * 1.3;
+    let n = q.steps.len();
+    let root = BitMapBackend::new(path, (1100, 650)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Queue statements: p99 against the outbox's processed history",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.2f64..(n as f64 - 0.8), 0f64..top)
+        .map_err(err)?;
+    let labels: Vec<String> = q
+        .steps
+        .iter()
+        .map(|s| format!("{} rows, {} receipts", s.history, s.receipts))
+        .collect();
+    chart
+        .configure_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| labels.get(x.round() as usize).cloned().unwrap_or_default())
+        .y_label_formatter(&|v| format!("{v:.2}"))
+        .y_desc("p99 milliseconds")
+        .draw()
+        .map_err(err)?;
+    for (k, (name, f)) in series.iter().enumerate() {
+        let color = Palette99::pick(k).to_rgba();
+        let pts: Vec<(f64, f64)> = q
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i as f64, f(s)[2]))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(*name)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()

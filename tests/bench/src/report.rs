@@ -13,6 +13,7 @@ use crate::ceiling::Sent;
 use crate::cpu;
 use crate::imports::ImportResult;
 use crate::logs::{pct, LogStats};
+use crate::queue::QueueResult;
 use crate::scanner::{Latencies, CLASSES};
 use crate::scenario::{PoolResult, PublicationRun, SizeResult};
 use crate::Opts;
@@ -24,6 +25,7 @@ pub struct Results {
     pub pools: Vec<PoolResult>,
     pub attack: Option<AttackResult>,
     pub imports: Vec<ImportResult>,
+    pub queue: Option<QueueResult>,
 }
 
 /// (p50, p95, p99, max) in ms of a microsecond histogram.
@@ -218,6 +220,22 @@ pub fn targets(r: &Results) -> Vec<(String, String, Option<bool>)> {
                 None,
             )),
         }
+    }
+    if let (Some(q), Some(last)) = (&r.queue, r.queue.as_ref().and_then(|q| q.steps.last())) {
+        let ratios = q.ratios();
+        let worst = ratios.iter().map(|r| r.1).fold(0.0, f64::max);
+        t.push((
+            format!(
+                "queue p99 at {} processed outbox rows and {} receipts ≤ 1.5 × empty",
+                last.history, last.receipts
+            ),
+            ratios
+                .iter()
+                .map(|(name, x)| format!("{name} {x:.2} ×"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Some(worst <= 1.5),
+        ));
     }
     if let (Some(p16), Some(p1)) = (
         r.pools.iter().find(|p| p.pool_size == 16),
@@ -623,6 +641,9 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
         attack_section(&mut o, opts, a);
     }
     imports_section(&mut o, &r.imports);
+    if let Some(q) = &r.queue {
+        queue_section(&mut o, q);
+    }
 
     if !pngs.is_empty() {
         let _ = writeln!(o, "\n## Plots\n");
@@ -641,6 +662,42 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     let text = serde_json::to_string_pretty(&summary(r)).map_err(|e| e.to_string())?;
     std::fs::write(&json, text).map_err(|e| format!("{}: {e}", json.display()))?;
     Ok(path)
+}
+
+fn queue_section(o: &mut String, q: &QueueResult) {
+    let _ = writeln!(
+        o,
+        "\n## Queue at scale\n\n{} due outbox rows throughout; history added step by step: finished executions, each with a processed outbox row and {} confirmed receipts (written in SQL, then `VACUUM ANALYZE`). Each statement is called {} times per step through scanstore's own functions (claim then release; checkpoints of one claimed row; the sampler's backlog query) or, for `scripts/backlog.sql`'s summary, as its text. ms p50 / p99.\n\n| processed rows | receipts | fill s | claim | checkpoint | backlog | backlog summary |\n|---:|---:|---:|---:|---:|---:|---:|",
+        q.due, 10, q.samples
+    );
+    let cell = |x: [f64; 4]| format!("{:.2} / {:.2}", x[0], x[2]);
+    for s in &q.steps {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.0} | {} | {} | {} | {} |",
+            s.history,
+            s.receipts,
+            s.fill_seconds,
+            cell(s.claim),
+            cell(s.checkpoint),
+            cell(s.backlog),
+            cell(s.admin_summary)
+        );
+    }
+    let (p, secs) = &q.prune;
+    let _ = writeln!(
+        o,
+        "\nRetention (`execution_days`) then pruned that history: {} executions, {} receipts, {} upload streams and {} outbox rows in {:.0} s ({:.0} receipts/s), in transactions of 1000 rows.\n\nPlans at the largest step:\n",
+        p.executions,
+        p.receipts,
+        p.upload_streams,
+        p.outbox_rows,
+        secs,
+        p.receipts as f64 / secs.max(1e-3)
+    );
+    for (name, plan) in &q.plans {
+        let _ = writeln!(o, "{name}:\n```\n{plan}\n```");
+    }
 }
 
 /// Every class's latencies in one histogram.
@@ -814,6 +871,20 @@ pub fn summary(r: &Results) -> Value {
             "client_cpu_seconds": i.client_cpu_seconds,
             "client_peak_rss_kib": i.client_peak_rss_kib,
         })).collect::<Vec<_>>(),
+        "queue": r.queue.as_ref().map(|q| json!({
+            "due": q.due,
+            "steps": q.steps.iter().map(|s| json!({
+                "processed_rows": s.history,
+                "receipts": s.receipts,
+                "claim_ms": s.claim,
+                "checkpoint_ms": s.checkpoint,
+                "backlog_ms": s.backlog,
+                "backlog_summary_ms": s.admin_summary,
+            })).collect::<Vec<_>>(),
+            "p99_ratio_to_empty": q.ratios().into_iter().map(|(n, x)| (n.to_string(), json!(x))).collect::<serde_json::Map<_, _>>(),
+            "pruned_receipts": q.prune.0.receipts,
+            "prune_seconds": q.prune.1,
+        })),
         "targets": targets(r).into_iter().map(|(t, m, ok)| json!({"target": t, "measured": m, "met": ok})).collect::<Vec<_>>(),
     })
 }
