@@ -8,7 +8,8 @@
 --
 -- Columns beyond the seed's: id (for `scanstore-admin outbox retry ID`), kind
 -- ('execution' rows have an execution_id, 'tags' rows a tag_scope, 'close' rows the
--- closing_execution_id whose unseen endpoints they close), available_at (when the
+-- closing_execution_id whose unseen endpoints they close, 'delete' rows a tombstone_id,
+-- 'forget' rows the forget_task_id of a deleted task), available_at (when the
 -- row is next due; in the future while it backs off) and last_error_class ('permanent' rows
 -- wait at the longest backoff until an operator fixes the cause and retries them).
 
@@ -20,6 +21,8 @@ SELECT id,
        execution_id,
        tag_scope,
        closing_execution_id,
+       tombstone_id,
+       forget_task_id,
        phase,
        processed_endpoints,
        attempts,
@@ -45,8 +48,10 @@ SELECT format('backlog_rows=%s', count(*) FILTER (WHERE processed_at IS NULL))
               count(*) FILTER (WHERE processed_at IS NULL AND last_error_class = 'permanent'))
        || E'\n' || format('published_last_hour=%s',
               count(*) FILTER (WHERE processed_at >= NOW() - interval '1 hour'))
-       || E'\n' || format('backlog_by_kind=execution:%s,tags:%s,close:%s',
+       || E'\n' || format('backlog_by_kind=execution:%s,tags:%s,close:%s,delete:%s,forget:%s',
               count(*) FILTER (WHERE processed_at IS NULL AND kind = 'execution'),
               count(*) FILTER (WHERE processed_at IS NULL AND kind = 'tags'),
-              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'close'))
+              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'close'),
+              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'delete'),
+              count(*) FILTER (WHERE processed_at IS NULL AND kind = 'forget'))
   FROM scan_projection_outbox;

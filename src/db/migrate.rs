@@ -42,6 +42,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_asset_lifecycle.sql",
         include_str!("../../schema/migrate_asset_lifecycle.sql"),
     ),
+    (
+        "migrate_task_delete.sql",
+        include_str!("../../schema/migrate_task_delete.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -53,6 +57,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "execution_lifecycle",
     "task_ports",
     "asset_lifecycle",
+    "task_delete",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).

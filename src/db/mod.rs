@@ -61,6 +61,8 @@ pub enum Stage {
     Migrate,
     /// `scanstore rebuild-assets`: reading what to re-publish and whether publication settled.
     Rebuild,
+    /// Projection: deleting a deleted task's rows in short steps.
+    Purge,
 }
 
 impl Stage {
@@ -82,6 +84,7 @@ impl Stage {
             Stage::Sample => "sample",
             Stage::Migrate => "migrate",
             Stage::Rebuild => "rebuild",
+            Stage::Purge => "purge",
         }
     }
 }

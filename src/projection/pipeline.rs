@@ -27,6 +27,7 @@ use super::heartbeat::Heartbeat;
 use super::outbox::{self, OutboxClaim};
 use super::worker::OUTBOX_BACKOFF;
 use super::{page, ProjectionError};
+use crate::forget::ForgetRun;
 use crate::tombstones::{self, DeleteRun};
 
 /// A worker's page pipeline: its sender threads and the page it carries between claims.
@@ -83,13 +84,14 @@ struct Tick<'a> {
 }
 
 /// What a row's pages become: merges of an execution's endpoints, the owner's current
-/// tags, closes of what a scoped execution did not see, or deletes of what a tombstone
-/// covers.
+/// tags, closes of what a scoped execution did not see, deletes of what a tombstone
+/// covers, or the documents a deleted task touched rebuilt without it.
 pub enum Operations<'a> {
     Execution,
     Tags,
     Close(&'a CloseRun),
     Delete(&'a DeleteRun),
+    Forget(&'a ForgetRun),
 }
 
 /// How a tick's pages ended.
@@ -207,7 +209,8 @@ impl Pipeline {
         in_flight: &mut VecDeque<InFlight>,
     ) -> Result<Pages, ProjectionError> {
         let claim = tick.claim;
-        let overlap = !matches!(tick.ops, Operations::Tags);
+        // A forget page writes (and re-reads) synchronously while it is built.
+        let overlap = !matches!(tick.ops, Operations::Tags | Operations::Forget(_));
         let keep = usize::from(overlap);
         let per_tick = self.app.config.projection.pages_per_tick;
         let mut cursor = claim.cursor.clone();
@@ -286,6 +289,22 @@ impl Pipeline {
                 Operations::Delete(run) => {
                     let ids: Vec<_> = page.docs.iter().map(|d| d.id.clone()).collect();
                     (run.operations(tick.targets, &ids), read)
+                }
+                Operations::Forget(run) => {
+                    // Written in order (each endpoint's deletes before its merges) and
+                    // waited for: the run reads its sources again after each write.
+                    let send = |ops| {
+                        self.senders
+                            .write(tick.send_ctx, ops, true)?
+                            .wait()
+                            .result?;
+                        Ok(())
+                    };
+                    let keys = crate::forget::keys(&page.docs);
+                    (
+                        Vec::new(),
+                        run.recompute(&self.app, tick.targets, &keys, send)?,
+                    )
                 }
             };
             if tick.heartbeat.is_lost() {

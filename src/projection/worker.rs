@@ -1,8 +1,8 @@
 //! A publication worker's claim loop: `tick()` claims one outbox row (an execution, a tag
-//! change, a close run or a deletion), has its [`Pipeline`] publish up to `projection.pages_per_tick` pages, and
-//! either yields the row, or refreshes the asset indices once and completes it; a failure
-//! is recorded with its backoff. The loop around it survives panics and idles between
-//! empty claims.
+//! change, a close run, a deletion or a task's deletion), has its [`Pipeline`] publish up
+//! to `projection.pages_per_tick` pages, and either yields the row, or refreshes the asset
+//! indices once (and purges a deleted task) and completes it; a failure is recorded with
+//! its backoff. The loop around it survives panics and idles between empty claims.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +23,7 @@ use super::heartbeat::Heartbeat;
 use super::outbox::{self, OutboxClaim, Work};
 use super::pipeline::{Operations, Pages, Pipeline};
 use super::{page, ProjectionError};
+use crate::forget::ForgetRun;
 use crate::tombstones::DeleteRun;
 
 /// Wait between claims when nothing is due and no one rings (see [`super::wake`]).
@@ -108,7 +109,7 @@ impl Worker {
         // rebuild switches them, the next tick writes the new version (the rebuild
         // catches up with whatever a tick that began before the switch wrote to the old).
         let targets = alias::current(&app.es, prefix)?;
-        let (mut close, mut delete) = (None, None);
+        let (mut close, mut delete, mut forget) = (None, None, None);
         let (source, filter) = match &claim.work {
             Work::Execution(id) => (
                 index::execution_endpoints(prefix),
@@ -128,14 +129,23 @@ impl Worker {
                 let filter = delete.as_ref().map(|run| run.filter(claim.owner_id));
                 (targets.user.clone(), filter)
             }
+            Work::Forget(task) => {
+                forget = ForgetRun::load(&app.db, *task, claim.owner_id)?;
+                let source = forget.as_ref().map(|run| run.source(prefix, &targets));
+                (
+                    source.unwrap_or_default(),
+                    forget.as_ref().map(ForgetRun::filter),
+                )
+            }
         };
-        // A close or delete row whose execution or tombstone has nothing to apply has no
-        // pages, and neither has a tag change of a domain.
-        let ops = match (&claim.work, &close, &delete) {
-            (Work::Execution(_), _, _) => Some(Operations::Execution),
-            (Work::Tags(_), _, _) => Some(Operations::Tags),
-            (_, Some(run), _) => Some(Operations::Close(run)),
-            (_, _, Some(run)) => Some(Operations::Delete(run)),
+        // A close, delete or forget row whose execution, tombstone or task has nothing to
+        // apply has no pages, and neither has a tag change of a domain.
+        let ops = match (&claim.work, &close, &delete, &forget) {
+            (Work::Execution(_), _, _, _) => Some(Operations::Execution),
+            (Work::Tags(_), _, _, _) => Some(Operations::Tags),
+            (_, Some(run), _, _) => Some(Operations::Close(run)),
+            (_, _, Some(run), _) => Some(Operations::Delete(run)),
+            (_, _, _, Some(run)) => Some(Operations::Forget(run)),
             _ => None,
         };
         let mut pages = 0;
@@ -155,6 +165,11 @@ impl Worker {
         // retried later in phase `refreshing`, which re-sends no page.
         app.es
             .refresh(&Indices::of(&[&targets.global, &targets.user]))?;
+        // A deleted task's documents and rows go only now that the views no longer hold
+        // its observations; repeated in full after a failure or a crash (idempotent).
+        if let Some(run) = &forget {
+            run.purge(app, heartbeat)?;
+        }
         heartbeat.stop();
         outbox::complete(&app.db, claim)?;
         Line::new("ScanProjectionCompleted")

@@ -1,7 +1,8 @@
 //! What a rebuild reads from PostgreSQL: the executions live publication publishes (one
 //! outbox row of kind `execution` whose execution succeeded — DNS-only executions have
 //! none), the tag changes (outbox rows of kind `tags`), the close runs (kind `close`), and
-//! whether live publication has settled. Each query is one short statement on a fresh connection.
+//! whether live publication has settled. A task being deleted contributes nothing: its
+//! deletion run is taking it out of the live view (crate::forget reads the same way). Each query is one short statement on a fresh connection.
 
 use postgres::types::Json;
 
@@ -34,17 +35,20 @@ const PUBLISHABLE_EXECUTIONS: &str = "
     SELECT o.id, o.execution_id, o.owner_id
       FROM scan_projection_outbox o
       JOIN executions e ON e.id = o.execution_id
+      JOIN tasks t ON t.id = e.task_id AND t.deleted_at IS NULL
      WHERE o.kind = 'execution' AND e.status = 'succeeded'
        AND ($1::timestamptz IS NULL OR o.processed_at IS NULL OR o.processed_at >= $1)
      ORDER BY o.id";
 
 // In outbox order, as live publication enqueued them (each after its execution's row).
 const CLOSE_RUNS: &str = "
-    SELECT id, closing_execution_id, owner_id
-      FROM scan_projection_outbox
-     WHERE kind = 'close'
-       AND ($1::timestamptz IS NULL OR processed_at IS NULL OR processed_at >= $1)
-     ORDER BY id";
+    SELECT o.id, o.closing_execution_id, o.owner_id
+      FROM scan_projection_outbox o
+      JOIN executions e ON e.id = o.closing_execution_id
+      JOIN tasks t ON t.id = e.task_id AND t.deleted_at IS NULL
+     WHERE o.kind = 'close'
+       AND ($1::timestamptz IS NULL OR o.processed_at IS NULL OR o.processed_at >= $1)
+     ORDER BY o.id";
 
 const TAG_CHANGES: &str = "
     SELECT id, owner_id, tag_scope

@@ -57,6 +57,8 @@ fn backlog_prints_unprocessed_rows_and_a_summary() {
         "kind",
         "execution_id",
         "closing_execution_id",
+        "tombstone_id",
+        "forget_task_id",
         "phase",
         "processed_endpoints",
         "attempts",
@@ -84,7 +86,10 @@ fn backlog_prints_unprocessed_rows_and_a_summary() {
     assert_eq!(r.get("published_last_hour"), "1");
     assert_eq!(r.get("leased_rows"), "0");
     assert_eq!(r.get("permanent_error_rows"), "0");
-    assert_eq!(r.get("backlog_by_kind"), "execution:1,tags:1,close:0");
+    assert_eq!(
+        r.get("backlog_by_kind"),
+        "execution:1,tags:1,close:0,delete:0,forget:0"
+    );
     // The failed row is due in an hour: it sorts after the tags row, which is due now.
     let pos_tags = r.stdout.find("| tags").unwrap();
     let pos_exec = r.stdout.find(&e).unwrap();
