@@ -120,6 +120,18 @@ pub fn unsettled(db: &Db) -> Result<(i64, Option<i64>), DbError> {
     Ok((r.get(0), r.get(1)))
 }
 
+// A task's or an owner's deletion queued at or after $1 (database time), the first one.
+// Reads the outbox once (no index on created_at: one query per switch).
+const DELETION_SINCE: &str = "
+    SELECT min(id) FROM scan_projection_outbox
+     WHERE kind IN ('forget', 'delete') AND created_at >= $1";
+
+/// The first deletion run (task or tombstone) queued at or after `at`, if any.
+pub fn deletion_since(db: &Db, at: DateTime<Utc>) -> Result<Option<i64>, DbError> {
+    let mut conn = db.checkout(Stage::Rebuild)?;
+    Ok(conn.query_one(DELETION_SINCE, &[&at])?.get(0))
+}
+
 pub fn changed_since(db: &Db, at: DateTime<Utc>) -> Result<bool, DbError> {
     let mut conn = db.checkout(Stage::Rebuild)?;
     Ok(conn.query_one(CHANGED_SINCE, &[&at])?.get(0))

@@ -352,3 +352,33 @@ fn a_publication_that_lands_while_a_page_is_rewritten_is_kept() {
     assert_eq!(rebuild(&s).current, 2);
     assert_eq!((view(&s, "user"), view(&s, "global")), live);
 }
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_rebuild_that_a_deletion_overlaps_does_not_switch() {
+    let s = stack();
+    finish(&s, s.execution(), vec![seen("10.0.0.1", 22, t0(), "a")]);
+    drain(&s, 20);
+    // A deletion run queued while the rebuild runs (its creation time after the rebuild's
+    // start): the new version may hold what it deleted, so the aliases stay.
+    s.sql()
+        .execute(
+            "INSERT INTO scan_projection_outbox (kind, owner_id, forget_task_id, created_at, processed_at)
+             VALUES ('forget', $1, gen_random_uuid(), now() + interval '1 hour', now())",
+            &[&s.owner.id],
+        )
+        .unwrap();
+    let opts = scanstore::rebuild::Options {
+        settle_timeout: std::time::Duration::from_secs(60),
+        rounds: 5,
+    };
+    let refused = scanstore::rebuild::rebuild(s.server.app(), opts).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("a deletion was queued while this ran"),
+        "{refused}"
+    );
+    let current = scanstore::es::alias::current(&s.server.app().es, &s.prefix()).unwrap();
+    assert_eq!(current.version, 1, "nothing switched");
+}
