@@ -136,7 +136,12 @@ CREATE TABLE tasks (
     -- The ports a port scan covers (`scanstore-admin task create --ports`), handed to the
     -- scanner with the claim; NULL: whatever the scanner scans, and nothing can be said of
     -- the ports it did not report.
-    ports                text CONSTRAINT tasks_ports_valid CHECK (port_scope_is_valid(ports))
+    ports                text CONSTRAINT tasks_ports_valid CHECK (port_scope_is_valid(ports)),
+    -- Added by migrate_task_delete.sql on upgrade; declared last.
+    -- Set by `scanstore-admin task delete`: from then on the task is gone for reads, its
+    -- executions' publication rows are not claimed and rebuilds skip it; the row stays
+    -- until its deletion run (outbox kind 'forget') has removed what the task produced.
+    deleted_at           timestamptz
 );
 
 -- Why: the task list of an owner, newest first, and the owner cascade.
@@ -625,7 +630,8 @@ CREATE TABLE retention_runs (
 --              checkpoint (cursor, processed_endpoints, phase), retry or complete
 --   done       processed_at IS NOT NULL
 -- phase 'publishing' pages through the execution's endpoints from cursor; 'refreshing'
--- means all pages are written and only the final refresh remains.
+-- means all pages are written and only the final refresh remains (and, for a 'forget'
+-- row, removing the task's documents and rows, each step idempotent).
 CREATE TABLE scan_projection_outbox (
     id               bigserial PRIMARY KEY,
     kind             text NOT NULL,
@@ -658,19 +664,26 @@ CREATE TABLE scan_projection_outbox (
     -- kind 'expire': the owner's assets last seen before this time are deleted, each with
     -- a tombstone (retention.asset_days).
     expire_before       timestamptz,
+    -- Added by migrate_task_delete.sql on upgrade; declared last.
+    -- kind 'forget': the deleted task (tasks.deleted_at) whose contributions to the asset
+    -- views, documents and rows the run removes. No foreign key: the run's last statement
+    -- deletes the task and completes the row together, and the row stays as its record.
+    forget_task_id      uuid,
     -- Why: each kind of row carries exactly its own reference (an execution to publish,
     -- the targets of a tag change, the execution that closes, the tombstone to apply, the
-    -- age limit), which also lets the execution_id index be plain unique.
+    -- age limit, the task to forget), which also lets the execution_id index be plain
+    -- unique.
     CONSTRAINT scan_projection_outbox_kind_check
-        CHECK (kind IN ('execution', 'tags', 'close', 'delete', 'expire')),
+        CHECK (kind IN ('execution', 'tags', 'close', 'delete', 'expire', 'forget')),
     CONSTRAINT scan_projection_outbox_kind_shape CHECK (
         num_nonnulls(execution_id, tag_scope, closing_execution_id, tombstone_id,
-                     expire_before) = 1
+                     expire_before, forget_task_id) = 1
         AND CASE kind WHEN 'execution' THEN execution_id IS NOT NULL
                       WHEN 'tags' THEN tag_scope IS NOT NULL
                       WHEN 'close' THEN closing_execution_id IS NOT NULL
                       WHEN 'delete' THEN tombstone_id IS NOT NULL
-                      WHEN 'expire' THEN expire_before IS NOT NULL END),
+                      WHEN 'expire' THEN expire_before IS NOT NULL
+                      WHEN 'forget' THEN forget_task_id IS NOT NULL END),
     -- Why: a phase outside these two would be claimable but never finishable.
     CONSTRAINT scan_projection_outbox_phase_check CHECK (phase IN ('publishing', 'refreshing')),
     CONSTRAINT scan_projection_outbox_processed_endpoints_check CHECK (processed_endpoints >= 0),
@@ -701,6 +714,8 @@ CREATE UNIQUE INDEX scan_projection_outbox_expire_key ON scan_projection_outbox 
 -- by migrate_retention.sql.
 CREATE INDEX scan_projection_outbox_processed_idx ON scan_projection_outbox (processed_at)
     WHERE processed_at IS NOT NULL;
+-- Why unique: one deletion run per task, however often `task delete` is repeated.
+CREATE UNIQUE INDEX scan_projection_outbox_forget_key ON scan_projection_outbox (forget_task_id);
 -- Why: the claim takes the oldest due unprocessed rows,
 --   WHERE processed_at IS NULL AND available_at <= now()
 --     AND (claim_token IS NULL OR lease_expires_at <= now())
@@ -791,4 +806,5 @@ INSERT INTO schema_marker (name) VALUES
     ('execution_lifecycle'),
     ('task_ports'),
     ('asset_lifecycle'),
-    ('retention');
+    ('retention'),
+    ('task_delete');

@@ -10,7 +10,7 @@
 -- ('execution' rows have an execution_id, 'tags' rows a tag_scope, 'close' rows the
 -- closing_execution_id whose unseen endpoints they close, 'delete' rows the tombstone_id
 -- whose documents they delete, 'expire' rows the expire_before limit of retention's
--- asset_days), available_at (when the
+-- asset_days, 'forget' rows the forget_task_id of a deleted task), available_at (when the
 -- row is next due; in the future while it backs off) and last_error_class ('permanent' rows
 -- wait at the longest backoff until an operator fixes the cause and retries them).
 
@@ -24,6 +24,7 @@ SELECT id,
        closing_execution_id,
        tombstone_id,
        expire_before,
+       forget_task_id,
        phase,
        processed_endpoints,
        attempts,
@@ -52,11 +53,12 @@ SELECT format('backlog_rows=%s', count(*))
        || E'\n' || format('published_last_hour=%s',
               (SELECT count(*) FROM scan_projection_outbox
                 WHERE processed_at >= NOW() - interval '1 hour'))
-       || E'\n' || format('backlog_by_kind=execution:%s,tags:%s,close:%s,delete:%s,expire:%s',
+       || E'\n' || format('backlog_by_kind=execution:%s,tags:%s,close:%s,delete:%s,expire:%s,forget:%s',
               count(*) FILTER (WHERE kind = 'execution'),
               count(*) FILTER (WHERE kind = 'tags'),
               count(*) FILTER (WHERE kind = 'close'),
               count(*) FILTER (WHERE kind = 'delete'),
-              count(*) FILTER (WHERE kind = 'expire'))
+              count(*) FILTER (WHERE kind = 'expire'),
+              count(*) FILTER (WHERE kind = 'forget'))
   FROM scan_projection_outbox
  WHERE processed_at IS NULL;

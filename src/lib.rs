@@ -15,7 +15,8 @@
 //! mapping), [`upload`] (the write path), [`projection`] (the asset publisher), [`rebuild`]
 //! (re-building the asset projection into a new version and switching its aliases), [`read`]
 //! (owner-side read APIs), [`auth`] (tokens to principals), [`tags`] (asset tags), [`task`]
-//! (task kinds), [`ports`] (a task's port scope), [`tombstones`] (deletions), [`app`]
+//! (task kinds), [`ports`] (a task's port scope), [`tombstones`] (deletions), [`forget`]
+//! (deleting a task and what it produced), [`app`]
 //! (start-up and shutdown), [`telemetry`] (events, metrics, sampler), [`allocator`] (how
 //! long freed memory stays mapped, no transparent huge pages).
 
@@ -25,6 +26,7 @@ pub mod auth;
 pub mod config;
 pub mod db;
 pub mod es;
+pub mod forget;
 pub mod http;
 pub mod ports;
 pub mod projection;

@@ -65,6 +65,8 @@ pub enum Stage {
     Rebuild,
     /// Retention: what is due, and removing it in bounded batches.
     Retention,
+    /// Projection: deleting a deleted task's rows in short steps.
+    Purge,
 }
 
 impl Stage {
@@ -87,6 +89,7 @@ impl Stage {
             Stage::Migrate => "migrate",
             Stage::Rebuild => "rebuild",
             Stage::Retention => "retention",
+            Stage::Purge => "purge",
         }
     }
 }

@@ -51,6 +51,10 @@ pub enum ProjectionError {
     Db(#[from] DbError),
     #[error(transparent)]
     Es(#[from] EsError),
+    /// What a run reads kept changing under it (concurrent writes); it backs off and
+    /// tries again.
+    #[error("unsettled: {0}")]
+    Unsettled(String),
 }
 
 impl From<postgres::Error> for ProjectionError {
@@ -64,7 +68,9 @@ impl ProjectionError {
     pub fn class(&self) -> ErrorClass {
         match self {
             ProjectionError::Es(e) => e.class(),
-            ProjectionError::LeaseLost | ProjectionError::Db(_) => ErrorClass::Transient,
+            ProjectionError::LeaseLost | ProjectionError::Db(_) | ProjectionError::Unsettled(_) => {
+                ErrorClass::Transient
+            }
         }
     }
 }

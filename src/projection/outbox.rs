@@ -44,6 +44,9 @@ pub enum Work {
     Delete(i64),
     /// Delete the owner's documents last seen before this time, each with a tombstone.
     Expire(DateTime<Utc>),
+    /// Take a deleted task's observations out of the asset views, then remove its
+    /// documents and rows (see [`crate::forget`]).
+    Forget(Uuid),
 }
 
 impl std::fmt::Display for Work {
@@ -54,15 +57,20 @@ impl std::fmt::Display for Work {
             Work::Close(id) => write!(f, "close:{id}"),
             Work::Delete(id) => write!(f, "delete:{id}"),
             Work::Expire(before) => write!(f, "expire:{}", before.to_rfc3339()),
+            Work::Forget(id) => write!(f, "forget:{id}"),
         }
     }
 }
 
-// Takes the oldest due row — a tags, close, delete or expire row (a close row is made only for a
-// succeeded execution), or an execution row whose execution has succeeded — whose lease
-// is free or expired. All kinds share one order, so they take turns. SKIP LOCKED: concurrent claimers take
-// different rows instead of queueing on one. The partial index
-// scan_projection_outbox_claim_idx serves the ORDER BY.
+// Takes the oldest due row — a tags, close, delete, expire or forget row (a close row is
+// made only for a succeeded execution), or an execution row whose execution has succeeded —
+// whose lease is free or expired. All kinds share one order, so they take turns. SKIP
+// LOCKED: concurrent claimers take different rows instead of queueing on one. The partial
+// index scan_projection_outbox_claim_idx serves the ORDER BY.
+// A deleted task's execution and close rows are never taken again: its deletion run takes
+// its observations out, and would race a publication of them. That run waits while one of
+// those rows is still leased (a worker may be writing it). Both by primary and unique keys
+// (executions, tasks, executions_task_idx, the outbox's execution and closing keys).
 pub const OUTBOX_CLAIM: &str = "
     WITH next AS (
         SELECT o.id
@@ -72,6 +80,14 @@ pub const OUTBOX_CLAIM: &str = "
            AND o.available_at <= now()
            AND (o.claim_token IS NULL OR o.lease_expires_at <= now())
            AND (o.kind <> 'execution' OR e.status = 'succeeded')
+           AND NOT EXISTS (
+                 SELECT 1 FROM executions x JOIN tasks t ON t.id = x.task_id
+                  WHERE x.id = coalesce(o.execution_id, o.closing_execution_id)
+                    AND t.deleted_at IS NOT NULL)
+           AND (o.kind <> 'forget' OR NOT EXISTS (
+                 SELECT 1 FROM executions x JOIN scan_projection_outbox p
+                     ON p.execution_id = x.id OR p.closing_execution_id = x.id
+                  WHERE x.task_id = o.forget_task_id AND p.lease_expires_at > now()))
          ORDER BY o.available_at, o.id
          LIMIT 1
            FOR UPDATE OF o SKIP LOCKED)
@@ -81,7 +97,7 @@ pub const OUTBOX_CLAIM: &str = "
      WHERE o.id = next.id
     RETURNING o.id, o.execution_id, o.owner_id, o.cursor, o.phase = 'refreshing',
               o.processed_endpoints, o.attempts, o.tag_scope, o.closing_execution_id,
-              o.tombstone_id, o.expire_before";
+              o.tombstone_id, o.expire_before, o.forget_task_id";
 
 const OUTBOX_RENEW_LEASE: &str = "
     UPDATE scan_projection_outbox SET lease_expires_at = now() + make_interval(secs => $3)
@@ -105,14 +121,20 @@ const OUTBOX_RELEASE: &str = "
 // Completes the row; an execution row of a task with a port scope enqueues the execution's
 // close run with it, in the same statement: the close runs only once the execution's own
 // observations are in the asset view. ON CONFLICT: a completion repeated (a requeue)
-// enqueues nothing twice. Counts the completed rows (0: the lease is lost).
+// enqueues nothing twice. A forget row deletes its task with it (by primary key; the run
+// has removed the task's executions and targets in short steps before), so the task is
+// there until the run is done and gone once it is. Counts the completed rows (0: the
+// lease is lost).
 const OUTBOX_COMPLETE: &str = "
     WITH done AS (
         UPDATE scan_projection_outbox
            SET processed_at = now(), claim_token = NULL, lease_expires_at = NULL,
                last_error = NULL, last_error_class = NULL
          WHERE id = $1 AND claim_token = $2 AND lease_expires_at > now()
-        RETURNING kind, execution_id, owner_id),
+        RETURNING kind, execution_id, owner_id, forget_task_id),
+    forgotten AS (
+        DELETE FROM tasks t USING done d
+         WHERE d.kind = 'forget' AND t.id = d.forget_task_id AND t.deleted_at IS NOT NULL),
     closing AS (
         INSERT INTO scan_projection_outbox (kind, closing_execution_id, owner_id)
         SELECT 'close', d.execution_id, d.owner_id
@@ -148,12 +170,14 @@ pub fn claim(db: &Db, lease: Duration) -> Result<Option<OutboxClaim>, Projection
         r.get::<_, Option<Uuid>>(8),
         r.get::<_, Option<i64>>(9),
         r.get::<_, Option<DateTime<Utc>>>(10),
+        r.get::<_, Option<Uuid>>(11),
     ) {
         (Some(e), ..) => Work::Execution(e),
         (None, Some(e), ..) => Work::Close(e),
-        (None, None, Some(t), _) => Work::Delete(t),
-        (None, None, None, Some(before)) => Work::Expire(before),
-        (None, None, None, None) => Work::Tags(
+        (None, None, Some(t), ..) => Work::Delete(t),
+        (None, None, None, Some(before), _) => Work::Expire(before),
+        (None, None, None, None, Some(t)) => Work::Forget(t),
+        (None, None, None, None, None) => Work::Tags(
             r.try_get::<_, Json<TagScope>>(7)
                 .map_err(crate::db::DbError::from)?
                 .0,

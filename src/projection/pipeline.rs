@@ -27,6 +27,7 @@ use super::heartbeat::Heartbeat;
 use super::outbox::{self, OutboxClaim};
 use super::worker::OUTBOX_BACKOFF;
 use super::{page, ProjectionError};
+use crate::forget::ForgetRun;
 use crate::retention::assets::ExpireRun;
 use crate::tombstones::{self, DeleteRun};
 
@@ -85,13 +86,15 @@ struct Tick<'a> {
 
 /// What a row's pages become: merges of an execution's endpoints, the owner's current
 /// tags, closes of what a scoped execution did not see, deletes of what a tombstone
-/// covers, or tombstones and deletes of what was last seen before an age limit.
+/// covers, tombstones and deletes of what was last seen before an age limit, or the
+/// documents a deleted task touched rebuilt without it.
 pub enum Operations<'a> {
     Execution,
     Tags,
     Close(&'a CloseRun),
     Delete(&'a DeleteRun),
     Expire(&'a ExpireRun),
+    Forget(&'a ForgetRun),
 }
 
 /// How a tick's pages ended.
@@ -209,7 +212,8 @@ impl Pipeline {
         in_flight: &mut VecDeque<InFlight>,
     ) -> Result<Pages, ProjectionError> {
         let claim = tick.claim;
-        let overlap = !matches!(tick.ops, Operations::Tags);
+        // A forget page writes (and re-reads) synchronously while it is built.
+        let overlap = !matches!(tick.ops, Operations::Tags | Operations::Forget(_));
         let keep = usize::from(overlap);
         let per_tick = self.app.config.projection.pages_per_tick;
         let mut cursor = claim.cursor.clone();
@@ -298,6 +302,22 @@ impl Pipeline {
                         claim.owner_id,
                         &ids,
                     )?
+                }
+                Operations::Forget(run) => {
+                    // Written in order (each endpoint's deletes before its merges) and
+                    // waited for: the run reads its sources again after each write.
+                    let send = |ops| {
+                        self.senders
+                            .write(tick.send_ctx, ops, true)?
+                            .wait()
+                            .result?;
+                        Ok(())
+                    };
+                    let keys = crate::forget::keys(&page.docs);
+                    (
+                        Vec::new(),
+                        run.recompute(&self.app, tick.targets, &keys, send)?,
+                    )
                 }
             };
             if tick.heartbeat.is_lost() {

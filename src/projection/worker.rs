@@ -1,8 +1,8 @@
 //! A publication worker's claim loop: `tick()` claims one outbox row (an execution, a tag
-//! change, a close run or a deletion), has its [`Pipeline`] publish up to `projection.pages_per_tick` pages, and
-//! either yields the row, or refreshes the asset indices once and completes it; a failure
-//! is recorded with its backoff. The loop around it survives panics and idles between
-//! empty claims.
+//! change, a close run, a deletion or a task's deletion), has its [`Pipeline`] publish up
+//! to `projection.pages_per_tick` pages, and either yields the row, or refreshes the asset
+//! indices once (and purges a deleted task) and completes it; a failure is recorded with
+//! its backoff. The loop around it survives panics and idles between empty claims.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +23,7 @@ use super::heartbeat::Heartbeat;
 use super::outbox::{self, OutboxClaim, Work};
 use super::pipeline::{Operations, Pages, Pipeline};
 use super::{page, ProjectionError};
+use crate::forget::ForgetRun;
 use crate::retention::assets::ExpireRun;
 use crate::tombstones::DeleteRun;
 
@@ -109,7 +110,7 @@ impl Worker {
         // rebuild switches them, the next tick writes the new version (the rebuild
         // catches up with whatever a tick that began before the switch wrote to the old).
         let targets = alias::current(&app.es, prefix)?;
-        let (mut close, mut delete, mut expire) = (None, None, None);
+        let (mut close, mut delete, mut expire, mut forget) = (None, None, None, None);
         let (source, filter) = match &claim.work {
             Work::Execution(id) => (
                 index::execution_endpoints(prefix),
@@ -133,16 +134,24 @@ impl Worker {
                 let run = expire.insert(ExpireRun::new(*before));
                 (targets.user.clone(), Some(run.filter(claim.owner_id)))
             }
+            Work::Forget(task) => {
+                forget = ForgetRun::load(&app.db, *task, claim.owner_id)?;
+                let source = forget.as_ref().map(|run| run.source(prefix, &targets));
+                (
+                    source.unwrap_or_default(),
+                    forget.as_ref().map(ForgetRun::filter),
+                )
+            }
         };
-        // A close or delete row whose execution or tombstone has nothing to apply has no
-        // pages, and neither has a tag change of a domain.
-        let ops = match (&claim.work, &close, &delete, &expire) {
-            (Work::Execution(_), ..) => Some(Operations::Execution),
-            (Work::Tags(_), ..) => Some(Operations::Tags),
-            (_, Some(run), ..) => Some(Operations::Close(run)),
-            (_, _, Some(run), _) => Some(Operations::Delete(run)),
-            (.., Some(run)) => Some(Operations::Expire(run)),
-            _ => None,
+        // A close, delete or forget row whose execution, tombstone or task has nothing to
+        // apply has no pages, and neither has a tag change of a domain.
+        let ops = match &claim.work {
+            Work::Execution(_) => Some(Operations::Execution),
+            Work::Tags(_) => Some(Operations::Tags),
+            Work::Close(_) => close.as_ref().map(Operations::Close),
+            Work::Delete(_) => delete.as_ref().map(Operations::Delete),
+            Work::Expire(_) => expire.as_ref().map(Operations::Expire),
+            Work::Forget(_) => forget.as_ref().map(Operations::Forget),
         };
         let mut pages = 0;
         if let (false, Some(filter), Some(ops)) = (claim.refreshing, filter, ops) {
@@ -161,6 +170,11 @@ impl Worker {
         // retried later in phase `refreshing`, which re-sends no page.
         app.es
             .refresh(&Indices::of(&[&targets.global, &targets.user]))?;
+        // A deleted task's documents and rows go only now that the views no longer hold
+        // its observations; repeated in full after a failure or a crash (idempotent).
+        if let Some(run) = &forget {
+            run.purge(app, heartbeat)?;
+        }
         heartbeat.stop();
         outbox::complete(&app.db, claim)?;
         Line::new("ScanProjectionCompleted")

@@ -5,7 +5,8 @@
 //! [`ProjectionStatus::severity`]: `retrying` > `running` > `pending` > `not_started` >
 //! `ready` > `not_applicable`. A task without executions is `not_started`. Each execution's
 //! status comes from [`status::derive`], the one derivation; this file only feeds it.
-//! PostgreSQL only; one short read transaction per request.
+//! PostgreSQL only; one short read transaction per request. A task being deleted
+//! (`deleted_at` set) is gone: not listed, and 404 like another owner's.
 
 use crate::task::TaskKind;
 use std::collections::{BTreeMap, HashMap};
@@ -41,14 +42,16 @@ macro_rules! task_sql {
 }
 
 // Index tasks_owner_created_idx (owner_id, created_at); ties on created_at are broken by id.
-const FIRST_PAGE: &str =
-    task_sql!("WHERE owner_id = $1 ORDER BY created_at DESC, id DESC LIMIT $2");
+const FIRST_PAGE: &str = task_sql!(
+    "WHERE owner_id = $1 AND deleted_at IS NULL ORDER BY created_at DESC, id DESC LIMIT $2"
+);
 const PAGE_AFTER: &str = task_sql!(
-    "WHERE owner_id = $1 AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $2"
+    "WHERE owner_id = $1 AND deleted_at IS NULL AND (created_at, id) < ($3, $4)
+     ORDER BY created_at DESC, id DESC LIMIT $2"
 );
 
 // Primary key; the owner condition makes another owner's task indistinguishable from none.
-const TASK_BY_ID: &str = task_sql!("WHERE id = $1 AND owner_id = $2");
+const TASK_BY_ID: &str = task_sql!("WHERE id = $1 AND owner_id = $2 AND deleted_at IS NULL");
 
 // At most MAX_TARGETS per task, through the primary key (task_id, kind, value).
 const TARGETS: &str = "
@@ -246,10 +249,10 @@ pub fn get(app: &App, req: &Req, id: &str) -> Result<Reply, ReadError> {
     Ok(Reply::ok(task))
 }
 
-/// The task's kind if it belongs to `owner` (404 otherwise).
+/// The task's kind if it belongs to `owner` and is not being deleted (404 otherwise).
 pub fn owned_kind(tx: &mut Tx<'_>, task: Uuid, owner: Uuid) -> Result<TaskKind, ReadError> {
     tx.query_opt(
-        "SELECT kind FROM tasks WHERE id = $1 AND owner_id = $2",
+        "SELECT kind FROM tasks WHERE id = $1 AND owner_id = $2 AND deleted_at IS NULL",
         &[&task, &owner],
     )?
     .map(|r| r.get(0))

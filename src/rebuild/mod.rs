@@ -236,6 +236,9 @@ fn converge(
 
 /// Moves both aliases from `from` to `to` (one request, read back), then publishes into
 /// `to` what a tick that resolved `from` before the switch may have written there only.
+/// Refused when a task or asset deletion was queued since the window began: `to` may
+/// have been given the deleted observations before the deletion, which only `from` had
+/// taken out (nothing replays a deletion into another version); a new run skips them.
 fn switch(
     app: &App,
     from: &AssetIndices,
@@ -244,6 +247,17 @@ fn switch(
     window: Option<DateTime<Utc>>,
 ) -> Result<(), RebuildError> {
     let prefix = &app.config.elasticsearch.index_prefix;
+    if let Some(row) = window
+        .map(|at| source::deletion_since(&app.db, at))
+        .transpose()?
+        .flatten()
+    {
+        return Err(RebuildError::Refused(format!(
+            "a deletion was queued while this ran (outbox row {row}): v{} may still hold what \
+             it deleted; nothing was switched, run the command again",
+            to.version
+        )));
+    }
     alias::switch(&app.es, prefix, from, to)?;
     Line::new("AssetAliasesSwitched")
         .field("from", format!("v{}", from.version))

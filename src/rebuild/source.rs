@@ -2,8 +2,10 @@
 //! outbox row of kind `execution` whose execution succeeded — DNS-only executions have
 //! none), the tag changes (outbox rows of kind `tags`), the close runs (kind `close`), and
 //! whether live publication has settled. Retention removes the outbox rows of old
-//! executions (`pruned_at`), so the whole history also takes those from `executions`.
-//! Each query is one short statement on a fresh connection.
+//! executions (`pruned_at`), so the whole history also takes those from `executions`. A
+//! task being deleted contributes nothing: its deletion run is taking it out of the live
+//! view (`crate::forget` reads the same way). Each query is one short statement on a fresh
+//! connection.
 
 use postgres::types::Json;
 
@@ -41,31 +43,28 @@ const PUBLISHABLE_EXECUTIONS: &str = "
     SELECT o.id, o.execution_id, o.owner_id
       FROM scan_projection_outbox o
       JOIN executions e ON e.id = o.execution_id
+      JOIN tasks t ON t.id = e.task_id AND t.deleted_at IS NULL
      WHERE o.kind = 'execution' AND e.status = 'succeeded'
        AND ($1::timestamptz IS NULL OR o.processed_at IS NULL OR o.processed_at >= $1)
     UNION ALL
     SELECT NULL, e.id, t.owner_id
       FROM executions e
-      JOIN tasks t ON t.id = e.task_id
+      JOIN tasks t ON t.id = e.task_id AND t.deleted_at IS NULL
      WHERE $1::timestamptz IS NULL AND e.pruned_at IS NOT NULL
        AND e.status = 'succeeded' AND t.kind <> 'dns'
      ORDER BY 1 NULLS FIRST, 2";
 
-// In outbox order, as live publication enqueued them (each after its execution's row),
-// after those of pruned executions: a scoped task's succeeded execution got a close row
-// when its publication completed, which pruning waits for.
+// In outbox order, as live publication enqueued them (each after its execution's row);
+// the order matters, as the first close to apply to a document is the one it keeps.
+// Retention keeps close rows for that reason (it removes an execution's own row only).
 const CLOSE_RUNS: &str = "
-    SELECT id, closing_execution_id, owner_id
-      FROM scan_projection_outbox
-     WHERE kind = 'close'
-       AND ($1::timestamptz IS NULL OR processed_at IS NULL OR processed_at >= $1)
-    UNION ALL
-    SELECT NULL, e.id, t.owner_id
-      FROM executions e
-      JOIN tasks t ON t.id = e.task_id
-     WHERE $1::timestamptz IS NULL AND e.pruned_at IS NOT NULL
-       AND e.status = 'succeeded' AND t.kind <> 'dns' AND t.ports IS NOT NULL
-     ORDER BY 1 NULLS FIRST, 2";
+    SELECT o.id, o.closing_execution_id, o.owner_id
+      FROM scan_projection_outbox o
+      JOIN executions e ON e.id = o.closing_execution_id
+      JOIN tasks t ON t.id = e.task_id AND t.deleted_at IS NULL
+     WHERE o.kind = 'close'
+       AND ($1::timestamptz IS NULL OR o.processed_at IS NULL OR o.processed_at >= $1)
+     ORDER BY o.id";
 
 const TAG_CHANGES: &str = "
     SELECT id, owner_id, tag_scope
@@ -135,6 +134,18 @@ pub fn unsettled(db: &Db) -> Result<(i64, Option<i64>), DbError> {
     let mut conn = db.checkout(Stage::Rebuild)?;
     let r = conn.query_one(UNSETTLED, &[])?;
     Ok((r.get(0), r.get(1)))
+}
+
+// A task's or an owner's deletion queued at or after $1 (database time), the first one.
+// Reads the outbox once (no index on created_at: one query per switch).
+const DELETION_SINCE: &str = "
+    SELECT min(id) FROM scan_projection_outbox
+     WHERE kind IN ('forget', 'delete') AND created_at >= $1";
+
+/// The first deletion run (task or tombstone) queued at or after `at`, if any.
+pub fn deletion_since(db: &Db, at: DateTime<Utc>) -> Result<Option<i64>, DbError> {
+    let mut conn = db.checkout(Stage::Rebuild)?;
+    Ok(conn.query_one(DELETION_SINCE, &[&at])?.get(0))
 }
 
 pub fn changed_since(db: &Db, at: DateTime<Utc>) -> Result<bool, DbError> {

@@ -1,5 +1,5 @@
 //! Finished executions' upload records — receipts, upload streams, DNS answers, analysis
-//! and outbox rows — removed some days after the execution finished, in bounded short
+//! and publication rows — removed some days after the execution finished, in bounded short
 //! transactions. The execution's row and its results stay, marked `pruned_at`, and a
 //! rebuild still replays it (see `rebuild::source`).
 
@@ -56,9 +56,7 @@ const PRUNABLE_COUNTS: &str = "
     SELECT (SELECT count(*) FROM due),
            (SELECT count(*) FROM scan_upload_receipts WHERE execution_id IN (SELECT id FROM due)),
            (SELECT count(*) FROM scan_upload_stream WHERE execution_id IN (SELECT id FROM due)),
-           (SELECT count(*) FROM scan_projection_outbox
-             WHERE execution_id IN (SELECT id FROM due)
-                OR closing_execution_id IN (SELECT id FROM due))";
+           (SELECT count(*) FROM scan_projection_outbox WHERE execution_id IN (SELECT id FROM due))";
 
 // Receipts of the batch's executions, at most $2 a statement, by the identity key (whose
 // leading column is execution_id). Their streams are deleted after them, so the delete
@@ -72,10 +70,10 @@ const DELETE_RECEIPTS: &str = "
 const DELETE_STREAMS: &str = "DELETE FROM scan_upload_stream WHERE execution_id = ANY($1)";
 const DELETE_DNS_ANSWERS: &str = "DELETE FROM execution_dns_answers WHERE execution_id = ANY($1)";
 const DELETE_ANALYSIS: &str = "DELETE FROM scan_analysis_queue WHERE execution_id = ANY($1)";
+// The execution's own row only: close rows stay, since a rebuild replays closes in their
+// outbox order (the first close to apply to a document is the one it keeps).
 const DELETE_OUTBOX: &str = "
-    DELETE FROM scan_projection_outbox
-     WHERE (execution_id = ANY($1) OR closing_execution_id = ANY($1))
-       AND processed_at IS NOT NULL";
+    DELETE FROM scan_projection_outbox WHERE execution_id = ANY($1) AND processed_at IS NOT NULL";
 const MARK_PRUNED: &str = "UPDATE executions SET pruned_at = now() WHERE id = ANY($1)";
 
 // Processed rows that belong to no execution (tag changes, deletions, age limits), done
@@ -83,11 +81,11 @@ const MARK_PRUNED: &str = "UPDATE executions SET pruned_at = now() WHERE id = AN
 const DELETE_DONE_ROWS: &str = "
     DELETE FROM scan_projection_outbox
      WHERE id IN (SELECT id FROM scan_projection_outbox
-                   WHERE kind IN ('tags', 'delete', 'expire') AND processed_at < $1
+                   WHERE kind IN ('tags', 'delete', 'expire', 'forget') AND processed_at < $1
                    LIMIT $2)";
 const DONE_ROWS_COUNT: &str = "
     SELECT count(*) FROM scan_projection_outbox
-     WHERE kind IN ('tags', 'delete', 'expire') AND processed_at < $1";
+     WHERE kind IN ('tags', 'delete', 'expire', 'forget') AND processed_at < $1";
 
 /// What pruning removed (or, in a dry run, would remove).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -74,6 +74,15 @@ SELECT pg_temp.check_raises(format($$INSERT INTO scan_projection_outbox (kind, e
   FROM (VALUES ($$'execution', NULL, '00000000-0000-4000-8000-000000000002', NULL$$),
                ($$'tags', NULL, '00000000-0000-4000-8000-000000000002', NULL$$),
                ($$'tags', '00000000-0000-4000-8000-0000000000e1', '00000000-0000-4000-8000-000000000001', '{}'$$)) AS t(v);
+-- A task's deletion run: one per task, carrying the task and nothing else.
+INSERT INTO scan_projection_outbox (kind, owner_id, forget_task_id)
+VALUES ('forget', '00000000-0000-4000-8000-000000000002', '00000000-0000-4000-8000-0000000000b2');
+SELECT pg_temp.check_raises($$INSERT INTO scan_projection_outbox (kind, owner_id, forget_task_id) VALUES ('forget', '00000000-0000-4000-8000-000000000002', '00000000-0000-4000-8000-0000000000b2')$$,
+                            '23505', 'scan_projection_outbox_forget_key', 'a second deletion run of one task is a unique violation');
+SELECT pg_temp.check_raises(format($$INSERT INTO scan_projection_outbox (kind, owner_id, tag_scope, forget_task_id) VALUES (%s)$$, v),
+                            '23514', 'scan_projection_outbox_kind_shape', 'outbox shape: ' || v)
+  FROM (VALUES ($$'forget', '00000000-0000-4000-8000-000000000002', NULL, NULL$$),
+               ($$'tags', '00000000-0000-4000-8000-000000000002', '{}', '00000000-0000-4000-8000-0000000000b2'$$)) AS t(v);
 SELECT pg_temp.check_raises($$UPDATE scan_projection_outbox SET claim_token = gen_random_uuid() WHERE kind = 'execution'$$,
                             '23514', 'scan_projection_outbox_lease_pair', 'claim_token without lease_expires_at rejected');
 SELECT pg_temp.check_raises($$UPDATE scan_projection_outbox SET phase = 'done' WHERE kind = 'execution'$$,

@@ -57,6 +57,8 @@ fn backlog_prints_unprocessed_rows_and_a_summary() {
         "kind",
         "execution_id",
         "closing_execution_id",
+        "tombstone_id",
+        "forget_task_id",
         "phase",
         "processed_endpoints",
         "attempts",
@@ -86,7 +88,7 @@ fn backlog_prints_unprocessed_rows_and_a_summary() {
     assert_eq!(r.get("permanent_error_rows"), "0");
     assert_eq!(
         r.get("backlog_by_kind"),
-        "execution:1,tags:1,close:0,delete:0,expire:0"
+        "execution:1,tags:1,close:0,delete:0,expire:0,forget:0"
     );
     // The failed row is due in an hour: it sorts after the tags row, which is due now.
     let pos_tags = r.stdout.find("| tags").unwrap();

@@ -8,6 +8,7 @@ mod executions;
 mod outbox;
 mod principals;
 mod tags;
+mod task_delete;
 mod tasks;
 
 use crate::support::db::TestDb;

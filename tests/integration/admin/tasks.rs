@@ -250,7 +250,7 @@ fn task_create_refuses_bad_owner_scanner_kind_and_missing_args() {
     admin(&t, &["task", "create", "--owner", &o, "--kind", "dns"]).fails_with("missing --target");
     admin(&t, &["task", "create", "--owner", &o, "--kind"])
         .fails_with("option --kind needs a value");
-    admin(&t, &["task", "delete"]).fails_with("unknown subcommand 'task delete'");
+    admin(&t, &["task", "remove"]).fails_with("unknown subcommand 'task remove'");
     admin(&t, &["task"]).fails_with("missing subcommand");
     assert_eq!(count(&t, "tasks"), 0);
 }

@@ -12,7 +12,7 @@ use crate::support::scan::{self, endpoint, stored, t0, t0_plus, Batch};
 use crate::support::stack::Stack;
 
 /// Uploads `observations` as the execution's only batch (a final).
-fn finish(s: &Stack, execution: Uuid, observations: Vec<Value>) {
+pub(super) fn finish(s: &Stack, execution: Uuid, observations: Vec<Value>) {
     let b = Batch::final_(Uuid::new_v4(), 0, observations);
     let r = scan::post(s.base(), &s.scanner.token, execution, &b);
     assert_eq!(r.status, 200, "{}", r.body);
@@ -23,7 +23,7 @@ fn publish_all(s: &Stack) {
 }
 
 /// Rebuilds the asset views, which verifies the new version against the live one.
-fn rebuild(s: &Stack) -> scanstore::rebuild::Outcome {
+pub(super) fn rebuild(s: &Stack) -> scanstore::rebuild::Outcome {
     let opts = scanstore::rebuild::Options {
         settle_timeout: std::time::Duration::from_secs(60),
         rounds: 5,
@@ -32,7 +32,7 @@ fn rebuild(s: &Stack) -> scanstore::rebuild::Outcome {
 }
 
 /// A running execution of a new port-scan task over `targets` with port scope `ports`.
-fn scoped_task(s: &Stack, targets: &[(&str, &str)], ports: &str) -> TaskRun {
+pub(super) fn scoped_task(s: &Stack, targets: &[(&str, &str)], ports: &str) -> TaskRun {
     let mut c = s.sql();
     let run = factory::task_with_targets(
         &mut c,
@@ -62,7 +62,7 @@ fn next_execution(s: &Stack, task: Uuid) -> Uuid {
         .get(0)
 }
 
-fn started_at(s: &Stack, execution: Uuid) -> String {
+pub(super) fn started_at(s: &Stack, execution: Uuid) -> String {
     let t: chrono::DateTime<chrono::Utc> = s
         .sql()
         .query_one(

@@ -6,5 +6,6 @@ mod claims;
 mod close;
 mod delete;
 mod faults;
+mod forget;
 mod merge;
 mod publish;

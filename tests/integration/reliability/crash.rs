@@ -375,8 +375,10 @@ fn run_progress(
 
 /// `kill -9` of `serve` in the middle of the outbox row whose `condition` column is `id`
 /// (writes slowed, so the run is caught between pages): after its first checkpoint, at its
-/// next read of the owner's view. Then a new process, once the dead one's lease expires,
-/// until the row is done.
+/// next search of the index `reads` (after the prefix: the owner's view, or the execution
+/// projection). Then a new process, once the dead one's lease expires, until the row is
+/// done.
+#[allow(clippy::too_many_arguments)]
 fn kill_mid_run(
     emu: &Emulator,
     cfg: &ChildConfig,
@@ -384,6 +386,7 @@ fn kill_mid_run(
     c: &mut postgres::Client,
     condition: &str,
     id: &(dyn postgres::types::ToSql + Sync),
+    reads: &str,
     start_run: impl FnOnce(&Serve),
 ) -> Serve {
     emu.add_fault(FaultSpec::Latency {
@@ -398,7 +401,7 @@ fn kill_mid_run(
         Duration::from_secs(60),
         || run_progress(c, condition, id).is_some_and(|(n, _)| n > 0),
     );
-    emu.add_fault(pause(&format!("/{}-assets-user-*/_search", cfg.prefix)));
+    emu.add_fault(pause(&format!("/{}-{reads}/_search", cfg.prefix)));
     emu.wait_paused(1, Duration::from_secs(30));
     serve.kill9();
     emu.clear_faults();
@@ -488,6 +491,7 @@ fn kill_in_the_middle_of_a_close_run() {
         &mut c,
         "closing_execution_id",
         &scoped.execution_id,
+        "assets-user-*",
         |s| {
             let now = chrono::Utc::now().to_rfc3339();
             let b = Batch::final_(uuid::Uuid::new_v4(), 0, endpoints(0, 5, &now));
@@ -540,6 +544,7 @@ fn kill_in_the_middle_of_a_deletion() {
         &mut c,
         "tombstone_id",
         &tombstone,
+        "assets-user-*",
         |_| {
             queue_deletion(&db, who.owner.id, tombstone);
         },
@@ -561,15 +566,25 @@ fn kill_in_the_middle_of_an_age_limit_run() {
     let mut c = db.connect();
     let global = view(&emu, &cfg.prefix, "global");
     let before = chrono::Utc::now() - chrono::Duration::days(1);
-    let _serve = kill_mid_run(&emu, &cfg, serve, &mut c, "expire_before", &before, |_| {
-        db.connect()
-            .execute(
-                "INSERT INTO scan_projection_outbox (kind, owner_id, expire_before)
+    let reads = "assets-user-*";
+    let _serve = kill_mid_run(
+        &emu,
+        &cfg,
+        serve,
+        &mut c,
+        "expire_before",
+        &before,
+        reads,
+        |_| {
+            db.connect()
+                .execute(
+                    "INSERT INTO scan_projection_outbox (kind, owner_id, expire_before)
                  VALUES ('expire', $1, $2)",
-                &[&who.owner.id, &before],
-            )
-            .unwrap();
-    });
+                    &[&who.owner.id, &before],
+                )
+                .unwrap();
+        },
+    );
     assert_eq!(view(&emu, &cfg.prefix, "user").len(), 0);
     assert_eq!(view(&emu, &cfg.prefix, "global"), global);
     let (tombstones, endpoints): (i64, i64) = {
@@ -593,4 +608,67 @@ fn queue_deletion(db: &TestDb, owner: uuid::Uuid, tombstone: i64) {
             &[&owner, &tombstone],
         )
         .unwrap();
+}
+
+/// `kill -9` in the middle of a task's deletion run: it resumes from its checkpoint, and
+/// the views end exactly as they were before the task was published (its 40 later
+/// sightings of the other task's endpoints taken back, its 20 own endpoints gone), with
+/// its documents and rows gone.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn kill_in_the_middle_of_a_task_deletion() {
+    use crate::support::factory;
+    use crate::support::scan::endpoints;
+
+    let Some(emu) = emulator_for_faults("crash-forget") else {
+        return;
+    };
+    let (db, cfg, serve, who) = sixty_published(&emu, "rf");
+    let sorted = |name: &str| {
+        let mut docs = view(&emu, &cfg.prefix, name);
+        docs.sort_by_key(|d| d.to_string());
+        docs
+    };
+    let before = (sorted("global"), sorted("user"));
+    let mut c = db.connect();
+    let later = factory::task(&mut c, who.owner.id, who.scanner.id, "port_scan", "running");
+    let now = chrono::Utc::now().to_rfc3339();
+    let mut seen = endpoints(0, 40, &now);
+    seen.extend(endpoints(60, 20, &now));
+    let b = Batch::final_(uuid::Uuid::new_v4(), 0, seen);
+    post_until_ok(&serve.base, &who.scanner.token, later.execution_id, &b);
+    wait_published(&mut c, later.execution_id, Duration::from_secs(60));
+    assert_eq!(view(&emu, &cfg.prefix, "user").len(), 80);
+
+    let task = later.task_id;
+    let _serve = kill_mid_run(
+        &emu,
+        &cfg,
+        serve,
+        &mut c,
+        "forget_task_id",
+        &task,
+        "execution-endpoints",
+        |_| {
+            crate::support::admin::admin(&db, &["task", "delete", &task.to_string()]).ok();
+        },
+    );
+    assert_eq!((sorted("global"), sorted("user")), before);
+    let left: i64 = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM tasks WHERE id = $1)
+                  + (SELECT count(*) FROM executions WHERE task_id = $1)
+                  + (SELECT count(*) FROM scan_upload_receipts WHERE execution_id = $2)",
+            &[&task, &later.execution_id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "the task's rows are gone");
+    for index in ["execution-endpoints", "facts-*"] {
+        let n = emu.es().refreshed_count(
+            &format!("{}-{index}", cfg.prefix),
+            serde_json::json!({"term": {"task_id": task.to_string()}}),
+        );
+        assert_eq!(n, 0, "{index}: the task's documents are gone");
+    }
 }

@@ -1,0 +1,148 @@
+//! `task delete`: refused (nothing written) while an execution is queued or running or a
+//! child task hangs off the task; otherwise the task is marked and its deletion run
+//! queued in one transaction, once however often it is asked; usage errors exit 2.
+
+use super::outbox::{outbox_row, succeed};
+use super::{admin, admin_without_url, count, queued_execution};
+use crate::support::db;
+
+/// (deleted_at set, forget rows of the task).
+fn marked(t: &db::TestDb, task: &str) -> (bool, i64) {
+    let r = t
+        .connect()
+        .query_one(
+            "SELECT deleted_at IS NOT NULL,
+                    (SELECT count(*) FROM scan_projection_outbox
+                      WHERE kind = 'forget' AND forget_task_id = t.id)
+               FROM tasks t WHERE id = $1::text::uuid",
+            &[&task],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_task_is_deleted_once_its_executions_have_ended() {
+    let t = db::fresh();
+    let (o, task, e) = queued_execution(&t, "port_scan");
+    let mut c = t.connect();
+
+    admin(&t, &["task", "delete", &task]).fails_with("1 unfinished execution(s)");
+    c.execute(
+        "UPDATE executions SET status = 'running', started_at = now() WHERE id = $1::text::uuid",
+        &[&e],
+    )
+    .unwrap();
+    admin(&t, &["task", "delete", &task]).fails_with("unfinished execution(s)");
+    assert_eq!(marked(&t, &task), (false, 0), "a refusal writes nothing");
+
+    // A child task generated from its DNS answers would go with it (the cascade) while
+    // keeping its documents: refused until the child is deleted.
+    succeed(&mut c, &e);
+    outbox_row(&mut c, &e, "processed_at = now()");
+    let child: uuid::Uuid = c
+        .query_one(
+            "INSERT INTO tasks (owner_id, kind, parent_task_id, source_execution_id)
+             VALUES ($1::text::uuid, 'port_scan', $2::text::uuid, $3::text::uuid) RETURNING id",
+            &[&o, &task, &e],
+        )
+        .unwrap()
+        .get(0);
+    admin(&t, &["task", "delete", &task]).fails_with("1 child task(s)");
+    assert_eq!(marked(&t, &task), (false, 0));
+    let r = admin(&t, &["task", "delete", &child.to_string()]).ok();
+    assert_eq!(r.get("executions"), "0");
+    // A child being deleted still hangs off it until its run has removed it.
+    admin(&t, &["task", "delete", &task]).fails_with("1 child task(s)");
+    c.execute("DELETE FROM tasks WHERE id = $1", &[&child])
+        .unwrap();
+
+    let tasks_before = count(&t, "tasks");
+    let r = admin(&t, &["task", "delete", &task]).ok();
+    assert!(
+        r.stdout.starts_with("task deleted (deletion queued)\n"),
+        "{r}"
+    );
+    assert_eq!(r.get("task_id"), task);
+    assert_eq!(r.get("owner_id"), o);
+    assert_eq!(r.get("executions"), "1");
+    let outbox_id = r.get("outbox_id").to_string();
+    assert_eq!(marked(&t, &task), (true, 1));
+    let (kind, owner): (String, uuid::Uuid) = {
+        let row = c
+            .query_one(
+                "SELECT kind, owner_id::text::uuid FROM scan_projection_outbox WHERE id = $1::text::bigint",
+                &[&outbox_id],
+            )
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((kind.as_str(), owner.to_string()), ("forget", o.clone()));
+    assert_eq!(
+        count(&t, "tasks"),
+        tasks_before,
+        "the row stays until the run"
+    );
+
+    // Asked again: the same run, nothing queued twice.
+    let again = admin(&t, &["task", "delete", &task]).ok();
+    assert!(
+        again.stdout.starts_with("task deletion already queued\n"),
+        "{again}"
+    );
+    assert_eq!(again.get("outbox_id"), outbox_id);
+    assert_eq!(marked(&t, &task), (true, 1));
+
+    // The backlog names the run; its execution is not published again.
+    let backlog = admin(&t, &["backlog"]).ok();
+    assert!(backlog.stdout.contains("| forget"), "{backlog}");
+    assert!(backlog.stdout.contains(&task), "{backlog}");
+    admin(&t, &["outbox", "requeue", &e]).fails_with("which is being deleted");
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn task_delete_usage_errors() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["task", "delete"], "missing TASK_ID"),
+        (
+            &["task", "delete", "nope"],
+            "invalid task id 'nope': not a UUID",
+        ),
+        (
+            &[
+                "task",
+                "delete",
+                "00000000-0000-4000-8000-000000000001",
+                "extra",
+            ],
+            "unexpected argument 'extra'",
+        ),
+        (
+            &["task", "delete", "--force", "x"],
+            "unknown option --force",
+        ),
+    ];
+    for (args, needle) in cases {
+        let r = admin_without_url(args);
+        assert_eq!(r.code, Some(2), "{r}");
+        assert!(r.stderr.contains(needle), "{needle}\n{r}");
+        assert!(
+            r.stderr
+                .contains("Try 'scanstore-admin task delete --help'"),
+            "{r}"
+        );
+    }
+    let help = admin_without_url(&["task", "delete", "--help"]).ok();
+    assert!(
+        help.stdout.contains("scanstore-admin task delete TASK_ID"),
+        "{help}"
+    );
+    let t = db::fresh();
+    admin(
+        &t,
+        &["task", "delete", "00000000-0000-4000-8000-000000000001"],
+    )
+    .fails_with("unknown task 00000000-0000-4000-8000-000000000001");
+}
