@@ -136,13 +136,15 @@ pub fn unsettled(db: &Db) -> Result<(i64, Option<i64>), DbError> {
     Ok((r.get(0), r.get(1)))
 }
 
-// A task's or an owner's deletion queued at or after $1 (database time), the first one.
+// A task's or an owner's deletion queued at or after $1 (database time), or retention's
+// age limit queued or moved on since (its waiting row is updated in place), the first one.
 // Reads the outbox once (no index on created_at: one query per switch).
 const DELETION_SINCE: &str = "
     SELECT min(id) FROM scan_projection_outbox
-     WHERE kind IN ('forget', 'delete') AND created_at >= $1";
+     WHERE (kind IN ('forget', 'delete') AND created_at >= $1)
+        OR (kind = 'expire' AND updated_at >= $1)";
 
-/// The first deletion run (task or tombstone) queued at or after `at`, if any.
+/// The first deletion run (task, tombstone or age limit) queued at or after `at`, if any.
 pub fn deletion_since(db: &Db, at: DateTime<Utc>) -> Result<Option<i64>, DbError> {
     let mut conn = db.checkout(Stage::Rebuild)?;
     Ok(conn.query_one(DELETION_SINCE, &[&at])?.get(0))
