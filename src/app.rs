@@ -15,11 +15,10 @@ use crate::es::writer::{WritePolicy, Writer};
 use crate::es::{setup, EsClient, EsError};
 use crate::http::load::HttpLoad;
 use crate::http::server::{self, HttpServer, Routes};
+use crate::periodic::Periodic;
 use crate::projection::wake::Wake;
 use crate::projection::Workers;
-use crate::telemetry::sampler::Sampler;
 use crate::telemetry::Line;
-use crate::upload::lease::Sweeper;
 
 /// How often the backlog and slow SQL are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_secs(30);
@@ -147,9 +146,9 @@ pub struct Running {
     pub app: Arc<App>,
     http: HttpServer,
     workers: Workers,
-    sampler: Sampler,
-    sweeper: Sweeper,
-    retention: Option<crate::retention::Daily>,
+    sampler: Periodic,
+    sweeper: Periodic,
+    retention: Option<Periodic>,
 }
 
 impl Running {
@@ -231,9 +230,9 @@ pub fn start_with(config: Config, routes: Routes) -> Result<Running, StartError>
     }
     let http = server::start(app.clone(), routes)?;
     let workers = Workers::start(&app)?;
-    let sampler = Sampler::start(app.db.clone(), SAMPLE_EVERY);
-    let sweeper = Sweeper::start(app.clone())?;
-    let retention = crate::retention::Daily::start(app.clone())?;
+    let sampler = crate::telemetry::sampler::start_sampler(app.db.clone(), SAMPLE_EVERY)?;
+    let sweeper = crate::upload::lease::start_sweeper(app.clone())?;
+    let retention = crate::retention::start_daily(app.clone())?;
     Ok(Running {
         app,
         http,

@@ -28,6 +28,7 @@ pub mod db;
 pub mod es;
 pub mod forget;
 pub mod http;
+pub mod periodic;
 pub mod ports;
 pub mod projection;
 pub mod read;

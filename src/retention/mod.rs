@@ -23,7 +23,7 @@ use crate::telemetry::events::ms;
 use crate::telemetry::metrics::{self, RetentionLabels};
 use crate::telemetry::Line;
 
-pub use daily::Daily;
+pub use daily::start as start_daily;
 pub use records::Pruned;
 pub use tombstones::Retired;
 
@@ -125,35 +125,45 @@ pub fn configured(app: &App) -> bool {
 }
 
 /// Runs retention once, unless another instance is running it (`Busy`); `stop` ends it
-/// between batches (what was removed until then is reported and recorded).
+/// between batches (what was removed until then is reported and recorded). Every failure
+/// is logged (`RetentionRunFailed`) before it is returned.
 pub fn run(app: &App, stop: &AtomicBool) -> Result<Outcome, RetentionError> {
     let m = metrics::get();
     let label = |what: &str| RetentionLabels { what: what.into() };
-    let mut lock = app.db.dedicated()?;
-    let locked: bool = lock
-        .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])?
-        .get(0);
-    if !locked {
-        m.retention_runs.get_or_create(&label("busy")).inc();
-        Line::new("RetentionRunBusy").info();
-        return Ok(Outcome::Busy);
-    }
+    let (mut lock, id, now) = match begin(app) {
+        Ok(Some(begun)) => begun,
+        Ok(None) => {
+            m.retention_runs.get_or_create(&label("busy")).inc();
+            Line::new("RetentionRunBusy").info();
+            return Ok(Outcome::Busy);
+        }
+        Err(e) => {
+            m.retention_runs.get_or_create(&label("failed")).inc();
+            Line::new("RetentionRunFailed").field("error", &e).warn();
+            return Err(e);
+        }
+    };
     let started = Instant::now();
-    let row = lock.query_one(RUN_STARTED, &[])?;
-    let (id, now): (i64, DateTime<Utc>) = (row.get(0), row.get(1));
     Line::new("RetentionRunStarted").field("run_id", id).info();
     let mut report = Report::default();
-    let result = steps(app, now, stop, &mut report);
+    let mut result = steps(app, now, stop, &mut report);
     let outcome = if result.is_ok() {
         "completed"
     } else {
         "failed"
     };
     // Recorded on the locked session, before it closes and releases the lock.
-    lock.execute(RUN_FINISHED, &[&id, &outcome, &report.json()])?;
+    if let Err(e) = lock.execute(RUN_FINISHED, &[&id, &outcome, &report.json()]) {
+        result = result.and(Err(e.into()));
+    }
     for (what, n) in report.counts() {
         m.retention_removed.get_or_create(&label(what)).inc_by(n);
     }
+    let outcome = if result.is_ok() {
+        "completed"
+    } else {
+        "failed"
+    };
     m.retention_runs.get_or_create(&label(outcome)).inc();
     let mut line = Line::new(match result {
         Ok(()) => "RetentionRunCompleted",
@@ -175,6 +185,20 @@ pub fn run(app: &App, stop: &AtomicBool) -> Result<Outcome, RetentionError> {
             Err(e)
         }
     }
+}
+
+/// The run's lock on a connection of its own and its `retention_runs` row (id, database
+/// time), or `None` when another session holds the lock.
+fn begin(app: &App) -> Result<Option<(postgres::Client, i64, DateTime<Utc>)>, RetentionError> {
+    let mut lock = app.db.dedicated()?;
+    let locked: bool = lock
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])?
+        .get(0);
+    if !locked {
+        return Ok(None);
+    }
+    let row = lock.query_one(RUN_STARTED, &[])?;
+    Ok(Some((lock, row.get(0), row.get(1))))
 }
 
 /// What a run would remove now; removes nothing and takes no lock.

@@ -5,9 +5,6 @@
 //! other failure (a pool timeout, a broken connection) is a sampling failure, reported
 //! separately.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use postgres::error::SqlState;
@@ -15,6 +12,7 @@ use postgres::error::SqlState;
 use super::metrics::{self, QueryLabels};
 use super::Line;
 use crate::db::{Db, DbError, Queries, Stage};
+use crate::periodic::{Periodic, Schedule};
 
 // Bounded by the backlog itself: the partial claim index holds only unprocessed rows.
 pub const BACKLOG: &str = "
@@ -172,38 +170,15 @@ pub fn sample_once(db: &Db) -> Sample {
     sample
 }
 
-/// The sampler thread.
-pub struct Sampler {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Sampler {
-    pub fn start(db: Db, every: Duration) -> Sampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("sampler".into())
-            .spawn(move || {
-                let tick = Duration::from_millis(200);
-                let mut waited = every;
-                while !flag.load(Ordering::SeqCst) {
-                    if waited >= every {
-                        sample_once(&db);
-                        waited = Duration::ZERO;
-                    }
-                    std::thread::sleep(tick);
-                    waited += tick;
-                }
-            })
-            .ok();
-        Sampler { stop, thread }
-    }
-
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// The sampling thread: the backlog and the slow statements every `every`, the first at once.
+pub fn start_sampler(db: Db, every: Duration) -> std::io::Result<Periodic> {
+    let schedule = Schedule {
+        name: "sampler",
+        every,
+        at_start: true,
+        panicked: "SamplingPanicked",
+    };
+    Periodic::start(schedule, move |_| {
+        sample_once(&db);
+    })
 }

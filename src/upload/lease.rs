@@ -8,11 +8,7 @@
 //! sweep; `SKIP LOCKED` keeps instances (and in-flight batches, which hold the execution
 //! lock) apart.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use uuid::Uuid;
 
@@ -21,6 +17,7 @@ use super::reserve::Execution;
 use super::{abandon, children};
 use crate::app::App;
 use crate::db::{Db, DbError, Queries, Stage};
+use crate::periodic::{Periodic, Schedule};
 use crate::telemetry::Line;
 
 /// Most executions one sweep handles; the next sweep takes the rest.
@@ -134,52 +131,20 @@ pub fn clean_abandoned(app: &App) -> Result<usize, DbError> {
     Ok(cleaned)
 }
 
-/// The sweeping thread.
-pub struct Sweeper {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Sweeper {
-    pub fn start(app: Arc<App>) -> std::io::Result<Sweeper> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let every = app.config.scanner.sweep_interval;
-        let max_attempts = app.config.scanner.max_attempts;
-        let thread = std::thread::Builder::new()
-            .name("lease-sweep".into())
-            .spawn(move || {
-                let tick = Duration::from_millis(50).min(every);
-                let mut waited = Duration::ZERO;
-                while !flag.load(Ordering::SeqCst) {
-                    if waited >= every {
-                        // A panic ends this sweep, not the sweeping.
-                        let swept = catch_unwind(AssertUnwindSafe(|| {
-                            sweep(&app.db, max_attempts).and_then(|_| clean_abandoned(&app))
-                        }));
-                        match swept {
-                            Ok(Ok(_)) => {}
-                            Ok(Err(e)) => Line::new("ScanExecutionLeaseSweepFailed")
-                                .field("error", e)
-                                .warn(),
-                            Err(_) => Line::new("ScanExecutionLeaseSweepPanicked").warn(),
-                        }
-                        waited = Duration::ZERO;
-                    }
-                    std::thread::sleep(tick);
-                    waited += tick;
-                }
-            })?;
-        Ok(Sweeper {
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+/// The sweeping thread: every `scanner.sweep_interval`, a sweep and a clean-up.
+pub fn start_sweeper(app: Arc<App>) -> std::io::Result<Periodic> {
+    let schedule = Schedule {
+        name: "lease-sweep",
+        every: app.config.scanner.sweep_interval,
+        at_start: false,
+        panicked: "ScanExecutionLeaseSweepPanicked",
+    };
+    let max_attempts = app.config.scanner.max_attempts;
+    Periodic::start(schedule, move |_| {
+        if let Err(e) = sweep(&app.db, max_attempts).and_then(|_| clean_abandoned(&app)) {
+            Line::new("ScanExecutionLeaseSweepFailed")
+                .field("error", e)
+                .warn();
         }
-    }
+    })
 }

@@ -11,7 +11,7 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::support::publish::{assets, drain};
+use crate::support::publish::{assets, drain, rebuild, reopen};
 use crate::support::read::ok;
 use crate::support::scan::{self, endpoint, stored, t0, Batch};
 use crate::support::stack::Stack;
@@ -125,23 +125,12 @@ fn stale_assets_are_deleted_with_tombstones_and_stay_deleted_until_seen_again() 
     assert_eq!(count(&s, "SELECT count(*) FROM asset_tombstones"), 2);
 
     // The execution's pages replayed from the start: still deleted.
-    s.sql()
-        .execute(
-            "UPDATE scan_projection_outbox SET processed_at = NULL, cursor = NULL,
-                    phase = 'publishing', processed_endpoints = 0
-              WHERE execution_id = $1",
-            &[&s.execution()],
-        )
-        .unwrap();
+    reopen(&s, "execution_id", &s.execution());
     drain(&s, 20);
     assert_eq!(owner_ids(&s), ["10.0.0.3-tcp-443"]);
 
     // A rebuild verifies against the live view and keeps them deleted.
-    let opts = scanstore::rebuild::Options {
-        settle_timeout: Duration::from_secs(60),
-        rounds: 5,
-    };
-    scanstore::rebuild::rebuild(s.server.app(), opts).expect("rebuild");
+    rebuild(&s);
     assert_eq!(owner_ids(&s), ["10.0.0.3-tcp-443"]);
 
     // Seen again: back, first seen now.
@@ -205,14 +194,7 @@ fn a_retired_tombstone_leaves_marks_that_keep_the_deletion() {
     assert_eq!(marked, 1);
 
     // Without the row, the mark keeps it out: a replay from the start, then a rebuild.
-    s.sql()
-        .execute(
-            "UPDATE scan_projection_outbox SET processed_at = NULL, cursor = NULL,
-                    phase = 'publishing', processed_endpoints = 0
-              WHERE execution_id = $1",
-            &[&s.execution()],
-        )
-        .unwrap();
+    reopen(&s, "execution_id", &s.execution());
     drain(&s, 20);
     assert_eq!(owner_ids(&s), ["10.0.0.2-tcp-22"]);
     assert_eq!(
@@ -220,11 +202,7 @@ fn a_retired_tombstone_leaves_marks_that_keep_the_deletion() {
         global_before,
         "the global view is kept"
     );
-    let opts = scanstore::rebuild::Options {
-        settle_timeout: Duration::from_secs(60),
-        rounds: 5,
-    };
-    scanstore::rebuild::rebuild(s.server.app(), opts).expect("rebuild");
+    rebuild(&s);
     assert_eq!(owner_ids(&s), ["10.0.0.2-tcp-22"]);
     // A rescan still brings it back.
     let now = Utc::now().to_rfc3339();
@@ -367,11 +345,7 @@ fn finished_executions_lose_their_upload_records_but_still_read_and_rebuild() {
 
     // A rebuild replays the pruned execution too and verifies equal.
     drain(&s, 20);
-    let opts = scanstore::rebuild::Options {
-        settle_timeout: Duration::from_secs(60),
-        rounds: 5,
-    };
-    let outcome = scanstore::rebuild::rebuild(s.server.app(), opts).expect("rebuild");
+    let outcome = rebuild(&s);
     assert_eq!(outcome.executions, 2);
     assert_eq!(
         owner_ids(&s),

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::support::factory::{self, TaskRun};
-use crate::support::publish::{assets, drain};
+use crate::support::publish::{assets, drain, rebuild, reopen};
 use crate::support::read;
 use crate::support::scan::{self, endpoint, stored, t0, t0_plus, Batch};
 use crate::support::stack::Stack;
@@ -20,15 +20,6 @@ pub(super) fn finish(s: &Stack, execution: Uuid, observations: Vec<Value>) {
 
 fn publish_all(s: &Stack) {
     drain(s, 50);
-}
-
-/// Rebuilds the asset views, which verifies the new version against the live one.
-pub(super) fn rebuild(s: &Stack) -> scanstore::rebuild::Outcome {
-    let opts = scanstore::rebuild::Options {
-        settle_timeout: std::time::Duration::from_secs(60),
-        rounds: 5,
-    };
-    scanstore::rebuild::rebuild(s.server.app(), opts).expect("rebuild")
 }
 
 /// A running execution of a new port-scan task over `targets` with port scope `ports`.
@@ -219,14 +210,7 @@ fn a_scoped_execution_closes_what_it_did_not_see_and_a_newer_sighting_reopens_it
 
     // Replaying the close run changes no document.
     let before = owner_assets(&s);
-    s.sql()
-        .execute(
-            "UPDATE scan_projection_outbox SET processed_at = NULL, cursor = NULL,
-                    phase = 'publishing', processed_endpoints = 0
-              WHERE closing_execution_id = $1",
-            &[&e2],
-        )
-        .unwrap();
+    reopen(&s, "closing_execution_id", &e2);
     publish_all(&s);
     assert_eq!(owner_assets(&s), before);
 

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::support::admin::admin;
-use crate::support::publish::{assets, drain};
+use crate::support::publish::{assets, drain, rebuild, reopen};
 use crate::support::scan::{self, endpoint, stored, t0, Batch};
 use crate::support::stack::Stack;
 use uuid::Uuid;
@@ -62,24 +62,13 @@ fn a_deletion_stays_deleted_until_a_newer_observation() {
     );
 
     // The execution's pages replayed from the start: still deleted.
-    s.sql()
-        .execute(
-            "UPDATE scan_projection_outbox SET processed_at = NULL, cursor = NULL,
-                    phase = 'publishing', processed_endpoints = 0
-              WHERE execution_id = $1",
-            &[&s.execution()],
-        )
-        .unwrap();
+    reopen(&s, "execution_id", &s.execution());
     drain(&s, 20);
     assert_eq!(owner_ids(&s), ["10.0.1.9-tcp-443"]);
 
     // A rebuild from the execution projection verifies against the live view and keeps
     // the deletion.
-    let opts = scanstore::rebuild::Options {
-        settle_timeout: std::time::Duration::from_secs(60),
-        rounds: 5,
-    };
-    scanstore::rebuild::rebuild(s.server.app(), opts).expect("rebuild");
+    rebuild(&s);
     assert_eq!(owner_ids(&s), ["10.0.1.9-tcp-443"]);
 
     // A rescan after the deletion: back, first seen now.

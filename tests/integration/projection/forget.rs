@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::close::{finish, rebuild, scoped_task, started_at};
+use super::close::{finish, scoped_task, started_at};
 use crate::support::admin::admin;
 use crate::support::factory;
-use crate::support::publish::{assets, drain};
+use crate::support::publish::{assets, drain, rebuild, reopen};
 use crate::support::read;
 use crate::support::scan::{self, endpoint, stored, t0, t0_plus, Batch};
 use crate::support::stack::Stack;
@@ -214,14 +214,7 @@ fn a_deleted_task_leaves_only_what_the_others_saw() {
     // execution's and the deletion's own rows replayed from the start change nothing.
     admin(&s.db, &["outbox", "requeue", &e.to_string()]).fails_with("unknown execution");
     admin(&s.db, &["outbox", "requeue", &s.execution().to_string()]).ok();
-    s.sql()
-        .execute(
-            "UPDATE scan_projection_outbox SET processed_at = NULL, cursor = NULL,
-                    phase = 'publishing', processed_endpoints = 0
-              WHERE forget_task_id = $1",
-            &[&b.task_id],
-        )
-        .unwrap();
+    reopen(&s, "forget_task_id", &b.task_id);
     drain(&s, 50);
     assert_eq!((view(&s, "user"), view(&s, "global")), live);
     assert_eq!(rebuild(&s).current, 3);

@@ -151,3 +151,27 @@ pub fn drain(s: &Stack, max: usize) {
     }
     panic!("outbox not drained after {max} ticks");
 }
+
+/// Rebuilds the asset views, which verifies the new version against the live one.
+pub fn rebuild(s: &Stack) -> scanstore::rebuild::Outcome {
+    let opts = scanstore::rebuild::Options {
+        settle_timeout: std::time::Duration::from_secs(60),
+        rounds: 5,
+    };
+    scanstore::rebuild::rebuild(s.server.app(), opts).expect("rebuild")
+}
+
+/// Makes the outbox row whose `column` is `id` due again from its first page (a replay,
+/// as after a lost completion or a requeue); the next ticks publish it again.
+pub fn reopen(s: &Stack, column: &str, id: &(dyn postgres::types::ToSql + Sync)) {
+    s.sql()
+        .execute(
+            &format!(
+                "UPDATE scan_projection_outbox SET processed_at = NULL, cursor = NULL,
+                        phase = 'publishing', processed_endpoints = 0
+                  WHERE {column} = $1"
+            ),
+            &[id],
+        )
+        .unwrap();
+}
