@@ -70,7 +70,8 @@ impl std::fmt::Display for Work {
 // A deleted task's execution and close rows are never taken again: its deletion run takes
 // its observations out, and would race a publication of them. That run waits while one of
 // those rows is still leased (a worker may be writing it). Both by primary and unique keys
-// (executions, tasks, executions_task_idx, the outbox's execution and closing keys).
+// (executions, tasks, executions_task_idx, the outbox's execution and closing keys, each
+// probed on its own: a join on either of them would read the whole outbox).
 pub const OUTBOX_CLAIM: &str = "
     WITH next AS (
         SELECT o.id
@@ -85,9 +86,13 @@ pub const OUTBOX_CLAIM: &str = "
                   WHERE x.id = coalesce(o.execution_id, o.closing_execution_id)
                     AND t.deleted_at IS NOT NULL)
            AND (o.kind <> 'forget' OR NOT EXISTS (
-                 SELECT 1 FROM executions x JOIN scan_projection_outbox p
-                     ON p.execution_id = x.id OR p.closing_execution_id = x.id
-                  WHERE x.task_id = o.forget_task_id AND p.lease_expires_at > now()))
+                 SELECT 1 FROM executions x
+                  WHERE x.task_id = o.forget_task_id
+                    AND (EXISTS (SELECT 1 FROM scan_projection_outbox p
+                                  WHERE p.execution_id = x.id AND p.lease_expires_at > now())
+                         OR EXISTS (SELECT 1 FROM scan_projection_outbox p
+                                     WHERE p.closing_execution_id = x.id
+                                       AND p.lease_expires_at > now()))))
          ORDER BY o.available_at, o.id
          LIMIT 1
            FOR UPDATE OF o SKIP LOCKED)
