@@ -185,21 +185,44 @@ pub fn read(
     cursor: Option<&str>,
     size: usize,
 ) -> Result<Fetched, EsError> {
+    let query = page_query(filter, cursor, size)?;
+    let body = serde_json::to_vec(&query).map_err(|e| EsError::Refused(e.to_string()))?;
+    let raw = es.search_raw(&Indices::one(index_name), &body)?;
+    Ok(Fetched { body: raw.bytes })
+}
+
+/// The search of the page after `cursor`. `search_after` alone would leave a shard to visit
+/// every match of `filter` on every page and drop those behind the cursor only when
+/// collecting (a close run's filter matches all of an owner's open assets: a million
+/// documents visited per page of a thousand); the cursor's address as a lower bound on `ip`
+/// lets it skip them through the points index instead. The bound never changes a page:
+/// the sort leads with `ip`, so nothing after the cursor lies below its address.
+fn page_query(filter: Value, cursor: Option<&str>, size: usize) -> Result<Value, EsError> {
+    let mut clauses = match filter {
+        Value::Array(clauses) => clauses,
+        one => vec![one],
+    };
+    let after = cursor
+        .map(|c| {
+            serde_json::from_str::<Value>(c)
+                .map_err(|e| EsError::Refused(format!("unreadable cursor {c:?}: {e}")))
+        })
+        .transpose()?;
+    // A document without an address sorts last with a number for it: nothing to bound by.
+    if let Some(ip) = after.as_ref().and_then(|a| a[0].as_str()) {
+        clauses.push(json!({ "range": { "ip": { "gte": ip } } }));
+    }
     let mut query = json!({
         "size": size,
-        "query": { "bool": { "filter": filter } },
+        "query": { "bool": { "filter": clauses } },
         "sort": [ {"ip": "asc"}, {"port": "asc"}, {"transport": "asc"} ],
         "track_total_hits": false,
         "_source": READ,
     });
-    if let Some(c) = cursor {
-        let after: Value = serde_json::from_str(c)
-            .map_err(|e| EsError::Refused(format!("unreadable cursor {c:?}: {e}")))?;
+    if let Some(after) = after {
         query["search_after"] = after;
     }
-    let body = serde_json::to_vec(&query).map_err(|e| EsError::Refused(e.to_string()))?;
-    let raw = es.search_raw(&Indices::one(index_name), &body)?;
-    Ok(Fetched { body: raw.bytes })
+    Ok(query)
 }
 
 impl Fetched {
@@ -464,6 +487,29 @@ mod tests {
         assert_eq!(obs(1), with_owner);
         assert_eq!(obs(2), json!({}));
         assert_eq!(obs(3), json!({"owner_id": owner.to_string()}));
+    }
+
+    #[test]
+    fn a_page_after_a_cursor_is_bounded_below_by_its_address() {
+        let filter = json!([{ "term": { "owner_id": "o" } }]);
+        let first = page_query(filter.clone(), None, 10).unwrap();
+        assert_eq!(first["query"]["bool"]["filter"], filter);
+        assert!(first.get("search_after").is_none());
+        let next = page_query(filter.clone(), Some(r#"["10.0.1.77",80,"tcp"]"#), 10).unwrap();
+        assert_eq!(next["search_after"], json!(["10.0.1.77", 80, "tcp"]));
+        assert_eq!(
+            next["query"]["bool"]["filter"],
+            json!([{ "term": { "owner_id": "o" } }, { "range": { "ip": { "gte": "10.0.1.77" } } }])
+        );
+        assert_eq!(
+            next["sort"],
+            json!([{"ip": "asc"}, {"port": "asc"}, {"transport": "asc"}])
+        );
+        // After a document without an address (sorted last, as a number) there is no bound.
+        let last =
+            page_query(filter.clone(), Some(r#"[9223372036854775807,0,"tcp"]"#), 10).unwrap();
+        assert_eq!(last["query"]["bool"]["filter"], filter);
+        assert!(page_query(filter, Some("not json"), 10).is_err());
     }
 
     #[test]
