@@ -701,6 +701,12 @@ CREATE UNIQUE INDEX scan_projection_outbox_expire_key ON scan_projection_outbox 
 -- by migrate_retention.sql.
 CREATE INDEX scan_projection_outbox_processed_idx ON scan_projection_outbox (processed_at)
     WHERE processed_at IS NOT NULL;
+-- Why: every publication page of an execution looks up the owner's close runs that
+-- started after its oldest open observation; a close row is created after its execution
+-- started, so only rows created after that observation qualify, and a page newer than
+-- every close run reads none. Also created by migrate_close_lookup.sql.
+CREATE INDEX scan_projection_outbox_close_owner_idx ON scan_projection_outbox (owner_id, created_at)
+    WHERE kind = 'close';
 -- Why: the claim takes the oldest due unprocessed rows,
 --   WHERE processed_at IS NULL AND available_at <= now()
 --     AND (claim_token IS NULL OR lease_expires_at <= now())
@@ -791,4 +797,5 @@ INSERT INTO schema_marker (name) VALUES
     ('execution_lifecycle'),
     ('task_ports'),
     ('asset_lifecycle'),
-    ('retention');
+    ('retention'),
+    ('close_lookup');

@@ -46,6 +46,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_retention.sql",
         include_str!("../../schema/migrate_retention.sql"),
     ),
+    (
+        "migrate_close_lookup.sql",
+        include_str!("../../schema/migrate_close_lookup.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -58,6 +62,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "task_ports",
     "asset_lifecycle",
     "retention",
+    "close_lookup",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).

@@ -63,6 +63,16 @@ fn call(
     Ok((status, v))
 }
 
+fn post_json(agent: &ureq::Agent, url: &str, body: &Value) -> Result<(u16, Value), String> {
+    call(
+        agent,
+        "POST",
+        url,
+        body.to_string().as_bytes(),
+        "application/json",
+    )
+}
+
 fn batches(lines: impl Iterator<Item = String>, batch_bytes: usize) -> Vec<(Vec<u8>, usize)> {
     let mut out = Vec::new();
     let (mut cur, mut n) = (Vec::with_capacity(batch_bytes + 4096), 0);
@@ -152,14 +162,7 @@ fn timed(
     let mut last = Value::Null;
     for _ in 0..3 {
         let started = Instant::now();
-        let url = format!("{base}{path}");
-        let (status, v) = call(
-            agent,
-            "POST",
-            &url,
-            body.to_string().as_bytes(),
-            "application/json",
-        )?;
+        let (status, v) = post_json(agent, &format!("{base}{path}"), body)?;
         if status != 200 {
             return Err(format!("{name}: {status} {v}"));
         }
@@ -202,14 +205,7 @@ fn close_pages(agent: &ureq::Agent, base: &str, pages: usize) -> Result<(), Stri
                 body["search_after"] = a.clone();
             }
             let started = Instant::now();
-            let url = format!("{base}/bench-assets/_search");
-            let (status, v) = call(
-                agent,
-                "POST",
-                &url,
-                body.to_string().as_bytes(),
-                "application/json",
-            )?;
+            let (status, v) = post_json(agent, &format!("{base}/bench-assets/_search"), &body)?;
             times.push(started.elapsed().as_secs_f64() * 1e3);
             if status != 200 {
                 return Err(format!("close page: {status} {v}"));
