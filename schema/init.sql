@@ -716,6 +716,12 @@ CREATE INDEX scan_projection_outbox_processed_idx ON scan_projection_outbox (pro
     WHERE processed_at IS NOT NULL;
 -- Why unique: one deletion run per task, however often `task delete` is repeated.
 CREATE UNIQUE INDEX scan_projection_outbox_forget_key ON scan_projection_outbox (forget_task_id);
+-- Why: every publication page of an execution looks up the owner's close runs that
+-- started after its oldest open observation; a close row is created after its execution
+-- started, so only rows created after that observation qualify, and a page newer than
+-- every close run reads none. Also created by migrate_close_lookup.sql.
+CREATE INDEX scan_projection_outbox_close_owner_idx ON scan_projection_outbox (owner_id, created_at)
+    WHERE kind = 'close';
 -- Why: the claim takes the oldest due unprocessed rows,
 --   WHERE processed_at IS NULL AND available_at <= now()
 --     AND (claim_token IS NULL OR lease_expires_at <= now())
@@ -807,4 +813,5 @@ INSERT INTO schema_marker (name) VALUES
     ('task_ports'),
     ('asset_lifecycle'),
     ('retention'),
-    ('task_delete');
+    ('task_delete'),
+    ('close_lookup');

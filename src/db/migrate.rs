@@ -50,6 +50,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_task_delete.sql",
         include_str!("../../schema/migrate_task_delete.sql"),
     ),
+    (
+        "migrate_close_lookup.sql",
+        include_str!("../../schema/migrate_close_lookup.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -63,6 +67,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "asset_lifecycle",
     "retention",
     "task_delete",
+    "close_lookup",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).

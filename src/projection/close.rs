@@ -7,6 +7,9 @@
 //! addresses a name resolves to change between scans), and neither does a task without a
 //! port scope (it never gets a close row).
 
+use std::borrow::Cow;
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -17,6 +20,7 @@ use crate::es::bulk::{BulkOp, ScriptedUpserts};
 use crate::es::index::{self, Indices};
 use crate::es::{painless, EsClient, EsError};
 use crate::ports::PortScope;
+use crate::tombstones::Endpoint;
 use crate::upload::facts::es_time;
 
 use super::page::Doc;
@@ -113,7 +117,7 @@ impl CloseRun {
         es: &EsClient,
         prefix: &str,
         docs: &[Doc<'_>],
-    ) -> Result<std::collections::HashSet<String>, EsError> {
+    ) -> Result<HashSet<String>, EsError> {
         let ids: Vec<String> = docs
             .iter()
             .map(|d| {
@@ -121,19 +125,7 @@ impl CloseRun {
                 index::execution_endpoint_id(self.execution_id, &ip, &transport, port)
             })
             .collect();
-        let body = json!({
-            "size": ids.len(),
-            "query": { "ids": { "values": ids } },
-            "_source": false,
-            "track_total_hits": false,
-        });
-        let found = es.search(&Indices::one(&index::execution_endpoints(prefix)), &body)?;
-        Ok(found["hits"]["hits"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|h| h["_id"].as_str().map(str::to_string))
-            .collect())
+        existing(es, &index::execution_endpoints(prefix), &ids)
     }
 
     /// Merges of a `closed` observation into both copies of each document of the page
@@ -170,28 +162,78 @@ impl CloseRun {
         owner_id: Uuid,
         docs: &[&Doc<'_>],
     ) -> Result<Vec<BulkOp>, EsError> {
+        let endpoints: Vec<_> = docs
+            .iter()
+            .map(|d| (d.source.endpoint_key(), d.id.clone()))
+            .collect();
+        Closing {
+            execution_id: self.execution_id,
+            at: &self.at,
+        }
+        .ops(targets, owner_id, &endpoints)
+    }
+}
+
+/// One close run's merge: a `closed` observation by `execution_id` at `at` (the
+/// execution's start, as documents store times).
+pub struct Closing<'a> {
+    pub execution_id: Uuid,
+    pub at: &'a str,
+}
+
+impl Closing<'_> {
+    /// The merges of the close into both copies of each endpoint, given with the id of the
+    /// owner's document.
+    pub fn ops(
+        &self,
+        targets: &AssetIndices,
+        owner_id: Uuid,
+        endpoints: &[(Endpoint<'_>, Cow<'_, str>)],
+    ) -> Result<Vec<BulkOp>, EsError> {
         let global = ScriptedUpserts::new(&targets.global, painless::ASSET_MERGE_ID);
         let user = ScriptedUpserts::new(&targets.user, painless::ASSET_MERGE_ID);
-        let mut ops = Vec::with_capacity(docs.len() * 2);
-        for doc in docs {
-            let (ip, transport, port) = doc.source.endpoint_key();
+        let mut ops = Vec::with_capacity(endpoints.len() * 2);
+        for ((ip, transport, port), user_id) in endpoints {
             let mut obs = json!({
                 "ip": ip, "port": port, "transport": transport, "state": "closed",
                 "observed_at": self.at, "execution_id": self.execution_id.to_string(),
             });
             let params = |obs: &Value| serde_json::to_vec(&json!({ "obs": obs }));
             let global_params = params(&obs).map_err(|e| EsError::Refused(e.to_string()))?;
-            ops.push(global.op(
-                index::global_asset_id(&ip, &transport, port),
-                &global_params,
-            ));
+            ops.push(global.op(index::global_asset_id(ip, transport, *port), &global_params));
             obs["owner_id"] = json!(owner_id.to_string());
             let user_params = params(&obs).map_err(|e| EsError::Refused(e.to_string()))?;
-            ops.push(user.op(doc.id.to_string(), &user_params));
+            ops.push(user.op(user_id.to_string(), &user_params));
         }
         Ok(ops)
     }
 }
+
+/// Which of `ids` name a document of `index` (searchable: the execution projection is
+/// refreshed when its execution finishes), asked a few thousand at a time.
+pub fn existing(es: &EsClient, index: &str, ids: &[String]) -> Result<HashSet<String>, EsError> {
+    let mut found = HashSet::new();
+    for chunk in ids.chunks(IDS_PER_SEARCH) {
+        let body = json!({
+            "size": chunk.len(),
+            "query": { "ids": { "values": chunk } },
+            "_source": false,
+            "track_total_hits": false,
+        });
+        let hits = es.search(&Indices::one(index), &body)?;
+        found.extend(
+            hits["hits"]["hits"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|h| h["_id"].as_str().map(str::to_string)),
+        );
+    }
+    Ok(found)
+}
+
+/// Ids per `ids` search: well within a search's 10 000-hit window.
+const IDS_PER_SEARCH: usize = 5000;
 
 #[cfg(test)]
 mod tests {

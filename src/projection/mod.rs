@@ -25,6 +25,7 @@
 
 pub mod close;
 pub mod heartbeat;
+pub mod missed;
 pub mod outbox;
 pub mod page;
 pub mod pipeline;

@@ -24,6 +24,7 @@ use crate::telemetry::Line;
 
 use super::close::CloseRun;
 use super::heartbeat::Heartbeat;
+use super::missed::Missed;
 use super::outbox::{self, OutboxClaim};
 use super::worker::OUTBOX_BACKOFF;
 use super::{page, ProjectionError};
@@ -253,24 +254,40 @@ impl Pipeline {
                 break;
             };
             let mut tags = tags::Tags::default();
+            // Merges of the same document: a missed close follows its observation's merge.
+            let mut closes_missed = false;
             let read = page.docs.len();
             let (ops, endpoints) = match tick.ops {
                 Operations::Execution => {
-                    let mut conn = self.app.db.checkout(Stage::Context)?;
-                    let ips = page::addresses(&page.docs);
-                    tags = tags::lookup(&mut conn, claim.owner_id, &ips, &[])?;
-                    let deleted = tombstones::covering(
-                        &mut conn,
-                        claim.owner_id,
-                        &page::endpoints(&page.docs),
-                    )?;
-                    let ops = page::execution_operations(
+                    let (deleted, missed) = {
+                        let mut conn = self.app.db.checkout(Stage::Context)?;
+                        let ips = page::addresses(&page.docs);
+                        tags = tags::lookup(&mut conn, claim.owner_id, &ips, &[])?;
+                        let deleted = tombstones::covering(
+                            &mut conn,
+                            claim.owner_id,
+                            &page::endpoints(&page.docs),
+                        )?;
+                        let missed =
+                            Missed::lookup(&mut conn, claim.owner_id, &page.docs, &deleted)?;
+                        (deleted, missed)
+                    };
+                    let mut ops = page::execution_operations(
                         tick.targets,
                         claim.owner_id,
                         &page.docs,
                         &tags,
                         &deleted,
                     );
+                    let closes = missed.operations(
+                        &self.app.es,
+                        &self.app.config.elasticsearch.index_prefix,
+                        tick.targets,
+                        claim.owner_id,
+                        &page.docs,
+                    )?;
+                    closes_missed = !closes.is_empty();
+                    ops.extend(closes);
                     (ops, read)
                 }
                 Operations::Tags => {
@@ -325,8 +342,10 @@ impl Pipeline {
             }
             // Without tags every operation merges a distinct document, so the page's
             // requests go out together; a tag update must follow the merge that may create
-            // its document, so a tagged page keeps its requests in order.
-            let writes = self.senders.write(tick.send_ctx, ops, !tags.is_empty())?;
+            // its document, so a tagged page keeps its requests in order, and so does a
+            // page with missed closes (two merges of one document at once would conflict).
+            let in_order = !tags.is_empty() || closes_missed;
+            let writes = self.senders.write(tick.send_ctx, ops, in_order)?;
             in_flight.push_back(InFlight {
                 writes,
                 next: next.clone(),

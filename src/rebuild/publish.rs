@@ -15,6 +15,7 @@ use crate::es::index;
 use crate::es::writer::Writer;
 use crate::es::EsError;
 use crate::projection::close::CloseRun;
+use crate::projection::missed::Missed;
 use crate::projection::{page, worker::OUTBOX_BACKOFF};
 use crate::tags;
 use crate::tombstones;
@@ -47,13 +48,15 @@ pub fn execution(
         &filter,
         Some(row.owner_id),
         |docs, found| {
-            Ok(page::execution_operations(
-                target,
-                row.owner_id,
-                docs,
-                &found.tags,
-                &found.deleted,
-            ))
+            let mut ops =
+                page::execution_operations(target, row.owner_id, docs, &found.tags, &found.deleted);
+            let prefix = &app.config.elasticsearch.index_prefix;
+            ops.extend(
+                found
+                    .missed
+                    .operations(&app.es, prefix, target, row.owner_id, docs)?,
+            );
+            Ok(ops)
         },
     )
 }
@@ -105,12 +108,14 @@ pub fn tag_change(app: &App, target: &AssetIndices, row: &TagRow) -> Result<u64,
     )
 }
 
-/// What a page's owner has on record for it: its tags, and its deletions (per document,
-/// see [`tombstones::covering`]).
+/// What a page's owner has on record for it: its tags, its deletions (per document, see
+/// [`tombstones::covering`]) and the close runs its observations may have missed (see
+/// [`Missed`]).
 #[derive(Default)]
 struct Found {
     tags: tags::Tags,
     deleted: Vec<Option<String>>,
+    missed: Missed,
 }
 
 /// Reads `source` page by page under `filter`, looks up what the owner has on record for
@@ -143,13 +148,12 @@ fn each_page(
         let found = match records_of {
             Some(owner_id) => {
                 let mut conn = app.db.checkout(Stage::Rebuild)?;
+                let deleted =
+                    tombstones::covering(&mut conn, owner_id, &page::endpoints(&page.docs))?;
                 Found {
                     tags: tags::lookup(&mut conn, owner_id, &page::addresses(&page.docs), &[])?,
-                    deleted: tombstones::covering(
-                        &mut conn,
-                        owner_id,
-                        &page::endpoints(&page.docs),
-                    )?,
+                    missed: Missed::lookup(&mut conn, owner_id, &page.docs, &deleted)?,
+                    deleted,
                 }
             }
             None => Found::default(),

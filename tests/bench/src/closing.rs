@@ -1,4 +1,4 @@
-//! The close run: right after a size's first publication, a succeeded execution of a task
+//! The close run: right after a size's (last) publication, a succeeded execution of a task
 //! scoped to the size's addresses and ports that saw none of them closes every published
 //! endpoint. Timed from its first claim to its completion, against the raw `_bulk` of the
 //! same merges, sent once afterwards into ceiling indices that first receive the same

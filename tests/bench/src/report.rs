@@ -297,7 +297,7 @@ fn close_section(o: &mut String, r: &Results) {
     if r.sizes.iter().all(|s| s.close.is_none()) {
         return;
     }
-    let _ = writeln!(o, "\n## Close run\n\nAfter the first publication, a succeeded execution of a task scoped to every published address and port that saw none of them closes them all (two merges each), from its first claim to its completion, against the same merges sent as raw `_bulk` into indices holding the same documents (once, after it, with scanstore's indices dropped).\n\n| endpoints | closed | seconds | endpoints/s | ceiling endpoints/s | ratio |\n|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "\n## Close run\n\nAfter the (last) publication, a succeeded execution of a task scoped to every published address and port that saw none of them closes them all (two merges each), from its first claim to its completion, against the same merges sent as raw `_bulk` into indices holding the same documents (once, after it, with scanstore's indices dropped).\n\n| endpoints | closed | seconds | endpoints/s | ceiling endpoints/s | ratio |\n|---:|---:|---:|---:|---:|---:|");
     for s in &r.sizes {
         match &s.close {
             Some(Ok(c)) => {

@@ -409,20 +409,6 @@ pub fn size_run(
             1
         };
         publications.push(run);
-        if !opts.no_close_run {
-            let label = format!("{name}-close");
-            let drop_live = || {
-                let _ = drop_indices(&es_url, &prefix);
-            };
-            close = Some(closing::run(
-                &ctx,
-                &mut c,
-                &cfg,
-                size,
-                &publish_reqs,
-                (&label, drop_live),
-            ));
-        }
         for n in 2..=repeats {
             // Each repeat meets the store as the first run did, and as every ceiling run
             // does (into indices of its own): published into the earlier runs' documents
@@ -441,6 +427,23 @@ pub fn size_run(
             cfg.workers = opts.workers;
             let label = format!("{name}-publish-run{n}");
             publications.push(publication_run(&ctx, &mut c, &cfg, &reqs, size, (n, &label))?.0);
+        }
+        // After every publication run: the close run closes observations published after
+        // it too (all of them made an hour before the run started), which would turn the
+        // repeated runs into close runs of their own.
+        if !opts.no_close_run {
+            let label = format!("{name}-close");
+            let drop_live = || {
+                let _ = drop_indices(&es_url, &prefix);
+            };
+            close = Some(closing::run(
+                &ctx,
+                &mut c,
+                &cfg,
+                size,
+                &publish_reqs,
+                (&label, drop_live),
+            ));
         }
     }
     drop(publish_reqs);

@@ -1,5 +1,6 @@
 //! `bench`: bulk ingest rate of an in-process emulator (NDJSON MB/s and docs/s of small
-//! documents), plain `index` and asset-merge `update` (stored script + scripted_upsert).
+//! documents), plain `index` and asset-merge `update` (stored script + scripted_upsert), and
+//! the read paths scanstore uses, a close run's pages among them.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -26,6 +27,9 @@ pub struct BenchArgs {
     /// Only the plain index scenario (for profiling).
     #[arg(long)]
     index_only: bool,
+    /// Pages of a close run to time, with and without the cursor's address as a bound.
+    #[arg(long, default_value_t = 20)]
+    close_pages: usize,
 }
 
 fn agent() -> ureq::Agent {
@@ -57,6 +61,16 @@ fn call(
         .map_err(|e| e.to_string())?;
     let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     Ok((status, v))
+}
+
+fn post_json(agent: &ureq::Agent, url: &str, body: &Value) -> Result<(u16, Value), String> {
+    call(
+        agent,
+        "POST",
+        url,
+        body.to_string().as_bytes(),
+        "application/json",
+    )
 }
 
 fn batches(lines: impl Iterator<Item = String>, batch_bytes: usize) -> Vec<(Vec<u8>, usize)> {
@@ -148,14 +162,7 @@ fn timed(
     let mut last = Value::Null;
     for _ in 0..3 {
         let started = Instant::now();
-        let url = format!("{base}{path}");
-        let (status, v) = call(
-            agent,
-            "POST",
-            &url,
-            body.to_string().as_bytes(),
-            "application/json",
-        )?;
+        let (status, v) = post_json(agent, &format!("{base}{path}"), body)?;
         if status != 200 {
             return Err(format!("{name}: {status} {v}"));
         }
@@ -164,6 +171,75 @@ fn timed(
     }
     println!("{name:<44} {best:>8.1} ms (best of 3)");
     Ok(last)
+}
+
+/// The owner of every merged asset.
+const OWNER: &str = "00000000-0000-4000-8000-000000000001";
+
+/// A close run's pages over the merged assets, as scanstore reads them: sorted on (ip,
+/// port, transport) after the last page's cursor, each page's documents closed by a bulk
+/// update and refreshed before the next page is read (so no page finds the hits of the
+/// one before cached). First without the cursor's address as a lower bound on `ip` (every
+/// page then reads past what lies behind the cursor), then with it, from where the first
+/// pass stopped. Prints the median and slowest page search.
+fn close_pages(agent: &ureq::Agent, base: &str, pages: usize) -> Result<(), String> {
+    let filter = json!([
+        {"term": {"owner_id": OWNER}},
+        {"range": {"last_seen": {"lt": "2026-12-01T00:00:00.000Z"}}},
+        {"bool": {"should": [{"term": {"ip": "10.0.0.0/8"}}], "minimum_should_match": 1}},
+        {"bool": {"should": [{"bool": {"filter": [{"term": {"transport": "tcp"}},
+            {"range": {"port": {"gte": 1, "lte": 1024}}}]}}], "minimum_should_match": 1}},
+        {"bool": {"must_not": [{"exists": {"field": "state"}}]}}
+    ]);
+    for bounded in [false, true] {
+        let (mut times, mut after) = (Vec::new(), None::<Value>);
+        for _ in 0..pages {
+            let mut clauses = filter.as_array().cloned().unwrap_or_default();
+            if let (true, Some(ip)) = (bounded, after.as_ref().and_then(|a| a[0].as_str())) {
+                clauses.push(json!({"range": {"ip": {"gte": ip}}}));
+            }
+            let mut body = json!({"size": 1000, "query": {"bool": {"filter": clauses}},
+                "sort": [{"ip": "asc"}, {"port": "asc"}, {"transport": "asc"}],
+                "track_total_hits": false, "_source": ["ip", "port", "transport"]});
+            if let Some(a) = &after {
+                body["search_after"] = a.clone();
+            }
+            let started = Instant::now();
+            let (status, v) = post_json(agent, &format!("{base}/bench-assets/_search"), &body)?;
+            times.push(started.elapsed().as_secs_f64() * 1e3);
+            if status != 200 {
+                return Err(format!("close page: {status} {v}"));
+            }
+            let hits = v["hits"]["hits"].as_array().cloned().unwrap_or_default();
+            let Some(last) = hits.last() else { break };
+            after = Some(last["sort"].clone());
+            let mut nd = String::new();
+            for h in &hits {
+                nd.push_str(
+                    &json!({"update": {"_index": "bench-assets", "_id": h["_id"]}}).to_string(),
+                );
+                nd.push_str("\n{\"doc\":{\"state\":\"closed\"}}\n");
+            }
+            let url = format!("{base}/_bulk?refresh=true");
+            let (status, v) = call(agent, "POST", &url, nd.as_bytes(), "application/x-ndjson")?;
+            if status != 200 || v["errors"] != json!(false) {
+                return Err(format!("closing a page: {status}"));
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        let median = times.get(times.len() / 2).copied().unwrap_or(0.0);
+        let slowest = times.last().copied().unwrap_or(0.0);
+        let name = if bounded {
+            "bounded by the cursor"
+        } else {
+            "search_after only"
+        };
+        println!(
+            "close pages of 1000, {name:<22} {median:>8.1} ms median, {slowest:.1} ms slowest ({} pages)",
+            times.len()
+        );
+    }
+    Ok(())
 }
 
 /// Read paths scanstore uses, over the documents loaded by the index scenario.
@@ -212,12 +288,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         "service": {"type": "keyword"}, "product": {"type": "keyword"}, "version": {"type": "keyword"}, "banner": {"type": "text"},
         "observed_at": {"type": "date"}, "first_seen": {"type": "date"}, "last_seen": {"type": "date"},
         "service_observed_at": {"type": "date"}, "execution_id": {"type": "keyword"}}}});
-    for index in ["bench-facts", "bench-assets"] {
+    let assets = json!({"settings": {"number_of_replicas": 0, "refresh_interval": "1s"},
+        "mappings": scanstore::es::setup::assets_mapping()});
+    for (index, body) in [("bench-facts", &strict), ("bench-assets", &assets)] {
         let (status, v) = call(
             &agent,
             "PUT",
             &format!("{base}/{index}"),
-            strict.to_string().as_bytes(),
+            body.to_string().as_bytes(),
             "application/json",
         )?;
         if status != 200 {
@@ -255,6 +333,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         (0..args.docs).map(|i| {
             let a = i % args.assets.max(1);
             let mut o = obs(a);
+            o["owner_id"] = json!(OWNER);
             o["observed_at"] = json!(format!("2026-11-{:02}T10:00:00.000Z", 1 + (i / args.assets.max(1)) % 28));
             format!(
                 "{{\"update\":{{\"_index\":\"bench-assets\",\"_id\":\"a{a}\"}}}}\n{}\n",
@@ -272,5 +351,6 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     )?;
     drop(merges);
     queries(&agent, &base, args.docs)?;
+    close_pages(&agent, &base, args.close_pages)?;
     Ok(())
 }

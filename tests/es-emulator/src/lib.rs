@@ -32,6 +32,7 @@ pub mod memory;
 mod multi_shard;
 pub mod painless;
 mod params;
+mod points;
 mod postings;
 mod query;
 mod query_exec;
@@ -53,6 +54,7 @@ mod strict;
 mod terms;
 mod update;
 mod values;
+mod walk;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -24,6 +24,7 @@ use crate::extract::FieldRef;
 use crate::extract::{any_value, to_key};
 use crate::index_view::IndexView;
 use crate::mapping::{Field, Mapping, Ty};
+use crate::points::Points;
 use crate::query_exec::Compiled;
 use crate::sharded::Sharded;
 use crate::store::DocVersion;
@@ -65,6 +66,9 @@ pub struct Searchable {
     dead: usize,
     /// field name (as queried, e.g. `name.keyword`) → its terms.
     fields: FxHashMap<String, Terms>,
+    /// field name (as sorted on) → its addresses in order, for the `ip` fields a walk has
+    /// asked for (see `points`).
+    points: FxHashMap<String, Points>,
 }
 
 impl Searchable {
@@ -83,6 +87,11 @@ impl Searchable {
             .enumerate()
             .filter(|(d, _)| self.searchable(*d as DocNo))
             .filter_map(|(_, p)| p.as_ref())
+    }
+
+    /// How many numbers there are (what a walk over every version reads).
+    pub fn numbers(&self) -> usize {
+        self.by_docno.len()
     }
 
     fn searchable(&self, d: DocNo) -> bool {
@@ -114,7 +123,28 @@ impl Searchable {
                 append(terms, term, d);
             }
         });
+        for points in self.points.values_mut() {
+            points.add(&doc.source, d);
+        }
         d
+    }
+
+    /// Builds the points of `ip` field `name` (resolved as `field`) over every indexed
+    /// version, unless they exist.
+    pub fn ensure_points(&mut self, name: &str, field: &FieldRef) {
+        if self
+            .points
+            .get(name)
+            .map_or(true, |p| p.field().path != field.path)
+        {
+            let built = Points::build(field.clone(), &self.by_docno);
+            self.points.insert(name.to_owned(), built);
+        }
+    }
+
+    /// The points of field `name`, if built.
+    pub fn points(&self, name: &str) -> Option<&Points> {
+        self.points.get(name)
     }
 
     /// Drops a version that will never be searchable (overwritten before a refresh).
@@ -175,6 +205,9 @@ impl Searchable {
                 list.docs = kept;
             }
             terms.retain(|_, list| list.docs.len() > 0);
+        }
+        for points in self.points.values_mut() {
+            points.renumber(&remap);
         }
         self.by_docno = dense;
         self.visible = visible;
@@ -435,6 +468,20 @@ fn view<'a>(c: &Compiled, idx: &IndexView<'a>) -> Option<View<'a>> {
             Some(View::Docs(docs))
         }
         _ => None,
+    }
+}
+
+/// At most how many documents [`candidates`] would offer for `c` (what matching `c` would
+/// check), without making the list; `None` when every document would be checked.
+pub fn estimate(c: &Compiled, idx: &IndexView<'_>) -> Option<usize> {
+    match c {
+        // As `view` walks a `bool`'s smallest required clause.
+        Compiled::Bool { must, filter, .. } => must
+            .iter()
+            .chain(filter.iter())
+            .filter_map(|clause| estimate(clause, idx))
+            .min(),
+        other => view(other, idx).map(|v| v.len()),
     }
 }
 

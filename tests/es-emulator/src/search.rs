@@ -236,34 +236,51 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         req.param("_source_includes"),
         req.param("_source_excludes"),
     );
-    let guard = app.lock_store();
+    let scored = sort.is_empty()
+        || obj
+            .get("track_scores")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+    let mut guard = app.lock_store();
     let names = resolve_read(&guard, expr, IndicesOptions::from_req(req)?)?;
-    let store = &*guard;
     let aggs = obj.get("aggs").or_else(|| obj.get("aggregations"));
-    crate::fielddata::check(app, store, &names, &sort, aggs)?;
+    crate::fielddata::check(app, &guard, &names, &sort, aggs)?;
     let after = match obj.get("search_after") {
-        Some(v) => Some(search_after(store, &names, &sort, v)?),
+        Some(v) => Some(search_after(&guard, &names, &sort, v)?),
         None => None,
     };
-    let shards = shards_header(store, &names);
     // With `size: 0` (aggregation-only searches) there is no page to order.
     let paging = size > 0;
+    let window = (from + size) as usize;
+    // A page that needs no total, scores or aggregations, sorted on an address its query
+    // bounds below, is walked in address order (see `walk`).
+    let walked = match paging && tth.is_none() && !scored && aggs.is_none() {
+        true => crate::walk::page(&mut guard, &names, &q, &sort, after.as_deref(), window)?,
+        false => None,
+    };
+    let store = &*guard;
+    let shards = shards_header(store, &names);
     // A sorted page walk (no aggregations) reuses the fully sorted hits of its earlier pages.
-    let cache_key =
-        (paging && !sort.is_empty() && aggs.is_none()).then(|| ranked_key(store, &names, &obj));
+    let cache_key = (walked.is_none() && paging && !sort.is_empty() && aggs.is_none())
+        .then(|| ranked_key(store, &names, &obj));
     let cached = cache_key.as_ref().and_then(|k| lock(&app.ranked).get(k));
-    let fresh = match cached {
-        Some(_) => None,
-        None => Some(matching(store, &names, &q)?),
+    let fresh = match (&walked, &cached) {
+        (None, None) => Some(matching(store, &names, &q)?),
+        _ => None,
     };
     // Sort keys, ordering and rendering need no store: other requests go on meanwhile.
     drop(guard);
-    let (ranked, total, aggregations) = match cached {
-        Some(ranked) => {
+    let (ranked, total, aggregations) = match (walked, cached) {
+        // No total is asked for (`track_total_hits: false`).
+        (Some(mut hits), _) => {
+            order(&mut hits, &sort, window);
+            (Arc::new(hits), 0, None)
+        }
+        (None, Some(ranked)) => {
             let total = ranked.len() as i64;
             (ranked, total, None)
         }
-        None => {
+        (None, None) => {
             let mut hits = fresh.unwrap_or_default();
             let total = hits.len() as i64;
             let aggregations = match aggs {
@@ -289,9 +306,9 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
                     (Some(_), _) => hits.len(),
                     (None, Some(after)) => {
                         hits.retain(|h| cmp_sort(&sort, &h.sort, after) == Ordering::Greater);
-                        (from + size) as usize
+                        window
                     }
-                    (None, None) => (from + size) as usize,
+                    (None, None) => window,
                 };
                 order(&mut hits, &sort, window);
             } else {
@@ -308,11 +325,6 @@ pub fn search(app: &App, req: &Req, expr: &str) -> HandlerResult {
         ranked.partition_point(|r| cmp_sort(&sort, &r.sort, after) != Ordering::Greater)
     });
     let hits = &ranked[start..];
-    let scored = sort.is_empty()
-        || obj
-            .get("track_scores")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
     let version = obj.get("version").and_then(Value::as_bool) == Some(true);
     let seq_no = obj.get("seq_no_primary_term").and_then(Value::as_bool) == Some(true);
     let page: Vec<HitReply> = hits

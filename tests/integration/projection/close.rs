@@ -18,6 +18,13 @@ pub(super) fn finish(s: &Stack, execution: Uuid, observations: Vec<Value>) {
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
+/// A stack whose outbox the test drains itself (no publisher threads).
+fn stack() -> Stack {
+    Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+    })
+}
+
 fn publish_all(s: &Stack) {
     drain(s, 50);
 }
@@ -39,6 +46,20 @@ pub(super) fn scoped_task(s: &Stack, targets: &[(&str, &str)], ports: &str) -> T
     )
     .unwrap();
     run
+}
+
+/// A scan of `targets` × `ports` that sees `seen` open now, published with its close run;
+/// returns its execution.
+fn close_scan(s: &Stack, targets: &[(&str, &str)], ports: &str, seen: &[(&str, u16)]) -> Uuid {
+    let scoped = scoped_task(s, targets, ports);
+    let now = chrono::Utc::now().to_rfc3339();
+    let observations = seen
+        .iter()
+        .map(|(ip, port)| endpoint(ip, *port, &now))
+        .collect();
+    finish(s, scoped.execution_id, observations);
+    publish_all(s);
+    scoped.execution_id
 }
 
 /// Another running execution of the same task.
@@ -90,9 +111,7 @@ fn close_rows(s: &Stack, execution: Uuid) -> Vec<(Option<i64>, bool)> {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_scoped_execution_closes_what_it_did_not_see_and_a_newer_sighting_reopens_it() {
-    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
-        cfg.projection.workers = 0;
-    });
+    let s = stack();
     // An unscoped scan sees five endpoints; it closes nothing.
     let mut ssh_elsewhere = endpoint("10.0.1.5", 22, t0());
     ssh_elsewhere["service"] = json!("ssh");
@@ -244,9 +263,7 @@ fn a_scoped_execution_closes_what_it_did_not_see_and_a_newer_sighting_reopens_it
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_rebuild_replays_a_close_run_that_closed_something() {
-    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
-        cfg.projection.workers = 0;
-    });
+    let s = stack();
     finish(
         &s,
         s.execution(),
@@ -256,17 +273,149 @@ fn a_rebuild_replays_a_close_run_that_closed_something() {
         ],
     );
     publish_all(&s);
-    let scoped = scoped_task(&s, &[("ip", "10.0.0.1")], "T:1-1024");
-    finish(
-        &s,
-        scoped.execution_id,
-        vec![endpoint("10.0.0.1", 22, &chrono::Utc::now().to_rfc3339())],
-    );
-    publish_all(&s);
+    close_scan(&s, &[("ip", "10.0.0.1")], "T:1-1024", &[("10.0.0.1", 22)]);
     let live = owner_assets(&s);
     assert_eq!(live["10.0.0.1-tcp-80"]["status"], "closed");
     rebuild(&s);
     assert_eq!(owner_assets(&s), live);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_close_run_pages_through_ties_on_an_address() {
+    // Pages of two: every page but the first starts at the address its cursor ends on.
+    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+        cfg.projection.workers = 0;
+        cfg.projection.page_size = 2;
+    });
+    let seen = [
+        ("10.0.0.1", 22),
+        ("10.0.0.1", 80),
+        ("10.0.0.1", 443),
+        ("10.0.0.2", 22),
+        ("10.0.0.2", 80),
+        ("10.0.0.3", 443),
+        ("10.0.0.4", 22),
+    ];
+    let observations = seen
+        .iter()
+        .map(|(ip, port)| endpoint(ip, *port, t0()))
+        .collect();
+    finish(&s, s.execution(), observations);
+    publish_all(&s);
+    let scoped = close_scan(
+        &s,
+        &[("cidr", "10.0.0.0/24")],
+        "22,80,443",
+        &[("10.0.0.9", 22)],
+    );
+    assert_eq!(close_rows(&s, scoped), vec![(Some(7), true)]);
+    let docs = owner_assets(&s);
+    for (ip, port) in seen {
+        let doc = &docs[&format!("{ip}-tcp-{port}")];
+        assert_eq!(doc["status"], "closed", "{ip}:{port}: {doc}");
+    }
+    assert_eq!(docs["10.0.0.9-tcp-22"]["status"], "open");
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn an_older_observation_published_after_a_close_run_is_closed_with_its_page() {
+    let s = stack();
+    // 10.0.0.7:80 is seen closed (a scanner's own state) an hour after t0.
+    let earlier = next_execution(&s, s.run.task_id);
+    let mut closed_7 = endpoint("10.0.0.7", 80, &t0_plus(1));
+    closed_7["state"] = json!("closed");
+    finish(&s, earlier, vec![closed_7.clone()]);
+    publish_all(&s);
+
+    // The close run of a scan of 10.0.0.0/24 on 22 and 80 that saw only 10.0.0.1:22.
+    let e_close = close_scan(&s, &[("cidr", "10.0.0.0/24")], "22,80", &[("10.0.0.1", 22)]);
+    assert_eq!(close_rows(&s, e_close), vec![(Some(0), true)]);
+
+    // Then an upload of observations made before that scan started: the close run would
+    // have closed those it did not see had they been published before it.
+    let newer = chrono::Utc::now().to_rfc3339();
+    finish(
+        &s,
+        s.execution(),
+        vec![
+            endpoint("10.0.0.5", 80, t0()),
+            endpoint("10.0.0.5", 443, t0()),
+            endpoint("10.0.1.5", 80, t0()),
+            endpoint("10.0.0.1", 22, t0()),
+            endpoint("10.0.0.6", 80, &newer),
+            endpoint("10.0.0.7", 80, t0()),
+        ],
+    );
+    publish_all(&s);
+    let docs = owner_assets(&s);
+    let closed = &docs["10.0.0.5-tcp-80"];
+    assert_eq!(
+        (
+            &closed["status"],
+            &closed["closed_at"],
+            &closed["closed_by"]
+        ),
+        (
+            &json!("closed"),
+            &json!(started_at(&s, e_close)),
+            &json!(e_close.to_string())
+        ),
+        "{closed}"
+    );
+    assert_eq!(closed["last_seen"], json!(stored(t0())));
+    let global: std::collections::BTreeMap<String, Value> =
+        assets(&s, "global").into_iter().collect();
+    assert_eq!(global["10.0.0.5-tcp-80"]["status"], "closed");
+    // Outside the scope, outside the targets, seen by the close's execution, newer than
+    // its start: open.
+    for key in [
+        "10.0.0.5-tcp-443",
+        "10.0.1.5-tcp-80",
+        "10.0.0.1-tcp-22",
+        "10.0.0.6-tcp-80",
+    ] {
+        assert_eq!(docs[key]["status"], "open", "{key}: {}", docs[key]);
+    }
+    // Closed by a newer observation of its own, which the close run left alone: as it was.
+    assert_eq!(
+        (
+            &docs["10.0.0.7-tcp-80"]["status"],
+            &docs["10.0.0.7-tcp-80"]["closed_at"]
+        ),
+        (&json!("closed"), &json!(stored(&t0_plus(1)))),
+    );
+
+    // A rebuild, which replays the close run after every execution, verifies equal.
+    assert_eq!(rebuild(&s).current, 2);
+    assert_eq!(owner_assets(&s), docs);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn an_older_observation_behind_a_running_close_runs_cursor_is_closed_with_its_page() {
+    let s = stack();
+    let scoped = close_scan(&s, &[("cidr", "10.0.0.0/24")], "80", &[("10.0.0.1", 80)]);
+    // The close run, under way again, has passed 10.0.0.200 when the older observation of
+    // 10.0.0.5:80 is published.
+    s.sql()
+        .execute(
+            "UPDATE scan_projection_outbox SET processed_at = NULL, phase = 'publishing',
+                    cursor = '[\"10.0.0.200\",80,\"tcp\"]'
+              WHERE closing_execution_id = $1",
+            &[&scoped],
+        )
+        .unwrap();
+    finish(&s, s.execution(), vec![endpoint("10.0.0.5", 80, t0())]);
+    publish_all(&s);
+    assert_eq!(close_rows(&s, scoped), vec![(Some(0), true)]);
+    let docs = owner_assets(&s);
+    assert_eq!(docs["10.0.0.5-tcp-80"]["status"], "closed", "{docs:?}");
+    assert_eq!(
+        docs["10.0.0.5-tcp-80"]["closed_by"],
+        json!(scoped.to_string())
+    );
 }
 
 /// `+` and `:` in a time, for a query string.
