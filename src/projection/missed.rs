@@ -37,12 +37,13 @@ use super::page::{self, Doc};
 // execution started after the observation and whose address targets contain it, in
 // outbox order. A close row is created when its execution's publication completes, after
 // the execution started, so only rows created after the page's earliest observation ($2)
-// can qualify: by scan_projection_outbox_close_owner_idx, then primary keys.
+// can qualify: by scan_projection_outbox_close_owner_idx, then primary keys. A deleted
+// task's close runs are being taken back by its deletion run, and rebuilds skip them.
 const MISSED: &str = "
     SELECT a.i, o.closing_execution_id, coalesce(e.started_at, e.created_at), t.ports
       FROM scan_projection_outbox o
       JOIN executions e ON e.id = o.closing_execution_id
-      JOIN tasks t ON t.id = e.task_id
+      JOIN tasks t ON t.id = e.task_id AND t.deleted_at IS NULL
       JOIN unnest($3::inet[], $4::timestamptz[]) WITH ORDINALITY AS a(ip, observed_at, i)
         ON coalesce(e.started_at, e.created_at) > a.observed_at
      WHERE o.owner_id = $1 AND o.kind = 'close' AND o.created_at > $2

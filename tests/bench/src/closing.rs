@@ -69,13 +69,15 @@ const PROGRESS: &str = "
       FROM scan_projection_outbox WHERE closing_execution_id = $1";
 
 /// Runs the close, then `drop_live` (scanstore's indices go, so that the ceiling meets
-/// the store as the close met it), then the ceiling.
+/// the store as the close met it), then the ceiling over the documents of `publish_reqs`.
+/// Each set of requests is built only when it is sent: beside a 1 M run's emulator the
+/// bench has room for one at a time.
 pub fn run(
     x: &PublishCtx,
     c: &mut Client,
     cfg: &ServeCfg,
     size: usize,
-    publish_reqs: &Requests,
+    publish_reqs: impl FnOnce() -> Result<Requests, String>,
     (label, drop_live): (&str, impl FnOnce()),
 ) -> Result<CloseResult, String> {
     let sql = |e: postgres::Error| format!("close run: {e}");
@@ -85,12 +87,6 @@ pub fn run(
     let (execution, started): (Uuid, DateTime<Utc>) = (r.get(0), r.get(1));
     let scope = PortScope::parse(PORTS).map_err(|e| e.to_string())?;
     let run = CloseRun::new(execution, started, vec![TARGET.into()], scope);
-    let limits = (
-        x.opts.page_size,
-        x.opts.bulk_batch_size,
-        x.opts.bulk_max_bytes,
-    );
-    let reqs = ceiling::close_requests(x.cp, x.owner, size, &run, limits)?;
     c.execute(QUEUE_HELD, &[&x.owner, &execution])
         .map_err(sql)?;
     let mut publisher = stack::scanstore(x.opts, x.db, x.es_url, x.prefix, cfg, x.dir, label)?;
@@ -122,9 +118,18 @@ pub fn run(
     }
     drop_live();
     ceiling::install(x.es_url, x.cp)?;
-    ceiling::send(x.es_url, publish_reqs, x.opts.bulk_concurrency)?;
+    let published = publish_reqs()?;
+    ceiling::send(x.es_url, &published, x.opts.bulk_concurrency)?;
+    let indices = published.indices.clone();
+    drop(published);
+    let limits = (
+        x.opts.page_size,
+        x.opts.bulk_batch_size,
+        x.opts.bulk_max_bytes,
+    );
+    let reqs = ceiling::close_requests(x.cp, x.owner, size, &run, limits)?;
     let sent = ceiling::send(x.es_url, &reqs, x.opts.bulk_concurrency);
-    ceiling::delete(x.es_url, x.cp, &publish_reqs.indices);
+    ceiling::delete(x.es_url, x.cp, &indices);
     Ok(CloseResult {
         closed,
         seconds: (done - first_claim).num_milliseconds() as f64 / 1000.0,

@@ -375,6 +375,16 @@ pub fn size_run(
     // Uploads, with publication off so that both are measured alone.
     let b = bar(size as u64, &format!("upload {size}"));
     let upload_from = cpu::now();
+    // What the first round's publication requests are built from, to build them again for
+    // the close run's ceiling (the upload consumes the jobs).
+    let first_plans: Vec<Job> = first
+        .iter()
+        .map(|j| Job {
+            token: String::new(),
+            execution_id: j.execution_id,
+            plan: j.plan.clone(),
+        })
+        .collect();
     let mut upload = scanner::run(&up.url, first, opts.retry_every, &b)?;
     let upload_span = (upload_from, cpu::now());
     b.finish_and_clear();
@@ -430,7 +440,10 @@ pub fn size_run(
         }
         // After every publication run: the close run closes observations published after
         // it too (all of them made an hour before the run started), which would turn the
-        // repeated runs into close runs of their own.
+        // repeated runs into close runs of their own. The first run's requests are built
+        // again for its ceiling: held through the close beside a 1 M run's emulator, they
+        // were more memory than the machine has.
+        drop(publish_reqs);
         if !opts.no_close_run {
             let label = format!("{name}-close");
             let drop_live = || {
@@ -441,12 +454,11 @@ pub fn size_run(
                 &mut c,
                 &cfg,
                 size,
-                &publish_reqs,
+                || publication_requests(&first_plans),
                 (&label, drop_live),
             ));
         }
     }
-    drop(publish_reqs);
     // More latency samples: each round is another set of executions of this size, uploaded
     // with publication off into fresh indices.
     cfg.workers = 0;
