@@ -49,6 +49,16 @@ fn new_execution(s: &Stack) -> Uuid {
         .get(0)
 }
 
+/// A new execution observes 10.0.0.1:22 now: the owner's view then holds `expected`, and
+/// the asset is back with `first_seen` now (whatever was deleted before stays gone).
+fn rescan_brings_back(s: &Stack, expected: &[&str]) {
+    let now = Utc::now().to_rfc3339();
+    post_final(s, new_execution(s), vec![endpoint("10.0.0.1", 22, &now)]);
+    drain(s, 20);
+    assert_eq!(owner_ids(s), expected);
+    assert_eq!(assets(s, "user")[0].1["first_seen"], json!(stored(&now)));
+}
+
 fn post_final(s: &Stack, execution: Uuid, endpoints: Vec<Value>) {
     let b = Batch::final_(Uuid::new_v4(), 0, endpoints);
     let r = scan::post(s.base(), &s.scanner.token, execution, &b);
@@ -134,15 +144,7 @@ fn stale_assets_are_deleted_with_tombstones_and_stay_deleted_until_seen_again() 
     assert_eq!(owner_ids(&s), ["10.0.0.3-tcp-443"]);
 
     // Seen again: back, first seen now.
-    let later = Utc::now().to_rfc3339();
-    post_final(
-        &s,
-        new_execution(&s),
-        vec![endpoint("10.0.0.1", 22, &later)],
-    );
-    drain(&s, 20);
-    assert_eq!(owner_ids(&s), ["10.0.0.1-tcp-22", "10.0.0.3-tcp-443"]);
-    assert_eq!(assets(&s, "user")[0].1["first_seen"], json!(stored(&later)));
+    rescan_brings_back(&s, &["10.0.0.1-tcp-22", "10.0.0.3-tcp-443"]);
 }
 
 #[test]
@@ -205,11 +207,7 @@ fn a_retired_tombstone_leaves_marks_that_keep_the_deletion() {
     rebuild(&s);
     assert_eq!(owner_ids(&s), ["10.0.0.2-tcp-22"]);
     // A rescan still brings it back.
-    let now = Utc::now().to_rfc3339();
-    post_final(&s, new_execution(&s), vec![endpoint("10.0.0.1", 22, &now)]);
-    drain(&s, 20);
-    assert_eq!(owner_ids(&s), ["10.0.0.1-tcp-22", "10.0.0.2-tcp-22"]);
-    assert_eq!(assets(&s, "user")[0].1["first_seen"], json!(stored(&now)));
+    rescan_brings_back(&s, &["10.0.0.1-tcp-22", "10.0.0.2-tcp-22"]);
 }
 
 #[test]
