@@ -17,6 +17,7 @@ mod report;
 mod scanner;
 mod scenario;
 mod stack;
+mod sweep;
 mod workload;
 
 use std::path::PathBuf;
@@ -190,6 +191,30 @@ pub struct Opts {
     /// Queue at scale: timed calls of each statement per step.
     #[arg(long, default_value_t = 2000)]
     pub queue_samples: usize,
+    /// Scanners at once: sizes (endpoints, comma separated) at which the same uploads are
+    /// made by each of `--sweep-scanners` concurrent scanners beside their ceiling.
+    /// [default: 100000,1000000; with `--quick`, 10000]
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_sizes: Vec<usize>,
+    /// Scanners at once: concurrent scanner counts. [default: 4,16,64; with `--quick`, 4,16]
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_scanners: Vec<usize>,
+    /// Scanners at once: rounds (a ceiling run, then scanstore's upload) per scanner count
+    /// below 1 M endpoints; throughput is the median round's. [default: 5; with `--quick`, 1]
+    #[arg(long)]
+    pub sweep_rounds: Option<usize>,
+    /// Scanners at once: rounds per scanner count from 1 M endpoints up.
+    #[arg(long, default_value_t = 1)]
+    pub sweep_large_rounds: usize,
+    /// Scanners at once: after the flat-out rounds, as many again per scanner count paced to
+    /// this share of what the fewest scanners reached flat out (the same offered load at
+    /// every count, so latency shows the cost of concurrency rather than of queueing behind
+    /// a saturated machine); 0 skips it.
+    #[arg(long, default_value_t = 0.5)]
+    pub sweep_pace: f64,
+    /// Skip the scanners-at-once scenario.
+    #[arg(long)]
+    pub no_sweep: bool,
     /// Skip the size runs (uploads, publication, the close run, their ceilings and peer).
     #[arg(long)]
     pub no_sizes: bool,
@@ -239,6 +264,21 @@ impl Opts {
             self.queue_due = self.queue_due.min(1_000);
             self.queue_samples = self.queue_samples.min(500);
         }
+        if self.sweep_sizes.is_empty() {
+            self.sweep_sizes = if self.quick {
+                vec![10_000]
+            } else {
+                vec![100_000, 1_000_000]
+            };
+        }
+        if self.sweep_scanners.is_empty() {
+            self.sweep_scanners = if self.quick {
+                vec![4, 16]
+            } else {
+                vec![4, 16, 64]
+            };
+        }
+        self.sweep_rounds = Some(self.sweep_rounds.unwrap_or(if self.quick { 1 } else { 5 }));
         let hostile = if self.quick { 70 } else { 500 };
         self.attack_connections = Some(self.attack_connections.unwrap_or(hostile));
     }
@@ -340,6 +380,11 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
     } else {
         imports::run(opts, &logs)?
     };
+    let sweep = if opts.no_sweep {
+        None
+    } else {
+        Some(sweep::run(opts, &logs, &sampler)?)
+    };
     let mut sizes = Vec::new();
     for &size in opts.sizes.iter().filter(|_| !opts.no_sizes) {
         eprintln!("== size {size}: ceiling, peer, upload, publication");
@@ -354,6 +399,7 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
         attack,
         imports,
         queue,
+        sweep,
     };
     let pngs = plot::all(&results, &opts.out);
     report::write(opts, &results, &pngs)

@@ -1,6 +1,8 @@
 //! PNG plots drawn by the tool itself (plotters, bitmap backend; text through ab_glyph with
 //! a TrueType font found on the system): latency percentiles per class and size,
-//! throughput against the ceiling and the peer, and the queue's p99 against its history. No font, no plots — the report says so.
+//! throughput against the ceiling and the peer, the queue's p99 against its history, and
+//! upload throughput and p99 against the number of scanners. No font, no plots — the
+//! report says so.
 
 use std::path::{Path, PathBuf};
 
@@ -41,8 +43,11 @@ pub fn all(r: &Results, out: &Path) -> Vec<PathBuf> {
         ),
         ("throughput.png", throughput),
         ("queue.png", queue),
+        ("scanners.png", scanners),
     ] {
-        if name == "queue.png" && r.queue.is_none() {
+        if (name == "queue.png" && r.queue.is_none())
+            || (name == "scanners.png" && r.sweep.is_none())
+        {
             continue;
         }
         let p = out.join(name);
@@ -56,6 +61,49 @@ pub fn all(r: &Results, out: &Path) -> Vec<PathBuf> {
 
 fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("{e:?}")
+}
+
+/// A line with a dot at each point, named in the legend.
+fn marked_line<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    name: String,
+    pts: Vec<(f64, f64)>,
+    color: RGBAColor,
+    width: u32,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    chart
+        .draw_series(LineSeries::new(pts.clone(), color.stroke_width(width)))
+        .map_err(err)?
+        .label(name)
+        .legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width))
+        });
+    chart
+        .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+        .map_err(err)?;
+    Ok(())
+}
+
+/// The legend, boxed, at `at`.
+fn legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
 }
 
 fn latency(r: &Results, path: &Path) -> Result<(), String> {
@@ -112,24 +160,9 @@ fn latency(r: &Results, path: &Path) -> Result<(), String> {
             .enumerate()
             .map(|(i, v)| (i as f64, v.max(min)))
             .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(width)))
-            .map_err(err)?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width))
-            });
-        chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-            .map_err(err)?;
+        marked_line(&mut chart, label, pts, color, width)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present().map_err(err)
 }
 
@@ -265,23 +298,105 @@ fn queue(r: &Results, path: &Path) -> Result<(), String> {
             .enumerate()
             .map(|(i, s)| (i as f64, f(s)[2]))
             .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(*name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-            .map_err(err)?;
+        marked_line(&mut chart, name.to_string(), pts, color, 2)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    root.present().map_err(err)
+}
+
+/// Upload throughput (scanstore's and its ceiling's) and normal/final p99 against the
+/// number of concurrent scanners, one line per size.
+fn scanners(r: &Results, path: &Path) -> Result<(), String> {
+    let Some(s) = &r.sweep else {
+        return Ok(());
+    };
+    let counts: Vec<usize> = {
+        let mut v: Vec<usize> = s.points.iter().map(|p| p.scanners).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let x_of = |n: usize| counts.iter().position(|&c| c == n).unwrap_or(0) as f64;
+    let xr = -0.2f64..(counts.len() as f64 - 0.8).max(0.2);
+    let root = BitMapBackend::new(path, (1200, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (left, right) = root.split_horizontally(600);
+    type Series<'a> = Vec<(String, Vec<(f64, f64)>, bool)>;
+    let draw = |area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
+                caption: &str,
+                y_desc: &str,
+                series: Series|
+     -> Result<(), String> {
+        let top = series
+            .iter()
+            .flat_map(|(_, pts, _)| pts.iter().map(|p| p.1))
+            .fold(1.0f64, f64::max)
+            * 1.2;
+        let mut chart = ChartBuilder::on(area)
+            .caption(caption, ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(xr.clone(), 0f64..top)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_labels(counts.len())
+            .x_label_formatter(&|x| {
+                counts
+                    .get(x.round().max(0.0) as usize)
+                    .map(|c| format!("{c} scanners"))
+                    .unwrap_or_default()
+            })
+            .y_desc(y_desc)
+            .draw()
+            .map_err(err)?;
+        for (k, (name, pts, thin)) in series.into_iter().enumerate() {
+            let width = if thin { 1 } else { 2 };
+            marked_line(&mut chart, name, pts, Palette99::pick(k).to_rgba(), width)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
+    };
+    let line = |size: usize, f: &dyn Fn(&crate::sweep::Point) -> f64| -> Vec<(f64, f64)> {
+        s.points
+            .iter()
+            .filter(|p| p.size == size)
+            .map(|p| (x_of(p.scanners), f(p)))
+            .collect()
+    };
+    let mut through: Series = Vec::new();
+    let mut p99: Series = Vec::new();
+    for size in s.sizes() {
+        through.push((
+            format!("{size}: scanstore"),
+            line(size, &|p| p.endpoints_per_s().0),
+            false,
+        ));
+        through.push((
+            format!("{size}: ceiling"),
+            line(size, &|p| p.ceiling_per_s().0),
+            true,
+        ));
+        // Paced when measured so: the latency targets' numbers.
+        for (class, thin) in [("normal", false), ("final", true)] {
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter(|p| p.size == size)
+                .filter_map(|p| {
+                    let (v, n) = p.paced.as_ref().map_or(p.p99(class), |x| x.p99(class));
+                    (n > 0).then(|| (x_of(p.scanners), v))
+                })
+                .collect();
+            p99.push((format!("{size}: {class}"), pts, thin));
+        }
+    }
+    draw(&left, "Upload throughput", "endpoints/s", through)?;
+    draw(
+        &right,
+        "Upload p99, paced (client side)",
+        "milliseconds",
+        p99,
+    )?;
     root.present().map_err(err)
 }

@@ -11,7 +11,6 @@ use hdrhistogram::Histogram;
 use postgres::Client;
 use uuid::Uuid;
 
-use scanstore::config::DatabaseConfig;
 use scanstore::db::Db;
 use scanstore::projection::outbox;
 use scanstore::retention::records::{self, Pruned};
@@ -108,14 +107,7 @@ const FILL_HISTORY: &str = "
 
 pub fn run(opts: &Opts) -> Result<QueueResult, String> {
     let database = Database::open(opts)?;
-    let db = Db::new(&DatabaseConfig {
-        url: database.url.clone(),
-        ca_file: None,
-        pool_size: 2,
-        pool_timeout: Duration::from_secs(30),
-    })
-    .map_err(|e| e.to_string())?;
-    scanstore::db::migrate::run(&db).map_err(|e| format!("migrate: {e}"))?;
+    let db = database.migrated(2)?;
     let mut c = database.connect()?;
     let owner = crate::factory::owner(&mut c)?;
     let scanner = crate::factory::scanner(&mut c)?;

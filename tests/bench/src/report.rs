@@ -16,6 +16,7 @@ use crate::logs::{pct, LogStats};
 use crate::queue::QueueResult;
 use crate::scanner::{Latencies, CLASSES};
 use crate::scenario::{PoolResult, PublicationRun, SizeResult};
+use crate::sweep::{self, SweepResult};
 use crate::Opts;
 
 pub struct Results {
@@ -26,6 +27,7 @@ pub struct Results {
     pub attack: Option<AttackResult>,
     pub imports: Vec<ImportResult>,
     pub queue: Option<QueueResult>,
+    pub sweep: Option<SweepResult>,
 }
 
 /// (p50, p95, p99, max) in ms of a microsecond histogram.
@@ -174,6 +176,38 @@ pub fn targets(r: &Results) -> Vec<(String, String, Option<bool>)> {
             None,
         )),
     }
+    // Linear cost: the largest size against the one before it.
+    if let [.., a, b] = r.sizes.as_slice() {
+        if let (Some(pa), Some(pb)) = (a.publication(), b.publication()) {
+            let x = ratio(pb.endpoints_per_s(), pa.endpoints_per_s());
+            t.push((
+                format!("publication throughput at {} ≥ 0.9 × at {}", b.size, a.size),
+                format!("{x:.2} ×"),
+                Some(x >= 0.9),
+            ));
+        }
+        if let (Some(ra), Some(rb)) = (
+            a.rss_upload_kib.max(a.rss_publish_kib),
+            b.rss_upload_kib.max(b.rss_publish_kib),
+        ) {
+            let x = ratio(rb as f64, ra as f64);
+            t.push((
+                format!(
+                    "scanstore peak RSS at {} ≤ 1.5 × at {} (size runs)",
+                    b.size, a.size
+                ),
+                format!(
+                    "{:.0} MiB vs {:.0} MiB = {x:.2} ×",
+                    rb as f64 / 1024.0,
+                    ra as f64 / 1024.0
+                ),
+                Some(x <= 1.5),
+            ));
+        }
+    }
+    if let Some(s) = &r.sweep {
+        t.extend(sweep::targets(s));
+    }
     // scanstore's own check on every ES request, over every scanstore log of the run.
     let held_elsewhere: usize = r
         .sizes
@@ -182,6 +216,14 @@ pub fn targets(r: &Results) -> Vec<(String, String, Option<bool>)> {
             s.upload_logs.es_requests_with_connection_held
                 + s.publish_logs.es_requests_with_connection_held
         })
+        .chain(r.sweep.iter().flat_map(|s| {
+            s.points.iter().map(|p| {
+                p.logs.es_requests_with_connection_held
+                    + p.paced
+                        .as_ref()
+                        .map_or(0, |x| x.logs.es_requests_with_connection_held)
+            })
+        }))
         .sum();
     for p in &r.pools {
         match p.latency_ms {
@@ -644,6 +686,9 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     if let Some(q) = &r.queue {
         queue_section(&mut o, q);
     }
+    if let Some(s) = &r.sweep {
+        sweep::section(&mut o, opts, s);
+    }
 
     if !pngs.is_empty() {
         let _ = writeln!(o, "\n## Plots\n");
@@ -885,6 +930,27 @@ pub fn summary(r: &Results) -> Value {
             "pruned_receipts": q.prune.0.receipts,
             "prune_seconds": q.prune.1,
         })),
+        "sweep": r.sweep.as_ref().map(|s| s.points.iter().map(|p| json!({
+            "endpoints": p.size,
+            "scanners": p.scanners,
+            "upload_endpoints_per_s": p.endpoints_per_s().0,
+            "ceiling_endpoints_per_s": p.ceiling_per_s().0,
+            "ratio": p.ratio(),
+            "rounds": p.rounds.iter().map(|r| json!({"endpoints_per_s": r.endpoints_per_s(), "ceiling_endpoints_per_s": r.ceiling.endpoints_per_s()})).collect::<Vec<_>>(),
+            "scanstore_cpu_us_per_endpoint": p.cpu_us(cpu::Role::Scanstore, false),
+            "postgres_cpu_us_per_endpoint": p.cpu_us(cpu::Role::Postgres, false),
+            "ceiling_client_cpu_us_per_endpoint": p.cpu_us(cpu::Role::Bench, true),
+            "latency": lat(&p.latencies),
+            "es_requests_with_connection_held": p.logs.es_requests_with_connection_held,
+            "pool_wait_p99_ms": pct(&p.logs.all_waits(), 99.0),
+            "peak_rss_kib": p.rss_kib,
+            "paced": p.paced.as_ref().map(|x| json!({
+                "offered_endpoints_per_s": x.per_s,
+                "endpoints_per_s": x.endpoints_per_s,
+                "latency": lat(&x.latencies),
+                "es_requests_with_connection_held": x.logs.es_requests_with_connection_held,
+            })),
+        })).collect::<Vec<_>>()),
         "targets": targets(r).into_iter().map(|(t, m, ok)| json!({"target": t, "measured": m, "met": ok})).collect::<Vec<_>>(),
     })
 }

@@ -134,11 +134,15 @@ pub fn post(
     }
 }
 
+/// `pace`: this scanner's endpoints per second and when its schedule starts (a batch is
+/// sent when the endpoints before it are due, at once when late), or none for as fast as
+/// answers come.
 fn upload(
     base: &str,
     job: &Job,
     retry_every: usize,
     bar: &ProgressBar,
+    pace: Option<(f64, Instant)>,
 ) -> Result<UploadOutcome, String> {
     let agent = agent();
     let url = format!(
@@ -154,6 +158,10 @@ fn upload(
         retried_503: 0,
     };
     for b in job.plan.batches(Uuid::new_v4()) {
+        if let Some((rate, start)) = pace {
+            let due = start + Duration::from_secs_f64(out.endpoints as f64 / rate);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
         let (saved, took, busy) = post(&agent, &url, &job.token, &b.body)?;
         out.retried_503 += busy;
         out.requests += 1;
@@ -190,18 +198,42 @@ fn upload(
     Ok(out)
 }
 
-/// Runs every job on its own thread at once and merges the outcomes.
+/// Runs every job on its own thread at once, each as fast as its answers come, and merges
+/// the outcomes.
 pub fn run(
     base: &str,
     jobs: Vec<Job>,
     retry_every: usize,
     bar: &ProgressBar,
 ) -> Result<UploadOutcome, String> {
+    run_paced(base, jobs, retry_every, bar, None)
+}
+
+/// [`run`], the scanners together offering `per_s` endpoints per second when given (an
+/// even share each), as scanners that find ports at their own pace do: the load is then
+/// the same whatever their number, and latency shows what their concurrency costs.
+pub fn run_paced(
+    base: &str,
+    jobs: Vec<Job>,
+    retry_every: usize,
+    bar: &ProgressBar,
+    per_s: Option<f64>,
+) -> Result<UploadOutcome, String> {
     let started = Instant::now();
+    let n = jobs.len().max(1) as f64;
     let results: Vec<Result<UploadOutcome, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
             .iter()
-            .map(|job| s.spawn(move || upload(base, job, retry_every, bar)))
+            .enumerate()
+            .map(|(i, job)| {
+                // Schedules staggered over one batch interval, not all at once.
+                let pace = per_s.map(|r| {
+                    let share = r / n;
+                    let lag = i as f64 / n * job.plan.batch as f64 / share;
+                    (share, started + Duration::from_secs_f64(lag))
+                });
+                s.spawn(move || upload(base, job, retry_every, bar, pace))
+            })
             .collect();
         handles
             .into_iter()

@@ -170,11 +170,17 @@ pub fn es_target(
 /// room for everything else beside it — 6 GiB (the bench's ceiling bodies alone are 2 GB
 /// at 1 M) plus the Python peer's 5 KiB per endpoint (4.2 GB at 1 M; one run that left it
 /// out was OOM-killed).
-fn pretouch_mib(opts: &Opts, size: usize) -> usize {
+pub fn pretouch_mib(opts: &Opts, size: usize) -> usize {
     let wanted = size * opts.emulator_pretouch_kib_per_endpoint / 1024;
     let peer_kib = if opts.no_peer { 0 } else { size as u64 * 5 };
     let spare = report::meminfo_kib("MemAvailable").saturating_sub((6 << 20) + peer_kib) / 1024;
     wanted.min(usize::try_from(spare).unwrap_or(usize::MAX))
+}
+
+/// scanstore's HTTP `worker_threads` for `scanners` concurrent scanners: two each, so that a
+/// scanner's request never waits for a thread (at least 16).
+pub fn http_threads(scanners: usize) -> usize {
+    (scanners * 2).max(16)
 }
 
 /// A fresh index prefix: `--prefix-root` and random hex.
@@ -282,7 +288,7 @@ pub fn size_run(
     let mut cfg = ServeCfg {
         pool_size: opts.pool_size,
         workers: 0,
-        worker_threads: (opts.scanners * 2).max(16),
+        worker_threads: http_threads(opts.scanners),
         bulk_max_concurrency: opts.bulk_concurrency,
         lease_seconds: 120,
         heartbeat_seconds: 20,
@@ -506,7 +512,7 @@ pub fn size_run(
 /// projection, the asset versions); the next scanstore installs them afresh. An extra round
 /// then meets the store as the first round did: uploaded into the earlier rounds' documents
 /// as well, a "1 M" round wrote into 2–3 M documents and took most of the slowest finals.
-fn drop_indices(es_url: &str, prefix: &str) -> Result<(), String> {
+pub fn drop_indices(es_url: &str, prefix: &str) -> Result<(), String> {
     let month: DateTime<Utc> = workload::observed_at()
         .parse()
         .map_err(|e| format!("observation time: {e}"))?;
@@ -665,7 +671,7 @@ fn warm_up(x: &PublishCtx, c: &mut Client, url: &str, run: usize) -> Result<Vec<
 }
 
 /// The mean CPU of the runs of one phase.
-fn usage(sampler: &Sampler, spans: &[(f64, f64)]) -> Usage {
+pub fn usage(sampler: &Sampler, spans: &[(f64, f64)]) -> Usage {
     let all: Vec<Usage> = spans.iter().map(|&(a, b)| sampler.usage(a, b)).collect();
     Usage::mean(&all)
 }

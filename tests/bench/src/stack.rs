@@ -9,6 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use scanstore::config::DatabaseConfig;
+use scanstore::db::Db;
 use scanstore::es::access::EsAuth;
 use scanstore::es::client::EsClient;
 use scanstore::telemetry::secret::Secret;
@@ -166,6 +168,20 @@ impl Database {
 
     pub fn connect(&self) -> Result<Client, String> {
         Client::connect(&self.url, NoTls).map_err(|e| format!("connect: {e}"))
+    }
+
+    /// A pool of `pool_size` on this database, its schema brought up to date (as
+    /// `scanstore serve` would at start-up) for a scenario that writes rows first.
+    pub fn migrated(&self, pool_size: u32) -> Result<Db, String> {
+        let db = Db::new(&DatabaseConfig {
+            url: self.url.clone(),
+            ca_file: None,
+            pool_size,
+            pool_timeout: Duration::from_secs(30),
+        })
+        .map_err(|e| e.to_string())?;
+        scanstore::db::migrate::run(&db).map_err(|e| format!("migrate: {e}"))?;
+        Ok(db)
     }
 }
 

@@ -167,6 +167,37 @@ fn quick_mode_writes_a_sane_report() {
         "{summary:#}"
     );
     assert!(report.contains("## Queue at scale"), "{report}");
+    // Scanners at once: each count flat out beside its ceiling, then paced to the same load.
+    assert!(report.contains("## Scanners at once"), "{report}");
+    let sweep = summary["sweep"].as_array().expect("sweep");
+    let counts: Vec<u64> = sweep
+        .iter()
+        .filter_map(|p| p["scanners"].as_u64())
+        .collect();
+    assert_eq!(counts, [4, 16], "{summary:#}");
+    for p in sweep {
+        let n = p["scanners"].as_u64().unwrap_or(0);
+        for key in [
+            "upload_endpoints_per_s",
+            "ceiling_endpoints_per_s",
+            "scanstore_cpu_us_per_endpoint",
+        ] {
+            assert!(p[key].as_f64().unwrap_or(0.0) > 0.0, "{key}: {p}");
+        }
+        assert_eq!(p["latency"]["final"]["count"], n, "{p}");
+        assert_eq!(p["es_requests_with_connection_held"], 0, "{p}");
+        let paced = &p["paced"];
+        assert_eq!(paced["latency"]["final"]["count"], n, "{p}");
+        let (offered, reached) = (
+            paced["offered_endpoints_per_s"].as_f64().unwrap_or(0.0),
+            paced["endpoints_per_s"].as_f64().unwrap_or(0.0),
+        );
+        // Paced below what the fewest scanners reached flat out: the schedule holds.
+        assert!(
+            offered > 0.0 && reached > 0.0 && reached <= offered * 1.2,
+            "{p}"
+        );
+    }
     // CPU per phase: the emulator (when it is ours) worked in every phase; scanstore only in
     // its own, not in the ceiling's.
     let phases = size["cpu_seconds"].as_array().expect("cpu_seconds");

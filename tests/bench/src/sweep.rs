@@ -1,0 +1,474 @@
+//! Scanners at once: at each `--sweep-sizes` size, the same uploads made by 4, 16 and 64
+//! concurrent scanners (`--sweep-scanners`), each round beside its own raw-bulk ceiling of
+//! the very same documents, with the latency per class, the connection pool's behaviour and
+//! what the uploads cost the machine's CPU per endpoint.
+
+use std::path::Path;
+
+use hdrhistogram::Histogram;
+
+use crate::ceiling::{self, Sent};
+use crate::cpu::{self, Role, Sampler, Usage};
+use crate::logs::{self, pct, LogStats};
+use crate::report::quantiles;
+use crate::scanner::{self, Job, Latencies, UploadOutcome};
+use crate::scenario::{self, bar, watch_postgres};
+use crate::stack::{self, Database, ServeCfg};
+use crate::{factory, Opts};
+
+/// One round at one scanner count: the ceiling, then scanstore's upload of the same
+/// documents (fresh executions, fresh indices).
+pub struct Round {
+    pub ceiling: Sent,
+    pub ceiling_cpu: Usage,
+    pub endpoints: usize,
+    pub seconds: f64,
+    pub cpu: Usage,
+}
+
+impl Round {
+    pub fn endpoints_per_s(&self) -> f64 {
+        self.endpoints as f64 / self.seconds.max(1e-9)
+    }
+
+    pub fn ratio(&self) -> f64 {
+        self.endpoints_per_s() / self.ceiling.endpoints_per_s().max(1e-9)
+    }
+}
+
+/// Every round of one (size, scanners) point.
+pub struct Point {
+    pub size: usize,
+    pub scanners: usize,
+    pub rounds: Vec<Round>,
+    /// Every round's requests.
+    pub latencies: Latencies,
+    /// Every round's scanstore log.
+    pub logs: LogStats,
+    /// The highest of the rounds' scanstore peak RSS.
+    pub rss_kib: Option<u64>,
+    /// The paced uploads (as many rounds as flat out); none with `--sweep-pace 0`.
+    pub paced: Option<Paced>,
+}
+
+/// Uploads paced to the same offered load at every scanner count.
+pub struct Paced {
+    /// Offered, endpoints per second in all.
+    pub per_s: f64,
+    /// Reached (the median round's).
+    pub endpoints_per_s: f64,
+    pub latencies: Latencies,
+    pub logs: LogStats,
+}
+
+impl Paced {
+    pub fn p99(&self, class: &str) -> (f64, u64) {
+        p99_of(&self.latencies, class)
+    }
+}
+
+/// (p99 ms, requests) of a latency class.
+fn p99_of(l: &Latencies, class: &str) -> (f64, u64) {
+    let h: &Histogram<u64> = &l.0[class];
+    (quantiles(h)[2], h.len())
+}
+
+/// The median of `f` over the rounds, with its range.
+fn median_of(rounds: &[Round], f: impl Fn(&Round) -> f64) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = rounds.iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    match (v.first(), v.last()) {
+        (Some(&lo), Some(&hi)) => (v[(v.len() - 1) / 2], lo, hi),
+        _ => (0.0, 0.0, 0.0),
+    }
+}
+
+impl Point {
+    /// Upload throughput over its ceiling's: the median round's, with the range.
+    pub fn ratio(&self) -> (f64, f64, f64) {
+        median_of(&self.rounds, Round::ratio)
+    }
+
+    pub fn endpoints_per_s(&self) -> (f64, f64, f64) {
+        median_of(&self.rounds, Round::endpoints_per_s)
+    }
+
+    pub fn ceiling_per_s(&self) -> (f64, f64, f64) {
+        median_of(&self.rounds, |r| r.ceiling.endpoints_per_s())
+    }
+
+    /// CPU µs per endpoint of `role` in the upload (`ceiling`: in the ceiling's run), the
+    /// median round's.
+    pub fn cpu_us(&self, role: Role, ceiling: bool) -> Option<f64> {
+        let per = |r: &Round| {
+            let u = if ceiling { &r.ceiling_cpu } else { &r.cpu };
+            u.roles[role as usize].map(|s| s * 1e6 / r.endpoints.max(1) as f64)
+        };
+        self.rounds
+            .iter()
+            .all(|r| per(r).is_some())
+            .then(|| median_of(&self.rounds, |r| per(r).unwrap_or(0.0)).0)
+    }
+
+    /// (p99 ms, requests) of a latency class over every round.
+    pub fn p99(&self, class: &str) -> (f64, u64) {
+        p99_of(&self.latencies, class)
+    }
+}
+
+pub struct SweepResult {
+    pub points: Vec<Point>,
+}
+
+impl SweepResult {
+    pub fn at(&self, size: usize, scanners: usize) -> Option<&Point> {
+        self.points
+            .iter()
+            .find(|p| p.size == size && p.scanners == scanners)
+    }
+
+    pub fn sizes(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.points.iter().map(|p| p.size).collect();
+        v.dedup();
+        v
+    }
+}
+
+/// Rounds per point at `size`: `--sweep-rounds`, or `--sweep-large-rounds` from 1 M up (a
+/// 1 M round takes a minute and a half per scanner count on the 2-CPU machine).
+fn rounds(opts: &Opts, size: usize) -> usize {
+    if size >= 1_000_000 {
+        opts.sweep_large_rounds.max(1)
+    } else {
+        opts.sweep_rounds.unwrap_or(1).max(1)
+    }
+}
+
+/// Every size of the sweep, each on a fresh emulator and database.
+pub fn run(opts: &Opts, dir: &Path, sampler: &Sampler) -> Result<SweepResult, String> {
+    let mut points = Vec::new();
+    for &size in &opts.sweep_sizes {
+        eprintln!(
+            "== scanners at once, {size} endpoints: {:?} scanners",
+            opts.sweep_scanners
+        );
+        points.extend(size_sweep(opts, size, dir, sampler)?);
+    }
+    Ok(SweepResult { points })
+}
+
+/// What every upload of one size's sweep shares.
+struct Ctx<'a> {
+    opts: &'a Opts,
+    db: &'a Database,
+    es_url: &'a str,
+    prefix: &'a str,
+    dir: &'a Path,
+    sampler: &'a Sampler,
+}
+
+/// What one upload by a fresh scanstore into freshly installed indices gave.
+struct Upload {
+    outcome: UploadOutcome,
+    events: Vec<logs::Event>,
+    rss_kib: Option<u64>,
+    cpu: Usage,
+}
+
+/// Uploads `jobs` through a fresh scanstore into freshly installed indices (every upload
+/// meets the store as the first does), optionally paced (`per_s` endpoints/s in all).
+fn upload(x: &Ctx, jobs: Vec<Job>, label: &str, per_s: Option<f64>) -> Result<Upload, String> {
+    let size: usize = jobs.iter().map(|j| j.plan.endpoints).sum();
+    let cfg = ServeCfg {
+        pool_size: x.opts.pool_size,
+        workers: 0,
+        worker_threads: scenario::http_threads(jobs.len()),
+        bulk_max_concurrency: x.opts.bulk_concurrency,
+        lease_seconds: 120,
+        heartbeat_seconds: 20,
+    };
+    scenario::drop_indices(x.es_url, x.prefix)?;
+    let mut up = stack::scanstore(x.opts, x.db, x.es_url, x.prefix, &cfg, x.dir, label)?;
+    x.sampler.watch(Role::Scanstore, up.pid());
+    let b = bar(size as u64, label);
+    let from = cpu::now();
+    let outcome = scanner::run_paced(&up.url, jobs, x.opts.retry_every, &b, per_s)?;
+    let to = cpu::now();
+    b.finish_and_clear();
+    let rss_kib = up.peak_rss_kib();
+    up.stop();
+    Ok(Upload {
+        outcome,
+        events: logs::read(&stack::log_path(x.dir, label)),
+        rss_kib,
+        cpu: x.sampler.usage(from, to),
+    })
+}
+
+fn size_sweep(
+    opts: &Opts,
+    size: usize,
+    dir: &Path,
+    sampler: &Sampler,
+) -> Result<Vec<Point>, String> {
+    let db = Database::open(opts)?;
+    let name = format!("sweep{size}");
+    let (emulator, es_url) =
+        scenario::es_target(opts, dir, &name, scenario::pretouch_mib(opts, size))?;
+    if let Some(e) = &emulator {
+        sampler.watch(Role::Emulator, e.pid());
+    }
+    let prefix = scenario::prefix();
+    let cp = format!("{prefix}-ceiling");
+    db.migrated(1)?;
+    let mut c = db.connect()?;
+    watch_postgres(&mut c, sampler);
+    let owner = factory::owner(&mut c)?;
+    let x = Ctx {
+        opts,
+        db: &db,
+        es_url: &es_url,
+        prefix: &prefix,
+        dir,
+        sampler,
+    };
+    let mut new_jobs =
+        |n: usize| scenario::jobs(&mut c, owner, (n, size, 0), opts.batch, opts.dns_every);
+    let mut points = Vec::new();
+    for &n in &opts.sweep_scanners {
+        let mut point = Point {
+            size,
+            scanners: n,
+            rounds: Vec::new(),
+            latencies: Latencies::new(),
+            logs: LogStats::default(),
+            rss_kib: None,
+            paced: None,
+        };
+        let mut events = Vec::new();
+        for round in 1..=rounds(opts, size) {
+            let jobs = new_jobs(n)?;
+            ceiling::install(&es_url, &cp)?;
+            let reqs = ceiling::upload_requests(
+                &cp,
+                owner,
+                &jobs,
+                opts.bulk_batch_size,
+                opts.bulk_max_bytes,
+            )?;
+            let sent = ceiling::send(&es_url, &reqs, opts.bulk_concurrency)?;
+            ceiling::delete(&es_url, &cp, &reqs.indices);
+            drop(reqs);
+            let ceiling_cpu = scenario::usage(sampler, &sent.spans);
+            let u = upload(&x, jobs, &format!("{name}-{n}scanners-round{round}"), None)?;
+            point.rss_kib = point.rss_kib.max(u.rss_kib);
+            events.extend(u.events);
+            point.latencies.merge(&u.outcome.latencies);
+            point.rounds.push(Round {
+                ceiling: sent,
+                ceiling_cpu,
+                endpoints: u.outcome.endpoints,
+                seconds: u.outcome.wall.as_secs_f64(),
+                cpu: u.cpu,
+            });
+        }
+        point.logs = LogStats::from_events(&events);
+        points.push(point);
+    }
+    // Paced: the same offered load whatever the number of scanners, a share of what the
+    // fewest scanners reached flat out.
+    let fewest = points
+        .iter()
+        .min_by_key(|p| p.scanners)
+        .map(|p| p.endpoints_per_s().0);
+    if let Some(flat_out) = fewest.filter(|_| opts.sweep_pace > 0.0) {
+        let rate = flat_out * opts.sweep_pace;
+        for p in &mut points {
+            let (mut latencies, mut events, mut reached) =
+                (Latencies::new(), Vec::new(), Vec::new());
+            for round in 1..=rounds(opts, size) {
+                let jobs = new_jobs(p.scanners)?;
+                let label = format!("{name}-{}scanners-paced{round}", p.scanners);
+                let u = upload(&x, jobs, &label, Some(rate))?;
+                reached.push(u.outcome.endpoints as f64 / u.outcome.wall.as_secs_f64().max(1e-9));
+                latencies.merge(&u.outcome.latencies);
+                events.extend(u.events);
+            }
+            reached.sort_by(f64::total_cmp);
+            p.paced = Some(Paced {
+                per_s: rate,
+                endpoints_per_s: reached[(reached.len() - 1) / 2],
+                latencies,
+                logs: LogStats::from_events(&events),
+            });
+        }
+    }
+    scenario::drop_indices(&es_url, &prefix)?;
+    Ok(points)
+}
+
+fn fmt_range((m, lo, hi): (f64, f64, f64), digits: usize) -> String {
+    format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})")
+}
+
+fn us(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{v:.1}"))
+}
+
+/// The report's section.
+pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        o,
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each.\n",
+        opts.sweep_scanners,
+        opts.pool_size,
+        opts.bulk_concurrency,
+        opts.sweep_rounds.unwrap_or(1),
+        opts.sweep_large_rounds
+    );
+    let _ = writeln!(o, "| endpoints | scanners | upload endpoints/s | ceiling endpoints/s | ratio | scanstore µs/endpoint | PostgreSQL µs/endpoint | ceiling client µs/endpoint | emulator µs/endpoint, upload / ceiling | normal p99 ms | final p99 ms (finals) | pool wait p99 ms | ES requests sent holding a connection | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for p in &s.points {
+        let (normal, _) = p.p99("normal");
+        let (fin, finals) = p.p99("final");
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {normal:.1} | {fin:.1} ({finals}) | {:.1} | {} | {} |",
+            p.size,
+            p.scanners,
+            fmt_range(p.endpoints_per_s(), 0),
+            fmt_range(p.ceiling_per_s(), 0),
+            fmt_range(p.ratio(), 2),
+            us(p.cpu_us(Role::Scanstore, false)),
+            us(p.cpu_us(Role::Postgres, false)),
+            us(p.cpu_us(Role::Bench, true)),
+            us(p.cpu_us(Role::Emulator, false)),
+            us(p.cpu_us(Role::Emulator, true)),
+            pct(&p.logs.all_waits(), 99.0),
+            p.logs.es_requests_with_connection_held,
+            p.rss_kib.map_or("–".into(), |k| format!("{:.0}", k as f64 / 1024.0)),
+        );
+    }
+    paced_table(o, s);
+}
+
+/// The paced uploads' table, when measured.
+fn paced_table(o: &mut String, s: &SweepResult) {
+    use std::fmt::Write as _;
+    if s.points.iter().all(|p| p.paced.is_none()) {
+        return;
+    }
+    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count, the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each, schedules staggered over a batch interval), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs. The latency targets use these.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for p in &s.points {
+        let Some(x) = &p.paced else { continue };
+        let q = |c: &str| quantiles(&x.latencies.0[c]);
+        let (n, f) = (q("normal"), q("final"));
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.0} | {:.0} | {:.1} / {:.1} | {:.1} / {:.1} ({}) | {:.1} | {} |",
+            p.size,
+            p.scanners,
+            x.per_s,
+            x.endpoints_per_s,
+            n[0],
+            n[2],
+            f[0],
+            f[2],
+            x.latencies.0["final"].len(),
+            pct(&x.logs.all_waits(), 99.0),
+            x.logs.es_requests_with_connection_held,
+        );
+    }
+}
+
+/// The targets the sweep decides: upload ≥ 0.8 × ceiling at 16 scanners, p99 at the most
+/// scanners ≤ 2 × at the fewest, and upload throughput growing linearly with size.
+pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
+    let mut t = Vec::new();
+    let sizes = s.sizes();
+    for &size in &sizes {
+        if let Some(p) = s.at(size, 16) {
+            let (m, lo, hi) = p.ratio();
+            t.push((
+                format!("upload ≥ 0.8 × ceiling ({size} endpoints, 16 scanners)"),
+                format!(
+                    "{m:.2} × (median of {} rounds, {lo:.2}–{hi:.2}); scanstore {} µs CPU per endpoint, the ceiling client {}",
+                    p.rounds.len(),
+                    us(p.cpu_us(Role::Scanstore, false)),
+                    us(p.cpu_us(Role::Bench, true))
+                ),
+                Some(m >= 0.8),
+            ));
+        }
+        let here = || s.points.iter().filter(|p| p.size == size);
+        let fewest = here().min_by_key(|p| p.scanners);
+        let most = here().max_by_key(|p| p.scanners);
+        if let (Some(a), Some(b)) = (fewest, most) {
+            if b.scanners > a.scanners {
+                for class in ["normal", "final"] {
+                    t.push(p99_target(class, size, a, b));
+                }
+            }
+        }
+    }
+    if let (Some(&small), Some(&large)) = (sizes.first(), sizes.last()) {
+        if large > small {
+            if let (Some(a), Some(b)) = (s.at(small, 16), s.at(large, 16)) {
+                let x = b.endpoints_per_s().0 / a.endpoints_per_s().0.max(1e-9);
+                t.push((
+                    format!("upload throughput at {large} ≥ 0.9 × at {small} (16 scanners)"),
+                    format!("{x:.2} ×"),
+                    Some(x >= 0.9),
+                ));
+                if let (Some(ra), Some(rb)) = (a.rss_kib, b.rss_kib) {
+                    let x = rb as f64 / ra.max(1) as f64;
+                    t.push((
+                        format!(
+                            "scanstore peak RSS uploading {large} ≤ 1.5 × {small} (16 scanners)"
+                        ),
+                        format!(
+                            "{:.0} MiB vs {:.0} MiB = {x:.2} ×",
+                            rb as f64 / 1024.0,
+                            ra as f64 / 1024.0
+                        ),
+                        Some(x <= 1.5),
+                    ));
+                }
+            }
+        }
+    }
+    t
+}
+
+/// p99 of `class` at the most scanners (`b`) against the fewest (`a`): paced when measured
+/// so (the same offered load), flat out otherwise.
+fn p99_target(class: &str, size: usize, a: &Point, b: &Point) -> (String, String, Option<bool>) {
+    let (((pa, na), (pb, nb)), how) = match (&a.paced, &b.paced) {
+        (Some(x), Some(y)) => (
+            (x.p99(class), y.p99(class)),
+            format!("paced to {:.0} endpoints/s in all", x.per_s),
+        ),
+        _ => ((a.p99(class), b.p99(class)), "flat out".to_string()),
+    };
+    let name = format!(
+        "{class} p99 at {} scanners ≤ 2 × at {} ({size} endpoints, pool_size unchanged)",
+        b.scanners, a.scanners
+    );
+    if na.min(nb) == 0 {
+        let why = format!(
+            "not measured: {nb} and {na} {class} requests (an execution of one batch sends only a final)"
+        );
+        return (name, why, None);
+    }
+    let x = pb / pa.max(1e-9);
+    let few = if na.min(nb) < 100 {
+        "; under 100, p99 is the slowest"
+    } else {
+        ""
+    };
+    (
+        name,
+        format!("{pb:.1} ms vs {pa:.1} ms = {x:.2} × ({how}; {nb} and {na} requests{few})"),
+        Some(x <= 2.0),
+    )
+}
