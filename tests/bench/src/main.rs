@@ -215,6 +215,10 @@ pub struct Opts {
     /// Skip the scanners-at-once scenario.
     #[arg(long)]
     pub no_sweep: bool,
+    /// Queue at scale: runs of `--queue-samples` calls per statement and step, interleaved;
+    /// each statement's figures are its run with the median p99. [with `--quick`, 1]
+    #[arg(long, default_value_t = 5)]
+    pub queue_runs: usize,
     /// Skip the size runs (uploads, publication, the close run, their ceilings and peer).
     #[arg(long)]
     pub no_sizes: bool,
@@ -263,6 +267,7 @@ impl Opts {
         if self.quick {
             self.queue_due = self.queue_due.min(1_000);
             self.queue_samples = self.queue_samples.min(500);
+            self.queue_runs = self.queue_runs.min(1);
         }
         if self.sweep_sizes.is_empty() {
             self.sweep_sizes = if self.quick {

@@ -271,11 +271,15 @@ pub fn targets(r: &Results) -> Vec<(String, String, Option<bool>)> {
                 "queue p99 at {} processed outbox rows and {} receipts ≤ 1.5 × empty",
                 last.history, last.receipts
             ),
-            ratios
-                .iter()
-                .map(|(name, x)| format!("{name} {x:.2} ×"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            format!(
+                "{} (median p99 of {} runs each)",
+                ratios
+                    .iter()
+                    .map(|(name, x)| format!("{name} {x:.2} ×"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                q.runs
+            ),
             Some(worst <= 1.5),
         ));
     }
@@ -712,21 +716,23 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
 fn queue_section(o: &mut String, q: &QueueResult) {
     let _ = writeln!(
         o,
-        "\n## Queue at scale\n\n{} due outbox rows throughout; history added step by step: finished executions, each with a processed outbox row and {} confirmed receipts (written in SQL, then `VACUUM ANALYZE`). Each statement is called {} times per step through scanstore's own functions (claim then release; checkpoints of one claimed row; the sampler's backlog query) or, for `scripts/backlog.sql`'s summary, as its text. ms p50 / p99.\n\n| processed rows | receipts | fill s | claim | checkpoint | backlog | backlog summary |\n|---:|---:|---:|---:|---:|---:|---:|",
-        q.due, 10, q.samples
+        "\n## Queue at scale\n\n{} due outbox rows throughout; history added step by step: finished executions, each with a processed outbox row and {} confirmed receipts (written in SQL, then `VACUUM ANALYZE`). Each statement is called {} times per run through scanstore's own functions (claim then release; checkpoints of one claimed row; the sampler's backlog query) or, for `scripts/backlog.sql`'s summary, as its text; {} runs per step, the four statements in turn. ms p50 / p99 of the run with the median p99, the runs' p99 range in brackets.\n\n| processed rows | receipts | fill s | claim | checkpoint | backlog | backlog summary |\n|---:|---:|---:|---:|---:|---:|---:|",
+        q.due, 10, q.samples, q.runs
     );
-    let cell = |x: [f64; 4]| format!("{:.2} / {:.2}", x[0], x[2]);
+    let cell =
+        |x: [f64; 4], (lo, hi): (f64, f64)| format!("{:.2} / {:.2} ({lo:.2}–{hi:.2})", x[0], x[2]);
     for s in &q.steps {
+        let r = s.p99_range;
         let _ = writeln!(
             o,
             "| {} | {} | {:.0} | {} | {} | {} | {} |",
             s.history,
             s.receipts,
             s.fill_seconds,
-            cell(s.claim),
-            cell(s.checkpoint),
-            cell(s.backlog),
-            cell(s.admin_summary)
+            cell(s.claim, r[0]),
+            cell(s.checkpoint, r[1]),
+            cell(s.backlog, r[2]),
+            cell(s.admin_summary, r[3])
         );
     }
     let (p, secs) = &q.prune;
