@@ -358,14 +358,16 @@ fn paced_table(o: &mut String, s: &SweepResult) {
     if s.points.iter().all(|p| p.paced.is_none()) {
         return;
     }
-    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count, the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each, schedules staggered over a batch interval), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs. The latency targets use these.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count, the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each, schedules staggered over a batch interval), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs, the server-side column how much of it is spent inside scanstore (from its `ScanResultUpload` events). The latency targets use these.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | server-side p99 ms, normal / final | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &s.points {
         let Some(x) = &p.paced else { continue };
         let q = |c: &str| quantiles(&x.latencies.0[c]);
         let (n, f) = (q("normal"), q("final"));
+        // scanstore's own time (`ScanResultUpload`): what of the client's is spent inside.
+        let server = |c: &str| x.logs.server_upload_ms.get(c).map_or(0.0, |v| pct(v, 99.0));
         let _ = writeln!(
             o,
-            "| {} | {} | {:.0} | {:.0} | {:.1} / {:.1} | {:.1} / {:.1} ({}) | {:.1} | {} |",
+            "| {} | {} | {:.0} | {:.0} | {:.1} / {:.1} | {:.1} / {:.1} ({}) | {:.1} / {:.1} | {:.1} | {} |",
             p.size,
             p.scanners,
             x.per_s,
@@ -375,6 +377,8 @@ fn paced_table(o: &mut String, s: &SweepResult) {
             f[0],
             f[2],
             x.latencies.0["final"].len(),
+            server("normal"),
+            server("final"),
             pct(&x.logs.all_waits(), 99.0),
             x.logs.es_requests_with_connection_held,
         );
