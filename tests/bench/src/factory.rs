@@ -1,6 +1,7 @@
-//! The rows a run needs, created directly in SQL as the test factory does: one owner, one
-//! scanner per simulated scanner (tokens stored as `sha256(convert_to(token,'UTF8'))`),
-//! and a running task execution per planned upload.
+//! The rows a run needs, created directly in SQL as the test factory does: one owner (with
+//! its read token when a scenario reads through the API), one scanner per simulated scanner
+//! (tokens stored as `sha256(convert_to(token,'UTF8'))`), and a running task execution per
+//! planned upload.
 
 use postgres::Client;
 use uuid::Uuid;
@@ -23,14 +24,21 @@ fn token(kind: &str) -> String {
 }
 
 pub fn owner(c: &mut Client) -> Result<Uuid, String> {
+    owner_with_token(c).map(|(id, _)| id)
+}
+
+/// An owner and the token it reads with (`Authorization: Bearer <token>`).
+pub fn owner_with_token(c: &mut Client) -> Result<(Uuid, String), String> {
     let t = token("own");
-    c.query_one(
-        "INSERT INTO owners (name, token_sha256, is_admin)
-         VALUES ($1, sha256(convert_to($2, 'UTF8')), false) RETURNING id",
-        &[&format!("bench-owner-{}", Uuid::new_v4().simple()), &t],
-    )
-    .map(|r| r.get(0))
-    .map_err(|e| format!("insert owner: {e}"))
+    let id = c
+        .query_one(
+            "INSERT INTO owners (name, token_sha256, is_admin)
+             VALUES ($1, sha256(convert_to($2, 'UTF8')), false) RETURNING id",
+            &[&format!("bench-owner-{}", Uuid::new_v4().simple()), &t],
+        )
+        .map_err(|e| format!("insert owner: {e}"))?
+        .get(0);
+    Ok((id, t))
 }
 
 pub fn scanner(c: &mut Client) -> Result<ScannerRow, String> {

@@ -170,7 +170,7 @@ pub fn es_target(
 /// room for everything else beside it — 6 GiB (the bench's ceiling bodies alone are 2 GB
 /// at 1 M) plus the Python peer's 5 KiB per endpoint (4.2 GB at 1 M; one run that left it
 /// out was OOM-killed).
-fn pretouch_mib(opts: &Opts, size: usize) -> usize {
+pub fn pretouch_mib(opts: &Opts, size: usize) -> usize {
     let wanted = size * opts.emulator_pretouch_kib_per_endpoint / 1024;
     let peer_kib = if opts.no_peer { 0 } else { size as u64 * 5 };
     let spare = report::meminfo_kib("MemAvailable").saturating_sub((6 << 20) + peer_kib) / 1024;
