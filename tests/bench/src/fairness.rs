@@ -100,7 +100,7 @@ pub fn run(opts: &Opts, dir: &Path) -> Result<FairnessResult, String> {
     }
     for w in workers {
         eprintln!(
-            "== fair and fresh: {} executions of {} endpoints while {backlog} publish, {w} workers",
+            "== fair and fresh: {} executions of {} endpoints while {backlog} publish, projection.workers {w}",
             opts.fairness_executions, opts.fairness_endpoints
         );
         let r = run_once(opts, backlog, w, dir)?;
@@ -235,14 +235,14 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
     let finished = finished.into_iter().collect::<Result<Vec<_>, _>>()?;
 
     let work = format!("execution:{big_id}");
-    let events = logs::read(&stack::log_path(dir, &label));
-    let of_big = |name: &str| {
-        events
-            .iter()
-            .filter(move |e| e.name == name && e.get("work") == Some(work.as_str()))
-    };
-    let first_claim = of_big("ScanProjectionClaimed")
-        .next()
+    let events: Vec<logs::Event> = logs::read(&stack::log_path(dir, &label))
+        .into_iter()
+        .filter(|e| e.get("work") == Some(work.as_str()))
+        .collect();
+    let of_big = |name: &str| events.iter().filter(|e| e.name == name).count();
+    let first_claim = events
+        .iter()
+        .find(|e| e.name == "ScanProjectionClaimed")
         .map(|e| e.at)
         .ok_or("the big execution's claim is not in the log")?;
     let secs = |from: DateTime<Utc>, to: DateTime<Utc>| {
@@ -263,8 +263,8 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
         workers,
         samples,
         interval_s: interval.as_secs_f64(),
-        big_pages: of_big("ScanProjectionPageCompleted").count(),
-        big_claims: of_big("ScanProjectionClaimed").count(),
+        big_pages: of_big("ScanProjectionPageCompleted"),
+        big_claims: of_big("ScanProjectionClaimed"),
         big_seconds: secs(first_claim, big_done),
     })
 }

@@ -265,10 +265,10 @@ fn fairness_target(f: &FairnessResult) -> (String, String, Option<bool>) {
         return (name, "not measured".into(), None);
     };
     let mut measured = format!(
-        "{:.2} s p99 of {} with {} workers, {} of them during the backlog",
+        "{:.2} s p99 of {} with {}, {} of them during the backlog",
         run.ready_p99(),
         run.samples.len(),
-        run.workers,
+        workers(run.workers),
         run.during()
     );
     if let Some(one) = f.runs.get(1) {
@@ -744,6 +744,10 @@ fn queue_section(o: &mut String, q: &QueueResult) {
     }
 }
 
+fn workers(n: usize) -> String {
+    format!("{n} worker{}", if n == 1 { "" } else { "s" })
+}
+
 fn fairness_section(o: &mut String, opts: &Opts, f: &FairnessResult) {
     let _ = writeln!(
         o,
@@ -775,8 +779,8 @@ fn fairness_section(o: &mut String, opts: &Opts, f: &FairnessResult) {
             .collect();
         let _ = writeln!(
             o,
-            "\n- {} workers, each small execution as (s into the big publication when its final was answered: s to ready): {}",
-            r.workers,
+            "\n- {}, each small execution as (s into the big publication when its final was answered: s to ready): {}",
+            workers(r.workers),
             all.join(", ")
         );
     }
