@@ -24,8 +24,8 @@ use crate::{factory, Opts};
 const SMALL_FIRST: usize = 30_000_000;
 /// How often a waiting client reads its execution's status.
 const POLL: Duration = Duration::from_millis(25);
-/// The rest of the big publication, estimated from its first ticks, is split into this
-/// many more slots than there are small executions: their own turns slow the big one
+/// The rest of the big publication, estimated from its pace so far, is split into this
+/// many more slots than there are small executions left: their own turns slow the big one
 /// down, and the last of them must still finish while it publishes.
 const SPARE_SLOTS: usize = 5;
 /// A small execution not ready after this long fails the run.
@@ -47,7 +47,7 @@ pub struct Sample {
 pub struct FairRun {
     pub workers: usize,
     pub samples: Vec<Sample>,
-    /// Seconds between two small executions' starts.
+    /// Mean seconds between two small executions' starts.
     pub interval_s: f64,
     /// The big one's pages, claims (one per tick: each but the last ends in a yield) and
     /// seconds from its first claim to its `processed_at`.
@@ -188,21 +188,22 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
     b.finish_and_clear();
     up.stop();
 
-    // Publication: the big one is due at once; once it is under way (its first
-    // checkpoint, then a tick's worth more to estimate its pace), the small ones finish
-    // spaced over the rest of it.
+    // Publication: the big one is due at once. Once it is under way (its first
+    // checkpoint and a tick more), the small ones finish one after another; before each, the rest of the
+    // big one at its pace so far is split into a slot per small one left plus
+    // SPARE_SLOTS, and the next starts a slot later. (Its pace is re-read every time: the
+    // first ticks of a publication are slower than the rest, and a fixed interval would
+    // either crowd the small ones at its start or leave the last ones after its end.)
     cfg.workers = workers;
     let label = format!("{name}-publish");
     let mut publisher = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;
     let timeout = Duration::from_secs(opts.publish_timeout);
     let (p1, _, t1) = wait_for(&mut c, big_id, timeout, |p, done| p > 0 || done)?;
+    // A tick's worth more before the first one, so that there is a pace to read.
     let tick = (PAGES_PER_TICK * opts.page_size) as i64;
-    let (p2, _, t2) = wait_for(&mut c, big_id, Duration::from_secs(2), |p, done| {
+    wait_for(&mut c, big_id, Duration::from_secs(5), |p, done| {
         p >= p1 + tick || done
     })?;
-    let rate = (p2 - p1).max(1) as f64 / (t2 - t1).as_secs_f64().max(1e-3);
-    let left = backlog.saturating_sub(p2 as usize) as f64 / rate;
-    let interval = Duration::from_secs_f64(left / (n + SPARE_SLOTS) as f64);
     let tasks: Vec<Uuid> = small
         .iter()
         .map(|j| {
@@ -213,22 +214,32 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
         .collect::<Result<_, _>>()?;
     let url = publisher.url.clone();
     let started = Instant::now();
+    let slot = |c: &mut Client, left_to_start: usize| -> Result<Duration, String> {
+        let (p, done) = progress(c, big_id)?;
+        if done.is_some() {
+            return Ok(Duration::ZERO);
+        }
+        let rate = (p - p1).max(1) as f64 / t1.elapsed().as_secs_f64().max(1e-3);
+        let rest = backlog.saturating_sub(p as usize) as f64 / rate;
+        Ok(Duration::from_secs_f64(rest / (left_to_start + SPARE_SLOTS) as f64))
+    };
     let finished: Vec<Result<Finished, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = small
-            .into_iter()
-            .zip(tasks)
-            .enumerate()
-            .map(|(i, (job, task))| {
-                std::thread::sleep((started + interval * i as u32).saturating_duration_since(Instant::now()));
-                let (url, token) = (&url, &token);
-                s.spawn(move || finish_and_wait(url, token, job, task))
-            })
-            .collect();
+        let mut handles = Vec::new();
+        for (i, (job, task)) in small.into_iter().zip(&tasks).enumerate() {
+            if i > 0 {
+                // Pacing only: a failed read starts the next one at once (the wait for the
+                // big one's end below reports a database that is gone).
+                std::thread::sleep(slot(&mut c, n - i).unwrap_or_default());
+            }
+            let (url, token) = (&url, &token);
+            handles.push(s.spawn(move || finish_and_wait(url, token, job, *task)));
+        }
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("small execution thread panicked".into())))
             .collect()
     });
+    let spaced = started.elapsed().as_secs_f64() / n.saturating_sub(1).max(1) as f64;
     let (_, big_done, _) = wait_for(&mut c, big_id, timeout, |_, done| done)?;
     publisher.stop();
     let big_done = big_done.ok_or("the big execution was not published in time")?;
@@ -262,7 +273,7 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
     Ok(FairRun {
         workers,
         samples,
-        interval_s: interval.as_secs_f64(),
+        interval_s: spaced,
         big_pages: of_big("ScanProjectionPageCompleted"),
         big_claims: of_big("ScanProjectionClaimed"),
         big_seconds: secs(first_claim, big_done),

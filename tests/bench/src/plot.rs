@@ -63,6 +63,25 @@ fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("{e:?}")
 }
 
+/// Draws the chart's legend at `at` and writes the file.
+fn finish<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    at: SeriesLabelPosition,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)
+}
+
 fn latency(r: &Results, path: &Path) -> Result<(), String> {
     let mut lines = Vec::new();
     for s in &r.sizes {
@@ -128,14 +147,7 @@ fn latency(r: &Results, path: &Path) -> Result<(), String> {
             .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)
+    finish(&mut chart, &root, SeriesLabelPosition::LowerRight)
 }
 
 fn throughput(r: &Results, path: &Path) -> Result<(), String> {
@@ -209,14 +221,7 @@ fn throughput(r: &Results, path: &Path) -> Result<(), String> {
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)
+    finish(&mut chart, &root, SeriesLabelPosition::UpperRight)
 }
 
 fn queue(r: &Results, path: &Path) -> Result<(), String> {
@@ -281,14 +286,7 @@ fn queue(r: &Results, path: &Path) -> Result<(), String> {
             .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)
+    finish(&mut chart, &root, SeriesLabelPosition::UpperLeft)
 }
 
 fn fairness(r: &Results, path: &Path) -> Result<(), String> {
@@ -344,12 +342,5 @@ fn fairness(r: &Results, path: &Path) -> Result<(), String> {
             ))
             .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)
+    finish(&mut chart, &root, SeriesLabelPosition::UpperRight)
 }
