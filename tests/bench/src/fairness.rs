@@ -41,6 +41,9 @@ pub struct Sample {
     pub processed_s: f64,
     /// The big one had not finished when this one was read as ready.
     pub during_backlog: bool,
+    /// Final answered → the big one's `processed_at`: at least what this one would have
+    /// waited behind a publisher that kept the big one's row to the end.
+    pub big_left_s: f64,
 }
 
 /// One run of the scenario at a number of publishers.
@@ -268,6 +271,7 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
             ready_s: f.ready_s,
             processed_s: secs(f.final_at, processed),
             during_backlog: f.ready_at < big_done,
+            big_left_s: secs(f.final_at, big_done),
         });
     }
     Ok(FairRun {

@@ -751,14 +751,14 @@ fn workers(n: usize) -> String {
 fn fairness_section(o: &mut String, opts: &Opts, f: &FairnessResult) {
     let _ = writeln!(
         o,
-        "\n## Fair and fresh under a backlog\n\nOn a fresh stack of its own per run (database, emulator, scanstore), one execution of {} endpoints is uploaded with publication off; then scanstore starts with publishers (`projection.nice` {}, `page_size` {}, `pages_per_tick` {}) and publishes it. Once its first checkpoint is written and one more tick's worth, its pace gives the rest of its publication, divided into {} + 5 slots: every slot a scanner thread uploads one small execution of {} endpoints (batches of {}, then its final) and, from the final's answer, reads `GET /api/v1/tasks/{{id}}/executions` as the owner every 25 ms until the execution's `projection_status` is `ready` (*ready*); *processed* is the same from the final's answer to its outbox row's `processed_at`. A small execution counts as *during the backlog* when it was read as ready before the big one's `processed_at`. With 1 publisher, the small ones get in only because the big one's row is given back after every {} pages (`available_at = now()`: it queues behind every row that became due meanwhile). p99 is nearest-rank: of 20, the slowest. Seconds.\n\n| `projection.workers` | small executions | spaced s | ready p50 / p99 / max | processed p50 / p99 / max | during the backlog | big: pages / claims / publication s |\n|---:|---:|---:|---|---|---:|---|",
+        "\n## Fair and fresh under a backlog\n\nOn a fresh stack of its own per run (database, emulator, scanstore), one execution of {} endpoints is uploaded with publication off; then scanstore starts with publishers (`projection.nice` {}, `page_size` {}, `pages_per_tick` {}) and publishes it. Once its first checkpoint is written and one more tick's worth, its pace gives the rest of its publication, divided into {} + 5 slots: every slot a scanner thread uploads one small execution of {} endpoints (batches of {}, then its final) and, from the final's answer, reads `GET /api/v1/tasks/{{id}}/executions` as the owner every 25 ms until the execution's `projection_status` is `ready` (*ready*); *processed* is the same from the final's answer to its outbox row's `processed_at`. A small execution counts as *during the backlog* when it was read as ready before the big one's `processed_at`; *big one left* is the time from its final's answer to that `processed_at`, what it would at least have waited behind a publisher that kept the big one's row to the end. With 1 publisher, the small ones get in only because the big one's row is given back after every {} pages (`available_at = now()`: it queues behind every row that became due meanwhile); each of the big one's claims but its last ended in such a yield. p99 is nearest-rank: of 20, the slowest. Seconds.\n\n| `projection.workers` | small executions | spaced s | ready p50 / p99 / max | processed p50 / p99 / max | during the backlog | big one left at their finals, p50 / max | big: pages / claims / publication s |\n|---:|---:|---:|---|---|---:|---|---|",
         f.backlog, opts.projection_nice, f.page_size, f.pages_per_tick, opts.fairness_executions, f.endpoints, opts.batch, f.pages_per_tick
     );
     let cell = |q: [f64; 3]| format!("{:.2} / {:.2} / {:.2}", q[0], q[1], q[2]);
     for r in &f.runs {
         let _ = writeln!(
             o,
-            "| {} | {} | {:.2} | {} | {} | {} of {} | {} / {} / {:.1} |",
+            "| {} | {} | {:.2} | {} | {} | {} of {} | {:.1} / {:.1} | {} / {} / {:.1} |",
             r.workers,
             r.samples.len(),
             r.interval_s,
@@ -766,6 +766,8 @@ fn fairness_section(o: &mut String, opts: &Opts, f: &FairnessResult) {
             cell(r.quantiles(|s| s.processed_s)),
             r.during(),
             r.samples.len(),
+            r.quantiles(|s| s.big_left_s)[0],
+            r.quantiles(|s| s.big_left_s)[2],
             r.big_pages,
             r.big_claims,
             r.big_seconds
@@ -792,6 +794,7 @@ fn fairness_json(r: &FairRun) -> Value {
         "interval_s": r.interval_s,
         "ready_s": r.quantiles(|s| s.ready_s),
         "processed_s": r.quantiles(|s| s.processed_s),
+        "big_left_s": r.quantiles(|s| s.big_left_s),
         "during_backlog": r.during(),
         "samples": r.samples.len(),
         "big_pages": r.big_pages,
