@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::logs;
 use crate::scanner::{self, Job};
-use crate::scenario::{bar, es_target, jobs, pretouch_mib, prefix};
+use crate::scenario::{bar, es_target, jobs, prefix, pretouch_mib};
 use crate::stack::{self, Database, ServeCfg, PAGES_PER_TICK};
 use crate::{factory, Opts};
 
@@ -184,7 +184,13 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
     let big = one(&mut c, backlog, 0)?;
     let big_id = big.execution_id;
     let small = (0..n)
-        .map(|i| one(&mut c, opts.fairness_endpoints, SMALL_FIRST + i * opts.fairness_endpoints))
+        .map(|i| {
+            one(
+                &mut c,
+                opts.fairness_endpoints,
+                SMALL_FIRST + i * opts.fairness_endpoints,
+            )
+        })
         .collect::<Result<Vec<Job>, String>>()?;
     let b = bar(backlog as u64, &format!("upload {backlog} (backlog)"));
     scanner::run(&up.url, vec![big], 0, &b)?;
@@ -210,9 +216,12 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
     let tasks: Vec<Uuid> = small
         .iter()
         .map(|j| {
-            c.query_one("SELECT task_id FROM executions WHERE id = $1", &[&j.execution_id])
-                .map(|r| r.get(0))
-                .map_err(|e| format!("task of execution: {e}"))
+            c.query_one(
+                "SELECT task_id FROM executions WHERE id = $1",
+                &[&j.execution_id],
+            )
+            .map(|r| r.get(0))
+            .map_err(|e| format!("task of execution: {e}"))
         })
         .collect::<Result<_, _>>()?;
     let url = publisher.url.clone();
@@ -224,7 +233,9 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
         }
         let rate = (p - p1).max(1) as f64 / t1.elapsed().as_secs_f64().max(1e-3);
         let rest = backlog.saturating_sub(p as usize) as f64 / rate;
-        Ok(Duration::from_secs_f64(rest / (left_to_start + SPARE_SLOTS) as f64))
+        Ok(Duration::from_secs_f64(
+            rest / (left_to_start + SPARE_SLOTS) as f64,
+        ))
     };
     let finished: Vec<Result<Finished, String>> = std::thread::scope(|s| {
         let mut handles = Vec::new();
@@ -239,7 +250,10 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
         }
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("small execution thread panicked".into())))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("small execution thread panicked".into()))
+            })
             .collect()
     });
     let spaced = started.elapsed().as_secs_f64() / n.saturating_sub(1).max(1) as f64;
@@ -328,7 +342,9 @@ fn finish_and_wait(url: &str, token: &str, job: Job, task: Uuid) -> Result<Finis
             });
         }
         if answered.elapsed() > READY_TIMEOUT {
-            return Err(format!("execution {execution} not ready after {READY_TIMEOUT:?}"));
+            return Err(format!(
+                "execution {execution} not ready after {READY_TIMEOUT:?}"
+            ));
         }
         std::thread::sleep(POLL);
     }

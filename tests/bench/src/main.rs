@@ -255,10 +255,11 @@ impl Opts {
             self.queue_due = self.queue_due.min(1_000);
             self.queue_samples = self.queue_samples.min(500);
         }
-        self.fairness_backlog = Some(
-            self.fairness_backlog
-                .unwrap_or(if self.quick { 20_000 } else { 1_000_000 }),
-        );
+        self.fairness_backlog =
+            Some(
+                self.fairness_backlog
+                    .unwrap_or(if self.quick { 20_000 } else { 1_000_000 }),
+            );
         let hostile = if self.quick { 70 } else { 500 };
         self.attack_connections = Some(self.attack_connections.unwrap_or(hostile));
     }
