@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::logs;
 use crate::scanner::{self, Job};
-use crate::scenario::{bar, es_target, jobs, prefix, pretouch_mib};
+use crate::scenario::{bar, es_target, jobs, prefix, pretouch_mib, seconds as secs};
 use crate::stack::{self, Database, ServeCfg, PAGES_PER_TICK};
 use crate::{factory, Opts};
 
@@ -198,11 +198,11 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
     up.stop();
 
     // Publication: the big one is due at once. Once it is under way (its first
-    // checkpoint and a tick more), the small ones finish one after another; before each, the rest of the
-    // big one at its pace so far is split into a slot per small one left plus
-    // SPARE_SLOTS, and the next starts a slot later. (Its pace is re-read every time: the
-    // first ticks of a publication are slower than the rest, and a fixed interval would
-    // either crowd the small ones at its start or leave the last ones after its end.)
+    // checkpoint and a tick more), the small ones finish one after another; before each,
+    // the rest of the big one at its pace so far is split into a slot per small one left
+    // plus SPARE_SLOTS, and the next starts a slot later. (Its pace is re-read every time:
+    // the first ticks of a publication are slower than the rest, and a fixed interval
+    // would either crowd the small ones at its start or leave the last ones after its end.)
     cfg.workers = workers;
     let label = format!("{name}-publish");
     let mut publisher = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;
@@ -273,9 +273,6 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
         .find(|e| e.name == "ScanProjectionClaimed")
         .map(|e| e.at)
         .ok_or("the big execution's claim is not in the log")?;
-    let secs = |from: DateTime<Utc>, to: DateTime<Utc>| {
-        (to - from).num_microseconds().unwrap_or(0) as f64 / 1e6
-    };
     let mut samples = Vec::new();
     for f in finished {
         let (_, processed) = progress(&mut c, f.execution)?;

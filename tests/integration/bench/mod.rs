@@ -167,6 +167,25 @@ fn quick_mode_writes_a_sane_report() {
         "{summary:#}"
     );
     assert!(report.contains("## Queue at scale"), "{report}");
+    // Fair and fresh under a backlog: with 4 publishers, then 1, every small execution was
+    // timed to ready while 20 pages of the big one were published (how many of them came
+    // before its end is the product's figure, not the tool's: not asserted on a debug build).
+    let fairness = &summary["fairness"];
+    assert_eq!(fairness["backlog"], 20_000, "{summary:#}");
+    let runs = fairness["runs"].as_array().expect("fairness runs");
+    let workers: Vec<_> = runs.iter().map(|r| r["workers"].as_u64()).collect();
+    assert_eq!(workers, [Some(4), Some(1)], "{summary:#}");
+    for r in runs {
+        assert_eq!(r["samples"], 20, "{r}");
+        assert_eq!(r["big_pages"], 20, "{r}");
+        let ready = &r["ready_s"];
+        assert!(ready[0].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+        assert!(ready[0].as_f64() <= ready[1].as_f64(), "{r}");
+    }
+    assert!(
+        report.contains("## Fair and fresh under a backlog"),
+        "{report}"
+    );
     // CPU per phase: the emulator (when it is ours) worked in every phase; scanstore only in
     // its own, not in the ceiling's.
     let phases = size["cpu_seconds"].as_array().expect("cpu_seconds");
