@@ -8,6 +8,8 @@
 #   scripts/bench.sh                       # 10 k, 100 k and 1 M endpoints, pool 1 vs 16
 #   scripts/bench.sh --quick               # 10 k only, small (under 2 minutes)
 #   scripts/bench.sh --sizes 10000,100000  # any scanstore-bench option (--help lists them)
+#   scripts/bench.sh --no-sizes --no-queue --no-imports --no-pool --attack-connections 0 \
+#     --no-peer --fairness-backlog 100000  # only "fair and fresh under a backlog", at 100 k
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/pg-cluster.sh

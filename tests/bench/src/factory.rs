@@ -1,6 +1,7 @@
-//! The rows a run needs, created directly in SQL as the test factory does: one owner, one
-//! scanner per simulated scanner (tokens stored as `sha256(convert_to(token,'UTF8'))`),
-//! and a running task execution per planned upload.
+//! The rows a run needs, created directly in SQL as the test factory does: one owner (with
+//! its read token when a scenario reads through the API), one scanner per simulated scanner
+//! (tokens stored as `sha256(convert_to(token,'UTF8'))`), and a running task execution per
+//! planned upload.
 
 use postgres::Client;
 use uuid::Uuid;
@@ -23,27 +24,39 @@ fn token(kind: &str) -> String {
 }
 
 pub fn owner(c: &mut Client) -> Result<Uuid, String> {
-    let t = token("own");
-    c.query_one(
+    owner_with_token(c).map(|(id, _)| id)
+}
+
+/// An owner and the token it reads with (`Authorization: Bearer <token>`).
+pub fn owner_with_token(c: &mut Client) -> Result<(Uuid, String), String> {
+    with_token(
+        c,
+        "owner",
         "INSERT INTO owners (name, token_sha256, is_admin)
          VALUES ($1, sha256(convert_to($2, 'UTF8')), false) RETURNING id",
-        &[&format!("bench-owner-{}", Uuid::new_v4().simple()), &t],
     )
-    .map(|r| r.get(0))
-    .map_err(|e| format!("insert owner: {e}"))
 }
 
 pub fn scanner(c: &mut Client) -> Result<ScannerRow, String> {
-    let t = token("scn");
+    let (id, token) = with_token(
+        c,
+        "scanner",
+        "INSERT INTO scanners (name, token_sha256, owner_id)
+         VALUES ($1, sha256(convert_to($2, 'UTF8')), NULL) RETURNING id",
+    )?;
+    Ok(ScannerRow { id, token })
+}
+
+/// Inserts a `what` row by `sql` ($1 its name, $2 its token) with a fresh name and token;
+/// returns its id and the token.
+fn with_token(c: &mut Client, what: &str, sql: &str) -> Result<(Uuid, String), String> {
+    let t = token(&what[..3]);
+    let name = format!("bench-{what}-{}", Uuid::new_v4().simple());
     let id = c
-        .query_one(
-            "INSERT INTO scanners (name, token_sha256, owner_id)
-             VALUES ($1, sha256(convert_to($2, 'UTF8')), NULL) RETURNING id",
-            &[&format!("bench-scanner-{}", Uuid::new_v4().simple()), &t],
-        )
-        .map_err(|e| format!("insert scanner: {e}"))?
+        .query_one(sql, &[&name, &t])
+        .map_err(|e| format!("insert {what}: {e}"))?
         .get(0);
-    Ok(ScannerRow { id, token: t })
+    Ok((id, t))
 }
 
 /// A task of `kind` (`port_scan` or `mixed`) with one running execution of `scanner`.

@@ -1,13 +1,15 @@
 //! `scanstore-bench`: the load tool. Starts (or is given) PostgreSQL, an ES
 //! target and `scanstore serve`, drives simulated scanners, measures upload latency per
 //! class, publication throughput, heartbeat timeliness, pool wait and hold, bulk sizes,
-//! a raw-`_bulk` ceiling and the Python peer, and writes `report.md` with PNG plots.
+//! a raw-`_bulk` ceiling and the Python peer, how fresh small executions are while a big
+//! one publishes, and writes `report.md` with PNG plots.
 
 mod attack;
 mod ceiling;
 mod closing;
 mod cpu;
 mod factory;
+mod fairness;
 mod imports;
 mod logs;
 mod peer;
@@ -225,6 +227,20 @@ pub struct Opts {
     /// Skip the queue-at-scale scenario.
     #[arg(long)]
     pub no_queue: bool,
+    /// Fair and fresh under a backlog: endpoints of the big execution that is being
+    /// published while the small ones finish. [default: 1000000; with `--quick`, 20000]
+    #[arg(long)]
+    pub fairness_backlog: Option<usize>,
+    /// Fair and fresh under a backlog: small executions finished one after another, spaced
+    /// over the big one's publication.
+    #[arg(long, default_value_t = 20)]
+    pub fairness_executions: usize,
+    /// Fair and fresh under a backlog: endpoints of each small execution.
+    #[arg(long, default_value_t = 1000)]
+    pub fairness_endpoints: usize,
+    /// Skip the fair-and-fresh scenario.
+    #[arg(long)]
+    pub no_fairness: bool,
     /// Give up waiting for publication after this many seconds (the emulator's page reads
     /// grow with the execution size, so a 1 M drain there takes hours).
     #[arg(long, default_value_t = 6 * 3600)]
@@ -284,6 +300,11 @@ impl Opts {
             };
         }
         self.sweep_rounds = Some(self.sweep_rounds.unwrap_or(if self.quick { 1 } else { 5 }));
+        self.fairness_backlog =
+            Some(
+                self.fairness_backlog
+                    .unwrap_or(if self.quick { 20_000 } else { 1_000_000 }),
+            );
         let hostile = if self.quick { 70 } else { 500 };
         self.attack_connections = Some(self.attack_connections.unwrap_or(hostile));
     }
@@ -390,6 +411,11 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
     } else {
         Some(sweep::run(opts, &logs, &sampler)?)
     };
+    let fairness = if opts.no_fairness {
+        None
+    } else {
+        Some(fairness::run(opts, &logs)?)
+    };
     let mut sizes = Vec::new();
     for &size in opts.sizes.iter().filter(|_| !opts.no_sizes) {
         eprintln!("== size {size}: ceiling, peer, upload, publication");
@@ -405,6 +431,7 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
         imports,
         queue,
         sweep,
+        fairness,
     };
     let pngs = plot::all(&results, &opts.out);
     report::write(opts, &results, &pngs)

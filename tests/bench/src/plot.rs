@@ -1,7 +1,8 @@
 //! PNG plots drawn by the tool itself (plotters, bitmap backend; text through ab_glyph with
 //! a TrueType font found on the system): latency percentiles per class and size,
 //! throughput against the ceiling and the peer, the queue's p99 against its history, and
-//! upload throughput and p99 against the number of scanners. No font, no plots — the
+//! upload throughput and p99 against the number of scanners, and small executions'
+//! time to ready during a big publication. No font, no plots — the
 //! report says so.
 
 use std::path::{Path, PathBuf};
@@ -44,9 +45,11 @@ pub fn all(r: &Results, out: &Path) -> Vec<PathBuf> {
         ("throughput.png", throughput),
         ("queue.png", queue),
         ("scanners.png", scanners),
+        ("fairness.png", fairness),
     ] {
         if (name == "queue.png" && r.queue.is_none())
             || (name == "scanners.png" && r.sweep.is_none())
+            || (name == "fairness.png" && r.fairness.is_none())
         {
             continue;
         }
@@ -237,13 +240,7 @@ fn throughput(r: &Results, path: &Path) -> Result<(), String> {
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present().map_err(err)
 }
 
@@ -398,5 +395,62 @@ fn scanners(r: &Results, path: &Path) -> Result<(), String> {
         "milliseconds",
         p99,
     )?;
+    root.present().map_err(err)
+}
+
+fn fairness(r: &Results, path: &Path) -> Result<(), String> {
+    let Some(f) = &r.fairness else {
+        return Ok(());
+    };
+    let samples = || f.runs.iter().flat_map(|run| &run.samples);
+    // To the end of the longer big publication: where the small ones fell within it.
+    let right = samples()
+        .map(|s| s.at_s)
+        .chain(f.runs.iter().map(|run| run.big_seconds))
+        .fold(1.0f64, f64::max)
+        * 1.05;
+    let top = samples().map(|s| s.ready_s).fold(5.0f64, f64::max) * 1.15;
+    let root = BitMapBackend::new(path, (1100, 650)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "Small executions: seconds to ready while {} endpoints publish",
+                f.backlog
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..right, 0f64..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds into the big publication when the small one's final was answered")
+        .y_desc("seconds to projection_status ready")
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(LineSeries::new(
+            [(0.0, 5.0), (right, 5.0)],
+            RED.mix(0.6).stroke_width(1),
+        ))
+        .map_err(err)?
+        .label("target: 5 s")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.mix(0.6)));
+    for (k, run) in f.runs.iter().enumerate() {
+        let color = Palette99::pick(k).to_rgba();
+        let pts: Vec<(f64, f64)> = run.samples.iter().map(|s| (s.at_s, s.ready_s)).collect();
+        chart
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .map_err(err)?
+            .label(format!(
+                "projection.workers = {} (the big one done at {:.1} s)",
+                run.workers, run.big_seconds
+            ))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present().map_err(err)
 }

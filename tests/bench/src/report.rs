@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::attack::{AttackResult, Phase};
 use crate::ceiling::Sent;
 use crate::cpu;
+use crate::fairness::{FairRun, FairnessResult};
 use crate::imports::ImportResult;
 use crate::logs::{pct, LogStats};
 use crate::queue::QueueResult;
@@ -28,6 +29,7 @@ pub struct Results {
     pub imports: Vec<ImportResult>,
     pub queue: Option<QueueResult>,
     pub sweep: Option<SweepResult>,
+    pub fairness: Option<FairnessResult>,
 }
 
 /// (p50, p95, p99, max) in ms of a microsecond histogram.
@@ -283,6 +285,9 @@ pub fn targets(r: &Results) -> Vec<(String, String, Option<bool>)> {
             Some(worst <= 1.5),
         ));
     }
+    if let Some(f) = &r.fairness {
+        t.push(fairness_target(f));
+    }
     if let (Some(p16), Some(p1)) = (
         r.pools.iter().find(|p| p.pool_size == 16),
         r.pools.iter().find(|p| p.pool_size == 1),
@@ -295,6 +300,42 @@ pub fn targets(r: &Results) -> Vec<(String, String, Option<bool>)> {
         ));
     }
     t
+}
+
+/// The fair-and-fresh target, judged on the configured publishers' run: met when the
+/// slowest small execution was ready within 5 s and every one of them while the big one
+/// was still publishing (one that was not proves nothing).
+fn fairness_target(f: &FairnessResult) -> (String, String, Option<bool>) {
+    let name = "1 k execution ready ≤ 5 s p99 while a 1 M publishes".to_string();
+    let Some(run) = f.runs.first() else {
+        return (name, "not measured".into(), None);
+    };
+    let mut measured = format!(
+        "{:.2} s p99 of {} with {}, {} of them during the backlog",
+        run.ready_p99(),
+        run.samples.len(),
+        workers(run.workers),
+        run.during()
+    );
+    if let Some(one) = f.runs.get(1) {
+        let _ = write!(
+            measured,
+            "; {:.2} s with 1 worker ({} during)",
+            one.ready_p99(),
+            one.during()
+        );
+    }
+    if f.backlog != 1_000_000 || f.endpoints != 1000 {
+        let _ = write!(
+            measured,
+            " (measured with {} executions of {} endpoints while {} publish)",
+            run.samples.len(),
+            f.endpoints,
+            f.backlog
+        );
+    }
+    let met = run.ready_p99() <= 5.0 && run.during() == run.samples.len();
+    (name, measured, Some(met))
 }
 
 fn latency_table(out: &mut String, l: &Latencies, server: &LogStats) {
@@ -693,6 +734,9 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     if let Some(s) = &r.sweep {
         sweep::section(&mut o, opts, s);
     }
+    if let Some(f) = &r.fairness {
+        fairness_section(&mut o, opts, f);
+    }
 
     if !pngs.is_empty() {
         let _ = writeln!(o, "\n## Plots\n");
@@ -749,6 +793,65 @@ fn queue_section(o: &mut String, q: &QueueResult) {
     for (name, plan) in &q.plans {
         let _ = writeln!(o, "{name}:\n```\n{plan}\n```");
     }
+}
+
+fn workers(n: usize) -> String {
+    format!("{n} worker{}", if n == 1 { "" } else { "s" })
+}
+
+fn fairness_section(o: &mut String, opts: &Opts, f: &FairnessResult) {
+    let _ = writeln!(
+        o,
+        "\n## Fair and fresh under a backlog\n\nOn a fresh stack of its own per run (database, emulator, scanstore), one execution of {} endpoints is uploaded with publication off; then scanstore starts with publishers (`projection.nice` {}, `page_size` {}, `pages_per_tick` {}) and publishes it. Once its first checkpoint is written and one more tick's worth, its pace gives the rest of its publication, divided into {} + 5 slots: every slot a scanner thread uploads one small execution of {} endpoints (batches of {}, then its final) and, from the final's answer, reads `GET /api/v1/tasks/{{id}}/executions` as the owner every 25 ms until the execution's `projection_status` is `ready` (*ready*); *processed* is the same from the final's answer to its outbox row's `processed_at`. A small execution counts as *during the backlog* when it was read as ready before the big one's `processed_at`; *big one left* is the time from its final's answer to that `processed_at`, what it would at least have waited behind a publisher that kept the big one's row to the end. With 1 publisher, the small ones get in only because the big one's row is given back after every {} pages (`available_at = now()`: it queues behind every row that became due meanwhile); each of the big one's claims but its last ended in such a yield. p99 is nearest-rank: of 20, the slowest. Seconds.\n\n| `projection.workers` | small executions | spaced s | ready p50 / p99 / max | processed p50 / p99 / max | during the backlog | big one left at their finals, p50 / max | big: pages / claims / publication s |\n|---:|---:|---:|---|---|---:|---|---|",
+        f.backlog, opts.projection_nice, f.page_size, f.pages_per_tick, opts.fairness_executions, f.endpoints, opts.batch, f.pages_per_tick
+    );
+    let cell = |q: [f64; 3]| format!("{:.2} / {:.2} / {:.2}", q[0], q[1], q[2]);
+    for r in &f.runs {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.2} | {} | {} | {} of {} | {:.1} / {:.1} | {} / {} / {:.1} |",
+            r.workers,
+            r.samples.len(),
+            r.interval_s,
+            cell(r.quantiles(|s| s.ready_s)),
+            cell(r.quantiles(|s| s.processed_s)),
+            r.during(),
+            r.samples.len(),
+            r.quantiles(|s| s.big_left_s)[0],
+            r.quantiles(|s| s.big_left_s)[2],
+            r.big_pages,
+            r.big_claims,
+            r.big_seconds
+        );
+    }
+    for r in &f.runs {
+        let all: Vec<String> = r
+            .samples
+            .iter()
+            .map(|s| format!("{:.1}: {:.2}", s.at_s, s.ready_s))
+            .collect();
+        let _ = writeln!(
+            o,
+            "\n- {}, each small execution as (s into the big publication when its final was answered: s to ready): {}",
+            workers(r.workers),
+            all.join(", ")
+        );
+    }
+}
+
+fn fairness_json(r: &FairRun) -> Value {
+    json!({
+        "workers": r.workers,
+        "interval_s": r.interval_s,
+        "ready_s": r.quantiles(|s| s.ready_s),
+        "processed_s": r.quantiles(|s| s.processed_s),
+        "big_left_s": r.quantiles(|s| s.big_left_s),
+        "during_backlog": r.during(),
+        "samples": r.samples.len(),
+        "big_pages": r.big_pages,
+        "big_claims": r.big_claims,
+        "big_seconds": r.big_seconds,
+    })
 }
 
 /// Every class's latencies in one histogram.
@@ -957,6 +1060,14 @@ pub fn summary(r: &Results) -> Value {
                 "es_requests_with_connection_held": x.logs.es_requests_with_connection_held,
             })),
         })).collect::<Vec<_>>()),
+        "fairness": r.fairness.as_ref().map(|f| json!({
+            "backlog": f.backlog,
+            "endpoints": f.endpoints,
+            "page_size": f.page_size,
+            "pages_per_tick": f.pages_per_tick,
+            // p50, p99, max
+            "runs": f.runs.iter().map(fairness_json).collect::<Vec<_>>(),
+        })),
         "targets": targets(r).into_iter().map(|(t, m, ok)| json!({"target": t, "measured": m, "met": ok})).collect::<Vec<_>>(),
     })
 }

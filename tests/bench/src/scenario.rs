@@ -134,7 +134,8 @@ impl PoolResult {
     }
 }
 
-fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+/// Seconds from `from` to `to`.
+pub fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     (to - from).num_microseconds().unwrap_or(0) as f64 / 1e6
 }
 

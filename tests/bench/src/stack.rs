@@ -112,6 +112,10 @@ pub fn es_authorization() -> Option<String> {
     es_api_key().map(|k| format!("ApiKey {k}"))
 }
 
+/// `projection.pages_per_tick` of every scanstore the bench starts: pages a worker publishes
+/// of a row per claim before it gives the row back.
+pub const PAGES_PER_TICK: usize = 4;
+
 /// What a scenario changes in scanstore's configuration.
 #[derive(Clone, Debug)]
 pub struct ServeCfg {
@@ -310,7 +314,7 @@ pub fn scanstore(
          [elasticsearch]\nindex_prefix = \"{prefix}\"\nbulk_batch_size = {}\nbulk_max_concurrency = {}\n\
          request_timeout_ms = 120000\nbulk_max_bytes = {}\n\
          [projection]\nworkers = {}\nnice = {}\npage_size = {}\n\
-         pages_per_tick = 4\nlease_seconds = {}\nheartbeat_seconds = {}\n",
+         pages_per_tick = {PAGES_PER_TICK}\nlease_seconds = {}\nheartbeat_seconds = {}\n",
         cfg.worker_threads,
         cfg.pool_size,
         opts.bulk_batch_size,
