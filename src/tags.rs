@@ -78,6 +78,27 @@ impl Tags {
     }
 }
 
+#[cfg(test)]
+impl Tags {
+    /// Tags as a lookup finds them: (IP or name, tag) pairs.
+    pub fn of(by_ip: &[(&str, &str)], by_name: &[(&str, &str)]) -> Tags {
+        let mut tags = Tags::default();
+        for (ip, tag) in by_ip {
+            tags.by_ip
+                .entry(ip.to_string())
+                .or_default()
+                .insert(tag.to_string());
+        }
+        for (name, tag) in by_name {
+            tags.by_name
+                .entry(name.to_string())
+                .or_default()
+                .insert(tag.to_string());
+        }
+        tags
+    }
+}
+
 /// Looks up the tags of `owner_id` for `ips` and `names` (both may repeat).
 pub fn lookup(
     db: &mut impl Queries,

@@ -549,4 +549,4 @@ pub fn domain(name: &str) -> Result<String, String> {
 
 #[cfg(test)]
 #[path = "batch_tests.rs"]
-mod tests;
+pub(super) mod tests;
