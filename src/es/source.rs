@@ -46,11 +46,15 @@ impl<'a> Source<'a> {
     }
 
     /// Appends the document as one JSON object, keys ascending.
-    pub fn write(mut self, out: &mut Vec<u8>) {
-        self.fields
-            .sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+    pub fn write(self, out: &mut Vec<u8>) {
+        // Sorting positions moves 16 bytes per step instead of a whole field.
+        let mut order: Vec<(u64, usize)> = (self.fields.iter().map(|f| f.0)).zip(0..).collect();
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| self.fields[a.1].1.cmp(self.fields[b.1].1))
+        });
         out.push(b'{');
-        for (i, (_, key, value)) in self.fields.iter().enumerate() {
+        for (i, (_, key, value)) in order.iter().map(|o| &self.fields[o.1]).enumerate() {
             if i > 0 {
                 out.push(b',');
             }

@@ -451,7 +451,7 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
             confidence,
             scripts,
         } => {
-            let ip = address(&ip)?;
+            let ip = address(ip)?;
             let port = u16::try_from(port)
                 .ok()
                 .filter(|p| *p > 0)
@@ -487,7 +487,7 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
             hostnames,
             observed_at,
         } => Ok(Observation::Host(Host {
-            ip: address(&ip)?,
+            ip: address(ip)?,
             os: details::os_guesses(os)?,
             hostnames: details::hostnames(hostnames)?,
             observed_at: time(&observed_at)?,
@@ -526,10 +526,13 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
 
 /// An endpoint's or host's address in canonical text form. An IPv4-mapped IPv6 address
 /// is the IPv4 host it maps, one endpoint either way.
-fn address(ip: &str) -> Result<String, String> {
-    ip.parse::<IpAddr>()
-        .map(|a| a.to_canonical().to_string())
-        .map_err(|_| format!("ip {ip:?} is not an IP address"))
+fn address(ip: String) -> Result<String, String> {
+    match ip.parse::<IpAddr>() {
+        // Dotted quads parse only in their one text form (no leading zeros): kept as sent.
+        Ok(IpAddr::V4(_)) => Ok(ip),
+        Ok(a) => Ok(a.to_canonical().to_string()),
+        Err(_) => Err(format!("ip {ip:?} is not an IP address")),
+    }
 }
 
 fn canonical_ip(value: &str, v4: bool) -> Result<String, String> {
