@@ -10,141 +10,150 @@ use serde::{Deserialize, Deserializer};
 use super::batch::RawObservation;
 use super::details::{Hostname, OsGuess, Script};
 
-/// A field as sent: absent (`None`), `null` (`Some(None)`) or a value.
-type Sent<T> = Option<Option<T>>;
-
-fn sent<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Sent<T>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
+/// A field as sent: absent, `null`, or a value.
+#[derive(Default)]
+enum Sent<T> {
+    #[default]
+    Absent,
+    Null,
+    Value(T),
 }
 
-/// Every field any observation type has.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Sent<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Sent<T>, D::Error> {
+        Ok(Option::<T>::deserialize(d)?.map_or(Sent::Null, Sent::Value))
+    }
+}
+
+impl<T> Sent<T> {
+    fn sent(&self) -> bool {
+        !matches!(self, Sent::Absent)
+    }
+
+    fn value(self) -> Option<T> {
+        match self {
+            Sent::Value(v) => Some(v),
+            Sent::Absent | Sent::Null => None,
+        }
+    }
+}
+
+/// Every field any observation type has (absent ones are `Sent::Absent`, and an absent
+/// `type` is empty).
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
 struct Flat<'a> {
     #[serde(rename = "type", borrow)]
     kind: &'a str,
-    #[serde(default, deserialize_with = "sent")]
     ip: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     port: Sent<i64>,
-    #[serde(default, deserialize_with = "sent")]
     transport: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     service: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     product: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     version: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     banner: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     observed_at: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     state: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     hostnames: Sent<Vec<Hostname>>,
-    #[serde(default, deserialize_with = "sent")]
     cpe: Sent<Vec<String>>,
-    #[serde(default, deserialize_with = "sent")]
     extra_info: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     tunnel: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     confidence: Sent<i64>,
-    #[serde(default, deserialize_with = "sent")]
     scripts: Sent<Vec<Script>>,
-    #[serde(default, deserialize_with = "sent")]
     os: Sent<Vec<OsGuess>>,
-    #[serde(default, deserialize_with = "sent")]
     name: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     record_type: Sent<String>,
-    #[serde(default, deserialize_with = "sent")]
     value: Sent<String>,
 }
 
-/// `Some(())` when none of the fields was sent, not even as `null`.
-fn none_sent(sent: &[bool]) -> Option<()> {
-    (!sent.iter().any(|s| *s)).then_some(())
-}
+const ENDPOINT_FIELDS: &[&str] = &[
+    "ip",
+    "port",
+    "transport",
+    "service",
+    "product",
+    "version",
+    "banner",
+    "observed_at",
+    "state",
+    "hostnames",
+    "cpe",
+    "extra_info",
+    "tunnel",
+    "confidence",
+    "scripts",
+];
+const HOST_FIELDS: &[&str] = &["ip", "os", "hostnames", "observed_at"];
+const DNS_FIELDS: &[&str] = &["name", "record_type", "value", "observed_at"];
 
 impl Flat<'_> {
+    /// `Some(())` when every field sent (even as `null`) is one of `allowed`.
+    fn only(&self, allowed: &[&str]) -> Option<()> {
+        let sent = [
+            ("ip", self.ip.sent()),
+            ("port", self.port.sent()),
+            ("transport", self.transport.sent()),
+            ("service", self.service.sent()),
+            ("product", self.product.sent()),
+            ("version", self.version.sent()),
+            ("banner", self.banner.sent()),
+            ("observed_at", self.observed_at.sent()),
+            ("state", self.state.sent()),
+            ("hostnames", self.hostnames.sent()),
+            ("cpe", self.cpe.sent()),
+            ("extra_info", self.extra_info.sent()),
+            ("tunnel", self.tunnel.sent()),
+            ("confidence", self.confidence.sent()),
+            ("scripts", self.scripts.sent()),
+            ("os", self.os.sent()),
+            ("name", self.name.sent()),
+            ("record_type", self.record_type.sent()),
+            ("value", self.value.sent()),
+        ];
+        sent.iter()
+            .all(|(field, sent)| !sent || allowed.contains(field))
+            .then_some(())
+    }
+
     /// The observation as the general reading reads it, when this is one it accepts.
     fn into_raw(self) -> Option<RawObservation> {
         match self.kind {
             "endpoint" => {
-                none_sent(&[
-                    self.os.is_some(),
-                    self.name.is_some(),
-                    self.record_type.is_some(),
-                    self.value.is_some(),
-                ])?;
+                self.only(ENDPOINT_FIELDS)?;
                 Some(RawObservation::Endpoint {
-                    ip: self.ip??,
-                    port: self.port??,
-                    transport: self.transport??,
-                    service: self.service.flatten(),
-                    product: self.product.flatten(),
-                    version: self.version.flatten(),
-                    banner: self.banner.flatten(),
-                    observed_at: self.observed_at??,
-                    state: self.state.flatten(),
-                    hostnames: self.hostnames.flatten(),
-                    cpe: self.cpe.flatten(),
-                    extra_info: self.extra_info.flatten(),
-                    tunnel: self.tunnel.flatten(),
-                    confidence: self.confidence.flatten(),
-                    scripts: self.scripts.flatten(),
+                    ip: self.ip.value()?,
+                    port: self.port.value()?,
+                    transport: self.transport.value()?,
+                    service: self.service.value(),
+                    product: self.product.value(),
+                    version: self.version.value(),
+                    banner: self.banner.value(),
+                    observed_at: self.observed_at.value()?,
+                    state: self.state.value(),
+                    hostnames: self.hostnames.value(),
+                    cpe: self.cpe.value(),
+                    extra_info: self.extra_info.value(),
+                    tunnel: self.tunnel.value(),
+                    confidence: self.confidence.value(),
+                    scripts: self.scripts.value(),
                 })
             }
             "host" => {
-                none_sent(&[
-                    self.port.is_some(),
-                    self.transport.is_some(),
-                    self.service.is_some(),
-                    self.product.is_some(),
-                    self.version.is_some(),
-                    self.banner.is_some(),
-                    self.state.is_some(),
-                    self.cpe.is_some(),
-                    self.extra_info.is_some(),
-                    self.tunnel.is_some(),
-                    self.confidence.is_some(),
-                    self.scripts.is_some(),
-                    self.name.is_some(),
-                    self.record_type.is_some(),
-                    self.value.is_some(),
-                ])?;
+                self.only(HOST_FIELDS)?;
                 Some(RawObservation::Host {
-                    ip: self.ip??,
-                    os: self.os.flatten(),
-                    hostnames: self.hostnames.flatten(),
-                    observed_at: self.observed_at??,
+                    ip: self.ip.value()?,
+                    os: self.os.value(),
+                    hostnames: self.hostnames.value(),
+                    observed_at: self.observed_at.value()?,
                 })
             }
             "dns" => {
-                none_sent(&[
-                    self.ip.is_some(),
-                    self.port.is_some(),
-                    self.transport.is_some(),
-                    self.service.is_some(),
-                    self.product.is_some(),
-                    self.version.is_some(),
-                    self.banner.is_some(),
-                    self.state.is_some(),
-                    self.hostnames.is_some(),
-                    self.cpe.is_some(),
-                    self.extra_info.is_some(),
-                    self.tunnel.is_some(),
-                    self.confidence.is_some(),
-                    self.scripts.is_some(),
-                    self.os.is_some(),
-                ])?;
+                self.only(DNS_FIELDS)?;
                 Some(RawObservation::Dns {
-                    name: self.name??,
-                    record_type: self.record_type??,
-                    value: self.value??,
-                    observed_at: self.observed_at??,
+                    name: self.name.value()?,
+                    record_type: self.record_type.value()?,
+                    value: self.value.value()?,
+                    observed_at: self.observed_at.value()?,
                 })
             }
             _ => None,

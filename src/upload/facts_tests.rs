@@ -12,19 +12,13 @@ fn reference(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Vec<V
     let mut out = Vec::new();
     let mut newest: Vec<&Endpoint> = Vec::new();
     let endpoint_fields = |doc: &mut Value, e: &Endpoint| {
-        doc["ip"] = json!(e.ip);
-        doc["port"] = json!(e.port);
-        doc["transport"] = json!(e.transport);
-        for (k, v) in [
-            ("service", &e.service),
-            ("product", &e.product),
-            ("version", &e.version),
-            ("banner", &e.banner),
-        ] {
-            if let Some(v) = v {
-                doc[k] = json!(v);
-            }
-        }
+        let mut fields = json!({
+            "ip": e.ip, "port": e.port, "transport": e.transport, "service": e.service,
+            "product": e.product, "version": e.version, "banner": e.banner,
+        });
+        let fields = fields.as_object_mut().unwrap();
+        fields.retain(|_, v| !v.is_null());
+        doc.as_object_mut().unwrap().append(fields);
         if let (Value::Object(d), Some(digest)) = (json!(e.details), e.details.digest()) {
             let doc = doc.as_object_mut().unwrap();
             doc.extend(d);

@@ -145,8 +145,10 @@ pub fn run(
     })?;
     span.set("task_id", execution.task_id);
 
-    let (existing, streams) =
-        span.stage("upload_identity", || known_receipt(tx, execution_id, batch))?;
+    let Known {
+        receipt: existing,
+        streams,
+    } = span.stage("upload_identity", || known_receipt(tx, execution_id, batch))?;
     if let Some((_, state)) = &existing {
         if state == "confirmed" {
             return Ok((execution, Reservation::AlreadyConfirmed));
@@ -263,6 +265,13 @@ fn batch_tags(
     tags::lookup(tx, execution.owner_id, &ips, &names)
 }
 
+/// What transaction A reads after the lock: the receipt of this batch's identity (id and
+/// status) if it was received before, and the execution's upload streams.
+struct Known {
+    receipt: Option<(i64, String)>,
+    streams: Vec<StreamRow>,
+}
+
 /// One upload stream of the execution, as transaction A reads it.
 struct StreamRow {
     upload_id: Uuid,
@@ -274,11 +283,7 @@ struct StreamRow {
 /// The receipt of this batch identity, if it was received before with the same content
 /// (id and status), and the execution's upload streams; the same identity with other
 /// content is a conflict.
-fn known_receipt(
-    tx: &mut Tx<'_>,
-    execution_id: Uuid,
-    batch: &Batch,
-) -> Result<(Option<(i64, String)>, Vec<StreamRow>), UploadError> {
+fn known_receipt(tx: &mut Tx<'_>, execution_id: Uuid, batch: &Batch) -> Result<Known, UploadError> {
     let rows = tx.query(
         IDENTITY_AND_STREAMS,
         &[
@@ -303,7 +308,10 @@ fn known_receipt(
         .first()
         .filter(|r| r.get::<_, Option<i64>>(0).is_some())
     else {
-        return Ok((None, streams));
+        return Ok(Known {
+            receipt: None,
+            streams,
+        });
     };
     let (id, checksum, is_final, count, state): (i64, String, bool, i32, String) =
         (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
@@ -316,7 +324,10 @@ fn known_receipt(
             "this batch was received before with different content",
         ));
     }
-    Ok((Some((id, state)), streams))
+    Ok(Known {
+        receipt: Some((id, state)),
+        streams,
+    })
 }
 
 /// Locks the execution for this scanner: its status and what a batch needs of it.
