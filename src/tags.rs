@@ -39,17 +39,17 @@ impl std::fmt::Display for TagScope {
     }
 }
 
-// Exact IP tags through the primary key, containing CIDR tags through the partial GiST
-// index asset_tags_cidr_gist (`kind = 'cidr'` repeated so the planner can use it).
-const TAGS_BY_IP: &str = "
-    SELECT a, t.tag FROM unnest($2::inet[]) AS a
+// In one round trip: exact IP tags through the primary key, containing CIDR tags through
+// the partial GiST index asset_tags_cidr_gist (`kind = 'cidr'` repeated so the planner can
+// use it), and exact domain tags of names (null address).
+const TAGS: &str = "
+    SELECT a, NULL::text, t.tag FROM unnest($2::inet[]) AS a
       JOIN asset_tags t ON t.owner_id = $1 AND t.kind = 'ip' AND t.key = host(a)
     UNION
-    SELECT a, t.tag FROM unnest($2::inet[]) AS a
-      JOIN asset_tags t ON t.owner_id = $1 AND t.kind = 'cidr' AND t.target_ip >>= a";
-
-const TAGS_BY_NAME: &str = "
-    SELECT key, tag FROM asset_tags WHERE owner_id = $1 AND kind = 'domain' AND key = ANY($2)";
+    SELECT a, NULL, t.tag FROM unnest($2::inet[]) AS a
+      JOIN asset_tags t ON t.owner_id = $1 AND t.kind = 'cidr' AND t.target_ip >>= a
+    UNION ALL
+    SELECT NULL, key, tag FROM asset_tags WHERE owner_id = $1 AND kind = 'domain' AND key = ANY($3)";
 
 /// Sorted, de-duplicated tags per IP (canonical text) and per DNS name.
 #[derive(Debug, Default, Clone)]
@@ -78,6 +78,27 @@ impl Tags {
     }
 }
 
+#[cfg(test)]
+impl Tags {
+    /// Tags as a lookup finds them: (IP or name, tag) pairs.
+    pub fn of(by_ip: &[(&str, &str)], by_name: &[(&str, &str)]) -> Tags {
+        let mut tags = Tags::default();
+        for (ip, tag) in by_ip {
+            tags.by_ip
+                .entry(ip.to_string())
+                .or_default()
+                .insert(tag.to_string());
+        }
+        for (name, tag) in by_name {
+            tags.by_name
+                .entry(name.to_string())
+                .or_default()
+                .insert(tag.to_string());
+        }
+        tags
+    }
+}
+
 /// Looks up the tags of `owner_id` for `ips` and `names` (both may repeat).
 pub fn lookup(
     db: &mut impl Queries,
@@ -89,20 +110,24 @@ pub fn lookup(
     let mut addrs: Vec<IpAddr> = ips.iter().filter_map(|i| i.as_ref().parse().ok()).collect();
     addrs.sort();
     addrs.dedup();
-    if !addrs.is_empty() {
-        for row in db.query(TAGS_BY_IP, &[&owner_id, &addrs])? {
-            let (ip, tag): (IpAddr, String) = (row.get(0), row.get(1));
-            tags.by_ip.entry(ip.to_string()).or_default().insert(tag);
-        }
-    }
     let mut names: Vec<&str> = names.to_vec();
     names.sort_unstable();
     names.dedup();
-    if !names.is_empty() {
-        for row in db.query(TAGS_BY_NAME, &[&owner_id, &names])? {
-            let (name, tag): (String, String) = (row.get(0), row.get(1));
-            tags.by_name.entry(name).or_default().insert(tag);
+    if addrs.is_empty() && names.is_empty() {
+        return Ok(tags);
+    }
+    for row in db.query(TAGS, &[&owner_id, &addrs, &names])? {
+        let tag: String = row.get(2);
+        match (
+            row.get::<_, Option<IpAddr>>(0),
+            row.get::<_, Option<String>>(1),
+        ) {
+            (Some(ip), _) => tags.by_ip.entry(ip.to_string()),
+            (None, Some(name)) => tags.by_name.entry(name),
+            (None, None) => continue,
         }
+        .or_default()
+        .insert(tag);
     }
     Ok(tags)
 }

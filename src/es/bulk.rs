@@ -106,11 +106,6 @@ impl BulkOp {
         }
     }
 
-    /// Whole-document write: a retry overwrites with the same content.
-    pub fn index(index: &str, id: &str, source: &impl Serialize) -> BulkOp {
-        BulkOp::encode(OpKind::Index, index, id, None, source)
-    }
-
     /// A partial document update; ES reports `noop` when nothing changes.
     pub fn partial_update(index: &str, id: &str, doc: &impl Serialize) -> BulkOp {
         BulkOp::encode(
@@ -203,6 +198,38 @@ impl ScriptedUpserts {
     }
 }
 
+/// Whole-document writes into one index (a retry overwrites with the same content): the
+/// action line is encoded once, and each operation's source is written by its caller
+/// straight into the operation's buffer.
+pub struct IndexWrites {
+    index: Arc<str>,
+    action: ActionLine,
+}
+
+impl IndexWrites {
+    pub fn new(index: &str) -> IndexWrites {
+        IndexWrites {
+            index: Arc::from(index),
+            action: ActionLine::new(OpKind::Index, index, None),
+        }
+    }
+
+    /// The write of document `id`, whose source `write_source` appends (one JSON object).
+    pub fn op(&self, id: String, write_source: impl FnOnce(&mut Vec<u8>)) -> BulkOp {
+        // Room for a typical fact or endpoint document, so the buffer is allocated once.
+        let mut ndjson = Vec::with_capacity(self.action.len(&id) + 1024);
+        self.action.write(&mut ndjson, &id);
+        write_source(&mut ndjson);
+        ndjson.push(b'\n');
+        BulkOp {
+            kind: OpKind::Index,
+            index: self.index.clone(),
+            id,
+            ndjson,
+        }
+    }
+}
+
 /// Splits `ops` into consecutive request ranges of at most `max_ops` operations and at
 /// most `max_bytes` encoded bytes. One operation larger than `max_bytes` is an error:
 /// data is never truncated to fit.
@@ -285,12 +312,19 @@ impl Read for BodyReader<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::{json, Value};
 
+    /// The whole-document write of `source` as document `id` of `index`.
+    pub(crate) fn index_op(index: &str, id: &str, source: &Value) -> BulkOp {
+        IndexWrites::new(index).op(id.to_string(), |out| {
+            serde_json::to_writer(out, source).unwrap()
+        })
+    }
+
     fn op(id: usize, filler: usize) -> BulkOp {
-        BulkOp::index("i", &id.to_string(), &json!({ "f": "x".repeat(filler) }))
+        index_op("i", &id.to_string(), &json!({ "f": "x".repeat(filler) }))
     }
 
     #[test]
@@ -314,7 +348,7 @@ mod tests {
 
     #[test]
     fn golden_ndjson() {
-        let o = BulkOp::index("idx", "a1", &json!({"ip": "203.0.113.7", "port": 443}));
+        let o = index_op("idx", "a1", &json!({"ip": "203.0.113.7", "port": 443}));
         assert_eq!(
             String::from_utf8(o.ndjson.clone()).unwrap(),
             "{\"index\":{\"_id\":\"a1\",\"_index\":\"idx\"}}\n{\"ip\":\"203.0.113.7\",\"port\":443}\n"

@@ -6,11 +6,12 @@ use uuid::Uuid;
 
 /// Monthly raw-fact index of an observation time (UTC): `<prefix>-facts-YYYY.MM`.
 pub fn facts_index(prefix: &str, observed_at: &DateTime<Utc>) -> String {
-    format!(
-        "{prefix}-facts-{:04}.{:02}",
-        observed_at.year(),
-        observed_at.month()
-    )
+    facts_index_of_month(prefix, observed_at.year(), observed_at.month())
+}
+
+/// The facts index of a month (`month` 1..=12).
+pub fn facts_index_of_month(prefix: &str, year: i32, month: u32) -> String {
+    format!("{prefix}-facts-{year:04}.{month:02}")
 }
 
 /// Every fact index, for the legacy all-history scope.

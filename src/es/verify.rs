@@ -198,7 +198,7 @@ mod tests {
 
     fn ops() -> Vec<BulkOp> {
         vec![
-            BulkOp::index("i1", "a", &json!({})),
+            crate::es::bulk::tests::index_op("i1", "a", &json!({})),
             ScriptedUpserts::new("i2", "s").op("b".into(), b"{}"),
         ]
     }

@@ -380,13 +380,14 @@ fn endpoint_repairs(
             }
         }
     }
+    let docs = facts::EndpointDocs::new(
+        &projection,
+        (execution.id, execution.task_id, execution.owner_id),
+    );
     let ops = keys
         .iter()
         .map(|key| match newest.get(key) {
-            Some((e, tags)) => {
-                let ids = (execution.id, execution.task_id, execution.owner_id);
-                facts::endpoint_op(&projection, ids, e, tags)
-            }
+            Some((e, tags)) => docs.op(e, tags),
             None => BulkOp::delete(
                 &projection,
                 &index::execution_endpoint_id(execution.id, &key.0, &key.2, key.1),

@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::batch_fast;
 use super::details::{self, Details, Hostname, OsGuess, RawDetails, Script};
 use super::error::UploadError;
 
@@ -182,11 +183,13 @@ struct Envelope<'a> {
     observations: &'a RawValue,
 }
 
-// One value lives at a time, for one observation being parsed: its size does not matter.
+/// An observation as sent, before validation: what the general reading deserialises each
+/// one into, and what `batch_fast` reads the common shape into.
 #[allow(clippy::large_enum_variant)]
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq, Clone))]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
-enum RawObservation {
+pub(super) enum RawObservation {
     Endpoint {
         ip: String,
         port: i64,
@@ -299,23 +302,32 @@ pub fn parse(body: &[u8], max_observations: usize, window: Window) -> Result<Bat
             "the dns sidecar stream has no final batch",
         ));
     }
-    let checksum = verify_checksum(&env.checksum, env.observations.get().as_bytes())?;
-    let raw: Vec<&RawValue> = serde_json::from_str(env.observations.get())
-        .map_err(|_| invalid("bad_field", "observations must be an array"))?;
-    if raw.len() > max_observations {
+    let text = env.observations.get();
+    let checksum = verify_checksum(&env.checksum, text.as_bytes())?;
+    // The common shape in one pass; anything else item by item, so that the first item
+    // that cannot be read is named.
+    let items: Box<dyn ExactSizeIterator<Item = Result<RawObservation, serde_json::Error>>> =
+        match batch_fast::read(text) {
+            Some(read) => Box::new(read.into_iter().map(Ok)),
+            None => {
+                let raw: Vec<&RawValue> = serde_json::from_str(text)
+                    .map_err(|_| invalid("bad_field", "observations must be an array"))?;
+                Box::new(raw.into_iter().map(|r| serde_json::from_str(r.get())))
+            }
+        };
+    if items.len() > max_observations {
         return Err(invalid(
             "too_many_observations",
             format!(
                 "{} observations in one batch; at most {max_observations}",
-                raw.len()
+                items.len()
             ),
         ));
     }
-    let mut observations = Vec::with_capacity(raw.len());
+    let mut observations = Vec::with_capacity(items.len());
     let mut out_of_window = Vec::new();
-    for (i, r) in raw.into_iter().enumerate() {
-        let o: RawObservation = serde_json::from_str(r.get())
-            .map_err(|e| invalid("bad_field", format!("observations[{i}]: {e}")))?;
+    for (i, o) in items.enumerate() {
+        let o = o.map_err(|e| invalid("bad_field", format!("observations[{i}]: {e}")))?;
         let o =
             observation(o).map_err(|m| invalid("bad_field", format!("observations[{i}]: {m}")))?;
         if !window.contains(o.observed_at()) {
@@ -439,7 +451,7 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
             confidence,
             scripts,
         } => {
-            let ip = address(&ip)?;
+            let ip = address(ip)?;
             let port = u16::try_from(port)
                 .ok()
                 .filter(|p| *p > 0)
@@ -475,7 +487,7 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
             hostnames,
             observed_at,
         } => Ok(Observation::Host(Host {
-            ip: address(&ip)?,
+            ip: address(ip)?,
             os: details::os_guesses(os)?,
             hostnames: details::hostnames(hostnames)?,
             observed_at: time(&observed_at)?,
@@ -514,10 +526,13 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
 
 /// An endpoint's or host's address in canonical text form. An IPv4-mapped IPv6 address
 /// is the IPv4 host it maps, one endpoint either way.
-fn address(ip: &str) -> Result<String, String> {
-    ip.parse::<IpAddr>()
-        .map(|a| a.to_canonical().to_string())
-        .map_err(|_| format!("ip {ip:?} is not an IP address"))
+fn address(ip: String) -> Result<String, String> {
+    match ip.parse::<IpAddr>() {
+        // Dotted quads parse only in their one text form (no leading zeros): kept as sent.
+        Ok(IpAddr::V4(_)) => Ok(ip),
+        Ok(a) => Ok(a.to_canonical().to_string()),
+        Err(_) => Err(format!("ip {ip:?} is not an IP address")),
+    }
 }
 
 fn canonical_ip(value: &str, v4: bool) -> Result<String, String> {
@@ -549,4 +564,4 @@ pub fn domain(name: &str) -> Result<String, String> {
 
 #[cfg(test)]
 #[path = "batch_tests.rs"]
-mod tests;
+pub(super) mod tests;

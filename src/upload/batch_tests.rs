@@ -367,3 +367,24 @@ fn a_host_observation_carries_os_guesses_and_counts_as_neither_endpoint_nor_dns(
         "the dns stream carries only dns records"
     );
 }
+
+#[test]
+fn an_ipv4_address_that_parses_is_already_canonical() {
+    for ok in ["0.0.0.0", "10.0.0.1", "255.255.255.255", "192.168.100.9"] {
+        assert_eq!(address(ok.into()).unwrap(), ok);
+        assert_eq!(ok.parse::<IpAddr>().unwrap().to_string(), ok);
+    }
+    for bad in [
+        "010.0.0.1",
+        "1.2.3",
+        "1.2.3.4.5",
+        "256.0.0.1",
+        " 1.2.3.4",
+        "1.2.3.4 ",
+        "+1.2.3.4",
+    ] {
+        assert!(address(bad.into()).is_err(), "{bad}");
+    }
+    assert_eq!(address("::FFFF:10.0.0.1".into()).unwrap(), "10.0.0.1");
+    assert_eq!(address("2001:DB8:0::1".into()).unwrap(), "2001:db8::1");
+}

@@ -16,22 +16,24 @@ use crate::telemetry::span::UploadSpan;
 
 const LOCK_EXECUTION: &str = "SELECT status FROM executions WHERE id = $1 FOR UPDATE";
 
-// A repeated confirm matches no row and changes nothing (the trigger adds nothing either).
+// In one round trip, under the execution lock (which abandoning takes too): whether the
+// receipt's upload was abandoned while its batch was written (null: the receipt itself is
+// gone with the upload's pending batches), and if not, the confirm. A repeated confirm
+// matches no row and changes nothing (the trigger adds nothing either).
 // dns_answers_recorded tells a later final that this batch's answers are in
 // execution_dns_answers (recorded in this same transaction).
 const CONFIRM_RECEIPT: &str = "
-    UPDATE scan_upload_receipts
-       SET status = 'confirmed', confirmed_at = now(), dns_answers_recorded = true
-     WHERE id = $1 AND status = 'pending'";
-
-// Whether the receipt's upload was abandoned while its batch was written (no row: the
-// receipt itself is gone with the upload's pending batches). Under the execution lock,
-// which abandoning takes too.
-const RECEIPT_UPLOAD_ABANDONED: &str = "
-    SELECT s.abandoned_at IS NOT NULL
-      FROM scan_upload_receipts r
-      JOIN scan_upload_stream s ON s.execution_id = r.execution_id AND s.upload_id = r.upload_id
-     WHERE r.id = $1";
+    WITH upload AS (
+        SELECT s.abandoned_at IS NOT NULL AS abandoned
+          FROM scan_upload_receipts r
+          JOIN scan_upload_stream s
+            ON s.execution_id = r.execution_id AND s.upload_id = r.upload_id
+         WHERE r.id = $1),
+    confirmed AS (
+        UPDATE scan_upload_receipts
+           SET status = 'confirmed', confirmed_at = now(), dns_answers_recorded = true
+         WHERE id = $1 AND status = 'pending' AND NOT (SELECT abandoned FROM upload))
+    SELECT (SELECT abandoned FROM upload)";
 
 // Only the running -> succeeded transition counts, so task aggregation happens once even
 // if the final's confirm were replayed.
@@ -94,18 +96,16 @@ pub fn run(
             format!("execution became {status} while this batch was written"),
         ));
     }
-    let abandoned = tx
-        .query_opt(RECEIPT_UPLOAD_ABANDONED, &[&receipt_id])?
-        .map_or(true, |r| r.get::<_, bool>(0));
+    let abandoned = span.stage("receipt_confirm", || {
+        tx.query_one(CONFIRM_RECEIPT, &[&receipt_id])
+            .map(|r| r.get::<_, Option<bool>>(0).unwrap_or(true))
+    })?;
     if abandoned {
         return Err(conflict(
             "upload_abandoned",
             "the upload was abandoned while this batch was written; it is not kept",
         ));
     }
-    span.stage("receipt_confirm", || {
-        tx.execute(CONFIRM_RECEIPT, &[&receipt_id])
-    })?;
     if !answers.is_empty() {
         span.stage("dns_answers", || {
             children::record(tx, execution.id, answers)

@@ -11,14 +11,14 @@ use super::batch::{refuse_positions, Batch};
 use super::error::UploadError;
 use crate::db::{Queries, Tx};
 
-// The task's networks as first and last address (inet decodes to its address, so PG does
-// the prefix arithmetic); domains are never cast. Primary-key prefix of task_targets.
-const TARGET_RANGES: &str = "
-    SELECT network(value::inet)::inet, broadcast(value::inet)
-      FROM task_targets WHERE task_id = $1 AND kind IN ('ip', 'cidr')";
-
-const TARGET_DOMAINS: &str =
-    "SELECT value FROM task_targets WHERE task_id = $1 AND kind = 'domain'";
+// The task's targets in one round trip: networks as first and last address (inet decodes
+// to its address, so PG does the prefix arithmetic), domains as they are (never cast).
+// Primary-key prefix of task_targets.
+const TARGETS: &str = "
+    SELECT kind = 'domain', value,
+           CASE WHEN kind <> 'domain' THEN network(value::inet)::inet END,
+           CASE WHEN kind <> 'domain' THEN broadcast(value::inet) END
+      FROM task_targets WHERE task_id = $1 AND kind IN ('ip', 'cidr', 'domain')";
 
 // At most children::MAX_CHILD_TARGETS rows, by primary-key prefix.
 const RECORDED_ANSWERS: &str = "SELECT address FROM execution_dns_answers WHERE execution_id = $1";
@@ -39,19 +39,21 @@ impl Coverage {
         task_id: Uuid,
         execution_id: Uuid,
     ) -> Result<Coverage, UploadError> {
-        let mut ranges: Vec<(IpAddr, IpAddr)> = tx
-            .query(TARGET_RANGES, &[&task_id])?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let domains: Vec<String> = tx
-            .query(TARGET_DOMAINS, &[&task_id])?
-            .iter()
-            .map(|r| {
-                let d: String = r.get(0);
-                d.strip_prefix("*.").map(str::to_string).unwrap_or(d)
-            })
-            .collect();
+        let mut ranges: Vec<(IpAddr, IpAddr)> = Vec::new();
+        let mut domains: Vec<String> = Vec::new();
+        for r in tx.query(TARGETS, &[&task_id])? {
+            match r.get::<_, bool>(0) {
+                true => {
+                    let d: String = r.get(1);
+                    domains.push(d.strip_prefix("*.").map(str::to_string).unwrap_or(d));
+                }
+                false => {
+                    if let (Some(first), Some(last)) = (r.get(2), r.get(3)) {
+                        ranges.push((first, last));
+                    }
+                }
+            }
+        }
         if !domains.is_empty() {
             for r in tx.query(RECORDED_ANSWERS, &[&execution_id])? {
                 let a: IpAddr = r.get(0);

@@ -2,14 +2,17 @@
 //! document per observation in its monthly index, and one execution-projection document
 //! per endpoint — with deterministic ids so that a retried batch overwrites itself.
 
-use chrono::SecondsFormat;
+use std::collections::hash_map::{Entry, HashMap};
+
+use chrono::{Datelike, SecondsFormat};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::batch::{Batch, Endpoint, Observation};
 use super::details::{Details, DETAIL_FIELDS};
-use crate::es::bulk::BulkOp;
+use crate::es::bulk::{BulkOp, IndexWrites};
 use crate::es::index;
+use crate::es::source::{Field, Source};
 use crate::tags::Tags;
 
 /// Who and what a batch belongs to: copied into every document.
@@ -35,10 +38,16 @@ pub fn es_time(t: &chrono::DateTime<chrono::Utc>) -> String {
 /// The ES indices a batch writes, sorted and unique: its fact months, plus the execution
 /// projection when it has endpoints. Stored as the receipt's `storage_references`.
 pub fn storage_references(prefix: &str, batch: &Batch) -> Vec<String> {
-    let mut refs: Vec<String> = batch
+    let mut months: Vec<(i32, u32)> = batch
         .observations
         .iter()
-        .map(|o| index::facts_index(prefix, o.observed_at()))
+        .map(|o| (o.observed_at().year(), o.observed_at().month()))
+        .collect();
+    months.sort_unstable();
+    months.dedup();
+    let mut refs: Vec<String> = months
+        .into_iter()
+        .map(|(year, month)| index::facts_index_of_month(prefix, year, month))
         .collect();
     if batch.endpoint_count() > 0 {
         refs.push(index::execution_endpoints(prefix));
@@ -50,43 +59,60 @@ pub fn storage_references(prefix: &str, batch: &Batch) -> Vec<String> {
 
 pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
     let stream = batch.stream.as_str();
+    let ids = [
+        owning.execution_id,
+        owning.task_id,
+        owning.owner_id,
+        owning.scanner_id,
+        batch.upload_id,
+    ]
+    .map(|id| id.to_string());
+    let mut months = Months::default();
     let mut facts = Vec::with_capacity(batch.observations.len());
-    let mut newest: Vec<&Endpoint> = Vec::new();
+    let mut newest = Newest::default();
     for (position, o) in batch.observations.iter().enumerate() {
-        let mut doc = json!({
-            "execution_id": owning.execution_id.to_string(),
-            "task_id": owning.task_id.to_string(),
-            "owner_id": owning.owner_id.to_string(),
-            "scanner_id": owning.scanner_id.to_string(),
-            "upload_id": batch.upload_id.to_string(),
-            "stream": stream,
-            "batch_index": batch.batch_index,
-            "observed_at": es_time(o.observed_at()),
-        });
+        let observed_at = es_time(o.observed_at());
+        let (kind, tags) = match o {
+            Observation::Endpoint(e) => ("endpoint", tags.for_ip(&e.ip)),
+            Observation::Host(h) => ("host", tags.for_ip(&h.ip)),
+            Observation::Dns(d) => ("dns", tags.for_name(&d.name)),
+        };
+        let mut doc = Source::with_capacity(24);
+        for (key, id) in [
+            "execution_id",
+            "task_id",
+            "owner_id",
+            "scanner_id",
+            "upload_id",
+        ]
+        .into_iter()
+        .zip(&ids)
+        {
+            doc.push(key, Field::Plain(id));
+        }
+        doc.push("stream", Field::Plain(stream));
+        doc.push("batch_index", Field::Number(batch.batch_index.into()));
+        doc.push("observed_at", Field::Plain(&observed_at));
+        doc.push("type", Field::Plain(kind));
+        doc.push("tags", Field::Texts(&tags));
         match o {
             Observation::Endpoint(e) => {
-                doc["type"] = json!("endpoint");
-                doc["tags"] = json!(tags.for_ip(&e.ip));
                 endpoint_fields(&mut doc, e);
-                keep_newest(&mut newest, e);
+                newest.keep(e);
             }
             Observation::Host(h) => {
-                doc["type"] = json!("host");
-                doc["tags"] = json!(tags.for_ip(&h.ip));
-                doc["ip"] = json!(h.ip);
+                doc.push("ip", Field::Plain(&h.ip));
                 if !h.os.is_empty() {
-                    doc["os"] = json!(h.os);
+                    doc.push("os", Field::Json(json!(h.os)));
                 }
                 if !h.hostnames.is_empty() {
-                    doc["hostnames"] = json!(h.hostnames);
+                    doc.push("hostnames", Field::Json(json!(h.hostnames)));
                 }
             }
             Observation::Dns(d) => {
-                doc["type"] = json!("dns");
-                doc["tags"] = json!(tags.for_name(&d.name));
-                doc["name"] = json!(d.name);
-                doc["record_type"] = json!(d.record_type);
-                doc["value"] = json!(d.value);
+                doc.push("name", Field::Text(&d.name));
+                doc.push("record_type", Field::Text(&d.record_type));
+                doc.push("value", Field::Text(&d.value));
             }
         }
         let id = index::fact_id(
@@ -96,41 +122,74 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
             batch.batch_index,
             position,
         );
-        facts.push(BulkOp::index(
-            &index::facts_index(prefix, o.observed_at()),
-            &id,
-            &doc,
-        ));
+        let writes = months.of(prefix, o.observed_at());
+        facts.push(writes.op(id, |out| doc.write(out)));
     }
-    let projection = index::execution_endpoints(prefix);
+    let docs = EndpointDocs::new(
+        &index::execution_endpoints(prefix),
+        (owning.execution_id, owning.task_id, owning.owner_id),
+    );
     let endpoints = newest
+        .endpoints
         .into_iter()
-        .map(|e| {
-            let ids = (owning.execution_id, owning.task_id, owning.owner_id);
-            endpoint_op(&projection, ids, e, &tags.for_ip(&e.ip))
-        })
+        .map(|e| docs.op(e, &tags.for_ip(&e.ip)))
         .collect();
     Ops { facts, endpoints }
 }
 
-/// The execution-projection write of endpoint `e` of (execution, task, owner): one
+/// The writes into each monthly facts index a batch touches (almost always one).
+#[derive(Default)]
+struct Months(Vec<((i32, u32), IndexWrites)>);
+
+impl Months {
+    fn of(&mut self, prefix: &str, at: &chrono::DateTime<chrono::Utc>) -> &IndexWrites {
+        let month = (at.year(), at.month());
+        let i = match self.0.iter().position(|(m, _)| *m == month) {
+            Some(i) => i,
+            None => {
+                self.0
+                    .push((month, IndexWrites::new(&index::facts_index(prefix, at))));
+                self.0.len() - 1
+            }
+        };
+        &self.0[i].1
+    }
+}
+
+/// The execution-projection writes of one execution (of a task, of an owner): one
 /// document per endpoint of the execution, holding its newest observation.
-pub fn endpoint_op(
-    projection: &str,
-    (execution_id, task_id, owner_id): (Uuid, Uuid, Uuid),
-    e: &Endpoint,
-    tags: &[String],
-) -> BulkOp {
-    let mut doc = json!({
-        "execution_id": execution_id.to_string(),
-        "task_id": task_id.to_string(),
-        "owner_id": owner_id.to_string(),
-        "observed_at": es_time(&e.observed_at),
-        "tags": tags,
-    });
-    endpoint_fields(&mut doc, e);
-    let id = index::execution_endpoint_id(execution_id, &e.ip, &e.transport, e.port);
-    BulkOp::index(projection, &id, &doc)
+pub struct EndpointDocs {
+    writes: IndexWrites,
+    execution_id: Uuid,
+    /// The execution's, task's and owner's ids as text.
+    ids: [String; 3],
+}
+
+impl EndpointDocs {
+    pub fn new(projection: &str, (execution_id, task_id, owner_id): (Uuid, Uuid, Uuid)) -> Self {
+        EndpointDocs {
+            writes: IndexWrites::new(projection),
+            execution_id,
+            ids: [execution_id, task_id, owner_id].map(|id| id.to_string()),
+        }
+    }
+
+    /// The write of endpoint `e`'s document, with the tags it has.
+    pub fn op(&self, e: &Endpoint, tags: &[String]) -> BulkOp {
+        let observed_at = es_time(&e.observed_at);
+        let mut doc = Source::with_capacity(20);
+        for (key, id) in ["execution_id", "task_id", "owner_id"]
+            .into_iter()
+            .zip(&self.ids)
+        {
+            doc.push(key, Field::Plain(id));
+        }
+        doc.push("observed_at", Field::Plain(&observed_at));
+        doc.push("tags", Field::Texts(tags));
+        endpoint_fields(&mut doc, e);
+        let id = index::execution_endpoint_id(self.execution_id, &e.ip, &e.transport, e.port);
+        self.writes.op(id, |out| doc.write(out))
+    }
 }
 
 /// An endpoint fact as stored (`_source`), back to the observation and the tags it had.
@@ -175,10 +234,10 @@ pub fn newer(a: &Endpoint, b: &Endpoint) -> bool {
     rank(a) > rank(b)
 }
 
-fn endpoint_fields(doc: &mut Value, e: &Endpoint) {
-    doc["ip"] = json!(e.ip);
-    doc["port"] = json!(e.port);
-    doc["transport"] = json!(e.transport);
+fn endpoint_fields<'a>(doc: &mut Source<'a>, e: &'a Endpoint) {
+    doc.push("ip", Field::Plain(&e.ip));
+    doc.push("port", Field::Number(e.port.into()));
+    doc.push("transport", Field::Plain(&e.transport));
     for (k, v) in [
         ("service", &e.service),
         ("product", &e.product),
@@ -186,14 +245,16 @@ fn endpoint_fields(doc: &mut Value, e: &Endpoint) {
         ("banner", &e.banner),
     ] {
         if let Some(v) = v {
-            doc[k] = json!(v);
+            doc.push(k, Field::Text(v));
         }
     }
-    if let (Value::Object(d), Some(digest)) = (json!(e.details), e.details.digest()) {
-        if let Some(doc) = doc.as_object_mut() {
-            doc.extend(d);
-            doc.insert("details_digest".into(), json!(digest));
+    if let (Value::Object(mut d), Some(digest)) = (json!(e.details), e.details.digest()) {
+        for k in DETAIL_FIELDS {
+            if let Some(v) = d.remove(k) {
+                doc.push(k, Field::Json(v));
+            }
         }
+        doc.push("details_digest", Field::Json(Value::String(digest)));
     }
 }
 
@@ -222,14 +283,32 @@ fn rank(
     )
 }
 
-/// One document per endpoint within a batch: the newest observation of it.
-fn keep_newest<'a>(newest: &mut Vec<&'a Endpoint>, e: &'a Endpoint) {
-    match newest
-        .iter_mut()
-        .find(|n| n.ip == e.ip && n.port == e.port && n.transport == e.transport)
-    {
-        Some(slot) if rank(e) > rank(slot) => *slot = e,
-        Some(_) => {}
-        None => newest.push(e),
+/// One document per endpoint within a batch: the newest observation of each, in the order
+/// the endpoints first appear.
+#[derive(Default)]
+struct Newest<'a> {
+    endpoints: Vec<&'a Endpoint>,
+    /// Position in `endpoints` by (ip, port, transport).
+    slots: HashMap<(&'a str, u16, &'a str), usize>,
+}
+
+impl<'a> Newest<'a> {
+    fn keep(&mut self, e: &'a Endpoint) {
+        match self.slots.entry((&e.ip, e.port, &e.transport)) {
+            Entry::Occupied(slot) => {
+                let held = &mut self.endpoints[*slot.get()];
+                if rank(e) > rank(held) {
+                    *held = e;
+                }
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(self.endpoints.len());
+                self.endpoints.push(e);
+            }
+        }
     }
 }
+
+#[cfg(test)]
+#[path = "facts_tests.rs"]
+mod tests;

@@ -11,6 +11,7 @@
 
 pub mod abandon;
 pub mod batch;
+mod batch_fast;
 pub mod children;
 pub mod claim;
 pub mod confirm;

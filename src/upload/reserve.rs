@@ -61,21 +61,21 @@ const LOCK_EXECUTION: &str = "
      WHERE e.id = $1
        FOR UPDATE OF e";
 
-// Identity lookup through the receipts' unique identity index (one row at most).
-const RECEIPT_BY_IDENTITY: &str = "
-    SELECT id, checksum, is_final, observation_count, status
-      FROM scan_upload_receipts
-     WHERE execution_id = $1 AND upload_id = $2 AND stream = $3 AND batch_index = $4";
+// In one round trip, after the lock: the receipt of this batch's identity, through the
+// receipts' unique identity index (one row at most), beside each of this execution's
+// upload streams (a handful of rows by primary-key prefix). At least one row: the
+// receipt's columns repeat on every stream's row, and are null when it is new.
+const IDENTITY_AND_STREAMS: &str = "
+    SELECT r.id, r.checksum, r.is_final, r.observation_count, r.status,
+           s.upload_id, s.dirty, s.final_count, s.abandoned
+      FROM (SELECT 1) AS one
+      LEFT JOIN scan_upload_receipts r
+             ON r.execution_id = $1 AND r.upload_id = $2 AND r.stream = $3 AND r.batch_index = $4
+      LEFT JOIN (SELECT upload_id, dirty, final_count, abandoned_at IS NOT NULL AS abandoned
+                   FROM scan_upload_stream WHERE execution_id = $1) AS s ON true";
 
-// This execution's upload streams: a handful of rows by primary-key prefix.
-const STREAMS: &str = "
-    SELECT upload_id, dirty, final_count, abandoned_at IS NOT NULL
-      FROM scan_upload_stream WHERE execution_id = $1";
-
-const ABANDONED: &str = "
-    SELECT abandoned_at IS NOT NULL FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2";
-
-// Under the execution lock: every accepted batch keeps the scanner's claim alive.
+// Under the execution lock: every accepted batch keeps the scanner's claim alive (a new
+// batch renews it in INSERT_RECEIPT).
 const RENEW_LEASE: &str = "
     UPDATE executions SET lease_expires_at = now() + make_interval(secs => $2) WHERE id = $1";
 
@@ -86,7 +86,10 @@ const STREAM: &str = "
            dns_pending_count, dns_max_batch
       FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2";
 
+// With the lease renewal of RENEW_LEASE, in the same round trip.
 const INSERT_RECEIPT: &str = "
+    WITH renewed AS (
+        UPDATE executions SET lease_expires_at = now() + make_interval(secs => $11) WHERE id = $1)
     INSERT INTO scan_upload_receipts
         (execution_id, upload_id, stream, batch_index, is_final, checksum,
          observation_count, endpoint_count, dns_record_count, storage_references)
@@ -142,7 +145,10 @@ pub fn run(
     })?;
     span.set("task_id", execution.task_id);
 
-    let existing = span.stage("upload_identity", || known_receipt(tx, execution_id, batch))?;
+    let Known {
+        receipt: existing,
+        streams,
+    } = span.stage("upload_identity", || known_receipt(tx, execution_id, batch))?;
     if let Some((_, state)) = &existing {
         if state == "confirmed" {
             return Ok((execution, Reservation::AlreadyConfirmed));
@@ -166,11 +172,11 @@ pub fn run(
         coverage.check(batch)?;
         Ok::<_, UploadError>(coverage)
     })?;
-    tx.execute(RENEW_LEASE, &[&execution_id, &lease.as_secs_f64()])?;
     if let Some((id, _)) = existing {
-        let abandoned = tx
-            .query_opt(ABANDONED, &[&execution_id, &batch.upload_id])?
-            .is_some_and(|r| r.get::<_, bool>(0));
+        tx.execute(RENEW_LEASE, &[&execution_id, &lease.as_secs_f64()])?;
+        let abandoned = streams
+            .iter()
+            .any(|s| s.upload_id == batch.upload_id && s.abandoned);
         if abandoned {
             return Err(upload_abandoned());
         }
@@ -178,7 +184,7 @@ pub fn run(
         return Ok((execution, write));
     }
     span.stage("upload_stream", || {
-        check_streams(tx, execution_id, batch.upload_id)
+        check_streams(tx, execution_id, batch.upload_id, &streams)
     })?;
     if batch.is_final {
         span.stage("final_continuity", || {
@@ -199,6 +205,7 @@ pub fn run(
                 &(batch.endpoint_count() as i32),
                 &(batch.dns_count() as i32),
                 &refs,
+                &lease.as_secs_f64(),
             ],
         )
         .map(|r| r.get(0))
@@ -258,15 +265,27 @@ fn batch_tags(
     tags::lookup(tx, execution.owner_id, &ips, &names)
 }
 
+/// What transaction A reads after the lock: the receipt of this batch's identity (id and
+/// status) if it was received before, and the execution's upload streams.
+struct Known {
+    receipt: Option<(i64, String)>,
+    streams: Vec<StreamRow>,
+}
+
+/// One upload stream of the execution, as transaction A reads it.
+struct StreamRow {
+    upload_id: Uuid,
+    dirty: bool,
+    finals: i32,
+    abandoned: bool,
+}
+
 /// The receipt of this batch identity, if it was received before with the same content
-/// (id and status); the same identity with other content is a conflict.
-fn known_receipt(
-    tx: &mut Tx<'_>,
-    execution_id: Uuid,
-    batch: &Batch,
-) -> Result<Option<(i64, String)>, UploadError> {
-    let row = tx.query_opt(
-        RECEIPT_BY_IDENTITY,
+/// (id and status), and the execution's upload streams; the same identity with other
+/// content is a conflict.
+fn known_receipt(tx: &mut Tx<'_>, execution_id: Uuid, batch: &Batch) -> Result<Known, UploadError> {
+    let rows = tx.query(
+        IDENTITY_AND_STREAMS,
         &[
             &execution_id,
             &batch.upload_id,
@@ -274,7 +293,26 @@ fn known_receipt(
             &(batch.batch_index as i32),
         ],
     )?;
-    let Some(row) = row else { return Ok(None) };
+    let streams = rows
+        .iter()
+        .filter_map(|r| {
+            Some(StreamRow {
+                upload_id: r.get::<_, Option<Uuid>>(5)?,
+                dirty: r.get(6),
+                finals: r.get(7),
+                abandoned: r.get(8),
+            })
+        })
+        .collect();
+    let Some(row) = rows
+        .first()
+        .filter(|r| r.get::<_, Option<i64>>(0).is_some())
+    else {
+        return Ok(Known {
+            receipt: None,
+            streams,
+        });
+    };
     let (id, checksum, is_final, count, state): (i64, String, bool, i32, String) =
         (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
     if checksum != batch.checksum
@@ -286,7 +324,10 @@ fn known_receipt(
             "this batch was received before with different content",
         ));
     }
-    Ok(Some((id, state)))
+    Ok(Known {
+        receipt: Some((id, state)),
+        streams,
+    })
 }
 
 /// Locks the execution for this scanner: its status and what a batch needs of it.
@@ -330,11 +371,20 @@ pub(super) fn lock_execution(
 
 /// Repairs this upload's stream if a receipt deletion marked it dirty, and refuses new
 /// batches once any stream of the execution has reserved its final.
-fn check_streams(tx: &mut Tx<'_>, execution_id: Uuid, upload_id: Uuid) -> Result<(), UploadError> {
+fn check_streams(
+    tx: &mut Tx<'_>,
+    execution_id: Uuid,
+    upload_id: Uuid,
+    streams: &[StreamRow],
+) -> Result<(), UploadError> {
     let mut closed = false;
-    for row in tx.query(STREAMS, &[&execution_id])? {
-        let (stream_upload, dirty, finals, abandoned): (Uuid, bool, i32, bool) =
-            (row.get(0), row.get(1), row.get(2), row.get(3));
+    for &StreamRow {
+        upload_id: stream_upload,
+        dirty,
+        finals,
+        abandoned,
+    } in streams
+    {
         if abandoned {
             if stream_upload == upload_id {
                 return Err(upload_abandoned());

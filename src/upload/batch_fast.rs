@@ -1,0 +1,321 @@
+//! The one-pass reading of a batch's observations array in its common shape: every
+//! object read straight into one flat struct (no buffering of each object until its
+//! `type` is found, as an internally tagged enum must), then checked to hold exactly the
+//! fields its type allows. Anything else — a syntax error, an unknown or misplaced field,
+//! a missing one — is not judged here: the general reading in `batch` decides, with its
+//! exact errors.
+
+use serde::{Deserialize, Deserializer};
+
+use super::batch::RawObservation;
+use super::details::{Hostname, OsGuess, Script};
+
+/// A field as sent: absent, `null`, or a value.
+#[derive(Default)]
+enum Sent<T> {
+    #[default]
+    Absent,
+    Null,
+    Value(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Sent<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Sent<T>, D::Error> {
+        Ok(Option::<T>::deserialize(d)?.map_or(Sent::Null, Sent::Value))
+    }
+}
+
+impl<T> Sent<T> {
+    fn sent(&self) -> bool {
+        !matches!(self, Sent::Absent)
+    }
+
+    fn value(self) -> Option<T> {
+        match self {
+            Sent::Value(v) => Some(v),
+            Sent::Absent | Sent::Null => None,
+        }
+    }
+}
+
+/// Every field any observation type has (absent ones are `Sent::Absent`, and an absent
+/// `type` is empty).
+#[derive(Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct Flat<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: &'a str,
+    ip: Sent<String>,
+    port: Sent<i64>,
+    transport: Sent<String>,
+    service: Sent<String>,
+    product: Sent<String>,
+    version: Sent<String>,
+    banner: Sent<String>,
+    observed_at: Sent<String>,
+    state: Sent<String>,
+    hostnames: Sent<Vec<Hostname>>,
+    cpe: Sent<Vec<String>>,
+    extra_info: Sent<String>,
+    tunnel: Sent<String>,
+    confidence: Sent<i64>,
+    scripts: Sent<Vec<Script>>,
+    os: Sent<Vec<OsGuess>>,
+    name: Sent<String>,
+    record_type: Sent<String>,
+    value: Sent<String>,
+}
+
+const ENDPOINT_FIELDS: &[&str] = &[
+    "ip",
+    "port",
+    "transport",
+    "service",
+    "product",
+    "version",
+    "banner",
+    "observed_at",
+    "state",
+    "hostnames",
+    "cpe",
+    "extra_info",
+    "tunnel",
+    "confidence",
+    "scripts",
+];
+const HOST_FIELDS: &[&str] = &["ip", "os", "hostnames", "observed_at"];
+const DNS_FIELDS: &[&str] = &["name", "record_type", "value", "observed_at"];
+
+impl Flat<'_> {
+    /// `Some(())` when every field sent (even as `null`) is one of `allowed`.
+    fn only(&self, allowed: &[&str]) -> Option<()> {
+        let sent = [
+            ("ip", self.ip.sent()),
+            ("port", self.port.sent()),
+            ("transport", self.transport.sent()),
+            ("service", self.service.sent()),
+            ("product", self.product.sent()),
+            ("version", self.version.sent()),
+            ("banner", self.banner.sent()),
+            ("observed_at", self.observed_at.sent()),
+            ("state", self.state.sent()),
+            ("hostnames", self.hostnames.sent()),
+            ("cpe", self.cpe.sent()),
+            ("extra_info", self.extra_info.sent()),
+            ("tunnel", self.tunnel.sent()),
+            ("confidence", self.confidence.sent()),
+            ("scripts", self.scripts.sent()),
+            ("os", self.os.sent()),
+            ("name", self.name.sent()),
+            ("record_type", self.record_type.sent()),
+            ("value", self.value.sent()),
+        ];
+        sent.iter()
+            .all(|(field, sent)| !sent || allowed.contains(field))
+            .then_some(())
+    }
+
+    /// The observation as the general reading reads it, when this is one it accepts.
+    fn into_raw(self) -> Option<RawObservation> {
+        match self.kind {
+            "endpoint" => {
+                self.only(ENDPOINT_FIELDS)?;
+                Some(RawObservation::Endpoint {
+                    ip: self.ip.value()?,
+                    port: self.port.value()?,
+                    transport: self.transport.value()?,
+                    service: self.service.value(),
+                    product: self.product.value(),
+                    version: self.version.value(),
+                    banner: self.banner.value(),
+                    observed_at: self.observed_at.value()?,
+                    state: self.state.value(),
+                    hostnames: self.hostnames.value(),
+                    cpe: self.cpe.value(),
+                    extra_info: self.extra_info.value(),
+                    tunnel: self.tunnel.value(),
+                    confidence: self.confidence.value(),
+                    scripts: self.scripts.value(),
+                })
+            }
+            "host" => {
+                self.only(HOST_FIELDS)?;
+                Some(RawObservation::Host {
+                    ip: self.ip.value()?,
+                    os: self.os.value(),
+                    hostnames: self.hostnames.value(),
+                    observed_at: self.observed_at.value()?,
+                })
+            }
+            "dns" => {
+                self.only(DNS_FIELDS)?;
+                Some(RawObservation::Dns {
+                    name: self.name.value()?,
+                    record_type: self.record_type.value()?,
+                    value: self.value.value()?,
+                    observed_at: self.observed_at.value()?,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The observations of the array text `observations`, when every one is of the common
+/// shape; `None` leaves the array to the general reading.
+pub fn read(observations: &str) -> Option<Vec<RawObservation>> {
+    let flat: Vec<Flat> = serde_json::from_str(observations).ok()?;
+    flat.into_iter().map(Flat::into_raw).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::value::RawValue;
+
+    /// The general reading of each item, as `batch::parse` does it.
+    fn general(observations: &str) -> Option<Vec<Result<RawObservation, String>>> {
+        let raw: Vec<&RawValue> = serde_json::from_str(observations).ok()?;
+        Some(
+            raw.into_iter()
+                .map(|r| serde_json::from_str(r.get()).map_err(|e| e.to_string()))
+                .collect(),
+        )
+    }
+
+    /// What the one-pass reading accepts, the general one reads the same way.
+    fn agrees(observations: &str) -> bool {
+        let fast = read(observations);
+        if let Some(fast) = &fast {
+            let general = general(observations).expect("an array the general reading reads");
+            assert_eq!(
+                general,
+                fast.iter().cloned().map(Ok).collect::<Vec<_>>(),
+                "{observations}"
+            );
+        }
+        fast.is_some()
+    }
+
+    #[test]
+    fn the_common_shapes_are_read_in_one_pass_and_unusual_ones_deferred() {
+        for accepted in [
+            "[]",
+            r#"[{"banner":"a\"\n☃","ip":"10.0.0.1","observed_at":"t","port":80,"product":"p","service":"http","transport":"tcp","type":"endpoint","version":"1"}]"#,
+            r#"[{"type":"endpoint","ip":"::1","port":1,"transport":"udp","observed_at":"t","service":null,"state":"closed","hostnames":[{"name":"a.b","source":"ptr"}],"cpe":["cpe:/a"],"extra_info":"x","tunnel":"ssl","confidence":3,"scripts":[{"id":"i","output":"o"}]}]"#,
+            r#"[{"type":"host","ip":"10.0.0.1","os":[{"name":"L","accuracy":9}],"observed_at":"t"},{"type":"host","ip":"10.0.0.2","os":null,"observed_at":"t"}]"#,
+            r#"[{"type":"dns","name":"a.b","record_type":"TXT","value":"v","observed_at":"t"}]"#,
+        ] {
+            assert!(agrees(accepted), "{accepted}");
+        }
+        for deferred in [
+            "{}",
+            "[1]",
+            r#"[{"ip":"10.0.0.1","port":80,"transport":"tcp","observed_at":"t"}]"#,
+            r#"[{"type":"Endpoint","ip":"10.0.0.1","port":80,"transport":"tcp","observed_at":"t"}]"#,
+            r#"[{"type":"endp\u006fint","ip":"10.0.0.1","port":80,"transport":"tcp","observed_at":"t"}]"#,
+            r#"[{"type":"endpoint","ip":"10.0.0.1","port":80,"transport":"tcp"}]"#,
+            r#"[{"type":"endpoint","ip":null,"port":80,"transport":"tcp","observed_at":"t"}]"#,
+            r#"[{"type":"endpoint","ip":"10.0.0.1","port":80,"transport":"tcp","observed_at":"t","os":null}]"#,
+            r#"[{"type":"endpoint","ip":"10.0.0.1","port":80,"transport":"tcp","observed_at":"t","x":1}]"#,
+            r#"[{"type":"endpoint","ip":"10.0.0.1","ip":"10.0.0.2","port":80,"transport":"tcp","observed_at":"t"}]"#,
+            r#"[{"type":"endpoint","ip":"10.0.0.1","port":80.0,"transport":"tcp","observed_at":"t"}]"#,
+            r#"[{"type":"host","ip":"10.0.0.1","port":80,"observed_at":"t"}]"#,
+            r#"[{"type":"dns","name":"a","record_type":"A","value":"v","observed_at":"t","ip":null}]"#,
+            r#"[{"type":"dns","name":"a","record_type":"A","observed_at":"t"}]"#,
+        ] {
+            assert!(!agrees(deferred), "{deferred}");
+        }
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("null".to_string()),
+            Just("\"10.0.0.1\"".to_string()),
+            Just("\"t\\u00e9\\n\"".to_string()),
+            Just("80".to_string()),
+            Just("-1".to_string()),
+            Just("1.5".to_string()),
+            Just("true".to_string()),
+            Just("[]".to_string()),
+            Just(r#"[{"name":"a","source":"ptr"}]"#.to_string()),
+            Just(r#"[{"name":"a","accuracy":7}]"#.to_string()),
+            Just(r#"[{"id":"a","output":"o"}]"#.to_string()),
+            Just(r#"["cpe:/a"]"#.to_string()),
+            Just("{}".to_string()),
+        ]
+    }
+
+    fn field() -> impl Strategy<Value = (String, String)> {
+        let key = prop_oneof![
+            Just("type"),
+            Just("ip"),
+            Just("port"),
+            Just("transport"),
+            Just("service"),
+            Just("banner"),
+            Just("observed_at"),
+            Just("state"),
+            Just("hostnames"),
+            Just("cpe"),
+            Just("confidence"),
+            Just("scripts"),
+            Just("os"),
+            Just("name"),
+            Just("record_type"),
+            Just("value"),
+            Just("other"),
+        ];
+        let kind = prop_oneof![
+            Just("\"endpoint\""),
+            Just("\"host\""),
+            Just("\"dns\""),
+            Just("\"other\"")
+        ];
+        (key, value(), kind).prop_map(|(k, v, kind)| {
+            let v = if k == "type" { kind.to_string() } else { v };
+            (k.to_string(), v)
+        })
+    }
+
+    proptest! {
+        /// Generated objects: whatever the one-pass reading accepts, the general one reads
+        /// the same way.
+        #[test]
+        fn one_pass_reading_agrees_or_defers(
+            objects in prop::collection::vec(
+                (prop::collection::vec(field(), 0..8), prop_oneof![
+                    Just("endpoint"), Just("host"), Just("dns")]),
+                0..4)
+        ) {
+            let text = objects
+                .iter()
+                .map(|(fields, kind)| {
+                    let mut base: Vec<(String, String)> = match *kind {
+                        "endpoint" => vec![("ip", "\"1\""), ("port", "1"), ("transport", "\"t\"")],
+                        "host" => vec![("ip", "\"1\"")],
+                        _ => vec![("name", "\"n\""), ("record_type", "\"A\""), ("value", "\"v\"")],
+                    }
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                    base.push(("type".into(), format!("\"{kind}\"")));
+                    base.push(("observed_at".into(), "\"t\"".into()));
+                    // Generated fields replace or join the base ones (duplicates too).
+                    for (k, v) in fields {
+                        match base.iter_mut().find(|(bk, _)| bk == k) {
+                            Some(slot) if v.len() % 2 == 0 => slot.1 = v.clone(),
+                            _ => base.push((k.clone(), v.clone())),
+                        }
+                    }
+                    let body: Vec<String> =
+                        base.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                    format!("{{{}}}", body.join(","))
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            agrees(&format!("[{text}]"));
+        }
+    }
+}
