@@ -1049,6 +1049,7 @@ pub fn summary(r: &Results) -> Value {
             "scanstore_cpu_us_per_endpoint": p.cpu_us(cpu::Role::Scanstore, false),
             "postgres_cpu_us_per_endpoint": p.cpu_us(cpu::Role::Postgres, false),
             "ceiling_client_cpu_us_per_endpoint": p.cpu_us(cpu::Role::Bench, true),
+            "postgres_statements_per_request": p.statements_per_request(),
             "latency": lat(&p.latencies),
             "es_requests_with_connection_held": p.logs.es_requests_with_connection_held,
             "pool_wait_p99_ms": pct(&p.logs.all_waits(), 99.0),

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use hdrhistogram::Histogram;
+use postgres::Client;
 
 use crate::ceiling::{self, Sent};
 use crate::cpu::{self, Role, Sampler, Usage};
@@ -24,6 +25,11 @@ pub struct Round {
     pub endpoints: usize,
     pub seconds: f64,
     pub cpu: Usage,
+    /// Requests the scanners sent (batches, confirmed retries, DNS sidecars).
+    pub requests: usize,
+    /// Statements this database ran during the upload (`pg_stat_statements`), when the
+    /// extension can be read.
+    pub statements: Option<i64>,
 }
 
 impl Round {
@@ -33,6 +39,12 @@ impl Round {
 
     pub fn ratio(&self) -> f64 {
         self.endpoints_per_s() / self.ceiling.endpoints_per_s().max(1e-9)
+    }
+
+    /// PostgreSQL statements (each one round trip) per request.
+    pub fn statements_per_request(&self) -> Option<f64> {
+        self.statements
+            .map(|n| n as f64 / self.requests.max(1) as f64)
     }
 }
 
@@ -110,6 +122,14 @@ impl Point {
             .then(|| median_of(&self.rounds, |r| per(r).unwrap_or(0.0)).0)
     }
 
+    /// PostgreSQL statements per request, the median round's.
+    pub fn statements_per_request(&self) -> Option<f64> {
+        self.rounds
+            .iter()
+            .all(|r| r.statements.is_some())
+            .then(|| median_of(&self.rounds, |r| r.statements_per_request().unwrap_or(0.0)).0)
+    }
+
     /// (p99 ms, requests) of a latency class over every round.
     pub fn p99(&self, class: &str) -> (f64, u64) {
         p99_of(&self.latencies, class)
@@ -173,11 +193,29 @@ struct Upload {
     events: Vec<logs::Event>,
     rss_kib: Option<u64>,
     cpu: Usage,
+    statements: Option<i64>,
+}
+
+// Every statement this database has run, as `pg_stat_statements` counts them (BEGIN and
+// COMMIT included); read before and after an upload, the difference is what it ran.
+const STATEMENTS: &str = "
+    SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())";
+
+/// Statements run so far, when the extension is loaded and installed here.
+fn statements(c: &mut Client) -> Option<i64> {
+    c.query_one(STATEMENTS, &[]).ok().map(|r| r.get(0))
 }
 
 /// Uploads `jobs` through a fresh scanstore into freshly installed indices (every upload
 /// meets the store as the first does), optionally paced (`per_s` endpoints/s in all).
-fn upload(x: &Ctx, jobs: Vec<Job>, label: &str, per_s: Option<f64>) -> Result<Upload, String> {
+fn upload(
+    x: &Ctx,
+    c: &mut Client,
+    jobs: Vec<Job>,
+    label: &str,
+    per_s: Option<f64>,
+) -> Result<Upload, String> {
     let size: usize = jobs.iter().map(|j| j.plan.endpoints).sum();
     let cfg = ServeCfg {
         pool_size: x.opts.pool_size,
@@ -191,9 +229,14 @@ fn upload(x: &Ctx, jobs: Vec<Job>, label: &str, per_s: Option<f64>) -> Result<Up
     let mut up = stack::scanstore(x.opts, x.db, x.es_url, x.prefix, &cfg, x.dir, label)?;
     x.sampler.watch(Role::Scanstore, up.pid());
     let b = bar(size as u64, label);
+    let before = statements(c);
     let from = cpu::now();
     let outcome = scanner::run_paced(&up.url, jobs, x.opts.retry_every, &b, per_s)?;
     let to = cpu::now();
+    // Less this reading's own statement.
+    let ran = statements(c)
+        .zip(before)
+        .map(|(after, before)| after - before - 1);
     b.finish_and_clear();
     let rss_kib = up.peak_rss_kib();
     up.stop();
@@ -202,6 +245,7 @@ fn upload(x: &Ctx, jobs: Vec<Job>, label: &str, per_s: Option<f64>) -> Result<Up
         events: logs::read(&stack::log_path(x.dir, label)),
         rss_kib,
         cpu: x.sampler.usage(from, to),
+        statements: ran,
     })
 }
 
@@ -222,6 +266,12 @@ fn size_sweep(
     let cp = format!("{prefix}-ceiling");
     db.migrated(1)?;
     let mut c = db.connect()?;
+    // For the statement counts, in a database of the bench's own (not a deployment's given
+    // by `--database-url`); where the library is not preloaded, they are left out.
+    let mut counter = db.connect()?;
+    if opts.database_url.is_none() {
+        let _ = counter.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+    }
     watch_postgres(&mut c, sampler);
     let owner = factory::owner(&mut c)?;
     let x = Ctx {
@@ -260,7 +310,8 @@ fn size_sweep(
             ceiling::delete(&es_url, &cp, &reqs.indices);
             drop(reqs);
             let ceiling_cpu = scenario::usage(sampler, &sent.spans);
-            let u = upload(&x, jobs, &format!("{name}-{n}scanners-round{round}"), None)?;
+            let label = format!("{name}-{n}scanners-round{round}");
+            let u = upload(&x, &mut counter, jobs, &label, None)?;
             point.rss_kib = point.rss_kib.max(u.rss_kib);
             events.extend(u.events);
             point.latencies.merge(&u.outcome.latencies);
@@ -270,6 +321,8 @@ fn size_sweep(
                 endpoints: u.outcome.endpoints,
                 seconds: u.outcome.wall.as_secs_f64(),
                 cpu: u.cpu,
+                requests: u.outcome.requests,
+                statements: u.statements,
             });
         }
         point.logs = LogStats::from_events(&events);
@@ -289,7 +342,7 @@ fn size_sweep(
             for round in 1..=rounds(opts, size) {
                 let jobs = new_jobs(p.scanners)?;
                 let label = format!("{name}-{}scanners-paced{round}", p.scanners);
-                let u = upload(&x, jobs, &label, Some(rate))?;
+                let u = upload(&x, &mut counter, jobs, &label, Some(rate))?;
                 reached.push(u.outcome.endpoints as f64 / u.outcome.wall.as_secs_f64().max(1e-9));
                 latencies.merge(&u.outcome.latencies);
                 events.extend(u.events);
@@ -320,20 +373,20 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
     use std::fmt::Write as _;
     let _ = writeln!(
         o,
-        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each.\n",
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
         opts.sweep_scanners,
         opts.pool_size,
         opts.bulk_concurrency,
         opts.sweep_rounds.unwrap_or(1),
         opts.sweep_large_rounds
     );
-    let _ = writeln!(o, "| endpoints | scanners | upload endpoints/s | ceiling endpoints/s | ratio | scanstore µs/endpoint | PostgreSQL µs/endpoint | ceiling client µs/endpoint | emulator µs/endpoint, upload / ceiling | normal p99 ms | final p99 ms (finals) | pool wait p99 ms | ES requests sent holding a connection | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "| endpoints | scanners | upload endpoints/s | ceiling endpoints/s | ratio | scanstore µs/endpoint | PostgreSQL µs/endpoint | ceiling client µs/endpoint | emulator µs/endpoint, upload / ceiling | normal p99 ms | final p99 ms (finals) | PostgreSQL statements per request | pool wait p99 ms | ES requests sent holding a connection | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &s.points {
         let (normal, _) = p.p99("normal");
         let (fin, finals) = p.p99("final");
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {normal:.1} | {fin:.1} ({finals}) | {:.1} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {normal:.1} | {fin:.1} ({finals}) | {} | {:.1} | {} | {} |",
             p.size,
             p.scanners,
             fmt_range(p.endpoints_per_s(), 0),
@@ -344,6 +397,7 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
             us(p.cpu_us(Role::Bench, true)),
             us(p.cpu_us(Role::Emulator, false)),
             us(p.cpu_us(Role::Emulator, true)),
+            us(p.statements_per_request()),
             pct(&p.logs.all_waits(), 99.0),
             p.logs.es_requests_with_connection_held,
             p.rss_kib.map_or("–".into(), |k| format!("{:.0}", k as f64 / 1024.0)),

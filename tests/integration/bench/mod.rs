@@ -188,6 +188,10 @@ fn quick_mode_writes_a_sane_report() {
         }
         assert_eq!(p["latency"]["final"]["count"], n, "{p}");
         assert_eq!(p["es_requests_with_connection_held"], 0, "{p}");
+        // Counted by pg_stat_statements, which the test cluster preloads: a normal batch is a
+        // dozen round trips, a confirmed retry a few, a final a few dozen.
+        let statements = p["postgres_statements_per_request"].as_f64().unwrap_or(0.0);
+        assert!((2.0..40.0).contains(&statements), "{p}");
         let paced = &p["paced"];
         assert_eq!(paced["latency"]["final"]["count"], n, "{p}");
         let (offered, reached) = (
