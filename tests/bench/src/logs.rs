@@ -100,6 +100,9 @@ pub struct LogStats {
     pub publish_bulk_ops: Vec<f64>,
     /// Duration of each ES bulk request on the wire (ms), all callers.
     pub bulk_request_ms: Vec<f64>,
+    /// How long each ES bulk request waited for a sender's concurrency permit
+    /// (`bulk_max_concurrency`) before it went out (ms), all callers.
+    pub bulk_queue_wait_ms: Vec<f64>,
     /// Gaps between a claim and its first renewal and between consecutive renewals (ms).
     pub heartbeat_gap_ms: Vec<f64>,
     pub renewals: usize,
@@ -151,6 +154,9 @@ impl LogStats {
                     }
                     if let Some(ms) = e.num("request_ms") {
                         s.bulk_request_ms.push(ms);
+                    }
+                    if let Some(ms) = e.num("queue_wait_ms") {
+                        s.bulk_queue_wait_ms.push(ms);
                     }
                 }
                 "ScanProjectionClaimed" => {

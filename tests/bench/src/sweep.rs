@@ -122,6 +122,33 @@ impl Point {
             .then(|| median_of(&self.rounds, |r| per(r).unwrap_or(0.0)).0)
     }
 
+    /// The whole machine's CPU (every watched process) per endpoint, µs, in the upload
+    /// (`ceiling`: in the ceiling's run), the median round's.
+    pub fn machine_us(&self, ceiling: bool) -> f64 {
+        median_of(&self.rounds, |r| {
+            let u = if ceiling { &r.ceiling_cpu } else { &r.cpu };
+            u.total() * 1e6 / r.endpoints.max(1) as f64
+        })
+        .0
+    }
+
+    /// The ratio the machine's CPU allows: `cpus` cores spent at the upload's CPU per
+    /// endpoint, over the ceiling's throughput. Where the upload keeps the cores busy, no
+    /// saving outside scanstore's share brings the ratio past it.
+    pub fn cpu_bound_ratio(&self, cpus: usize) -> f64 {
+        let per_s = cpus as f64 * 1e6 / self.machine_us(false).max(1e-9);
+        per_s / self.ceiling_per_s().0.max(1e-9)
+    }
+
+    /// Cores busy (every watched process), the median round's.
+    pub fn cores(&self, ceiling: bool) -> f64 {
+        median_of(&self.rounds, |r| {
+            let u = if ceiling { &r.ceiling_cpu } else { &r.cpu };
+            u.total() / u.wall.max(1e-9)
+        })
+        .0
+    }
+
     /// PostgreSQL statements per request, the median round's.
     pub fn statements_per_request(&self) -> Option<f64> {
         self.rounds
@@ -371,27 +398,34 @@ fn us(v: Option<f64>) -> String {
 /// The report's section.
 pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
     use std::fmt::Write as _;
+    let cpus = crate::report::machine().cpus;
     let _ = writeln!(
         o,
-        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
         opts.sweep_scanners,
         opts.pool_size,
         opts.bulk_concurrency,
         opts.sweep_rounds.unwrap_or(1),
-        opts.sweep_large_rounds
+        opts.sweep_large_rounds,
+        cpus
     );
-    let _ = writeln!(o, "| endpoints | scanners | upload endpoints/s | ceiling endpoints/s | ratio | scanstore µs/endpoint | PostgreSQL µs/endpoint | ceiling client µs/endpoint | emulator µs/endpoint, upload / ceiling | normal p99 ms | final p99 ms (finals) | PostgreSQL statements per request | pool wait p99 ms | ES requests sent holding a connection | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "| endpoints | scanners | upload endpoints/s | ceiling endpoints/s | ratio | cores busy, upload / ceiling | machine µs/endpoint, upload / ceiling | ratio the CPU allows | scanstore µs/endpoint | PostgreSQL µs/endpoint | ceiling client µs/endpoint | emulator µs/endpoint, upload / ceiling | normal p99 ms | final p99 ms (finals) | PostgreSQL statements per request | pool wait p99 ms | ES requests sent holding a connection | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &s.points {
         let (normal, _) = p.p99("normal");
         let (fin, finals) = p.p99("final");
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {normal:.1} | {fin:.1} ({finals}) | {} | {:.1} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.2} / {:.2} | {:.1} / {:.1} | {:.2} | {} | {} | {} | {} / {} | {normal:.1} | {fin:.1} ({finals}) | {} | {:.1} | {} | {} |",
             p.size,
             p.scanners,
             fmt_range(p.endpoints_per_s(), 0),
             fmt_range(p.ceiling_per_s(), 0),
             fmt_range(p.ratio(), 2),
+            p.cores(false),
+            p.cores(true),
+            p.machine_us(false),
+            p.machine_us(true),
+            p.cpu_bound_ratio(cpus),
             us(p.cpu_us(Role::Scanstore, false)),
             us(p.cpu_us(Role::Postgres, false)),
             us(p.cpu_us(Role::Bench, true)),
@@ -412,7 +446,7 @@ fn paced_table(o: &mut String, s: &SweepResult) {
     if s.points.iter().all(|p| p.paced.is_none()) {
         return;
     }
-    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count, the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each, schedules staggered over a batch interval), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs, the server-side column how much of it is spent inside scanstore (from its `ScanResultUpload` events). The latency targets use these.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | server-side p99 ms, normal / final | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count, the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each, schedules staggered over a batch interval), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs, the server-side column how much of it is spent inside scanstore (from its `ScanResultUpload` events), the ES bulk columns how much of that waited for one of the `bulk_max_concurrency` permits and how long the requests themselves took (`ElasticsearchBulkCompleted`), the pool column for a pooled connection. The latency targets use these.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | server-side p99 ms, normal / final | ES bulk p99 ms, permit wait / request | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &s.points {
         let Some(x) = &p.paced else { continue };
         let q = |c: &str| quantiles(&x.latencies.0[c]);
@@ -421,7 +455,7 @@ fn paced_table(o: &mut String, s: &SweepResult) {
         let server = |c: &str| x.logs.server_upload_ms.get(c).map_or(0.0, |v| pct(v, 99.0));
         let _ = writeln!(
             o,
-            "| {} | {} | {:.0} | {:.0} | {:.1} / {:.1} | {:.1} / {:.1} ({}) | {:.1} / {:.1} | {:.1} | {} |",
+            "| {} | {} | {:.0} | {:.0} | {:.1} / {:.1} | {:.1} / {:.1} ({}) | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} | {} |",
             p.size,
             p.scanners,
             x.per_s,
@@ -433,6 +467,8 @@ fn paced_table(o: &mut String, s: &SweepResult) {
             x.latencies.0["final"].len(),
             server("normal"),
             server("final"),
+            pct(&x.logs.bulk_queue_wait_ms, 99.0),
+            pct(&x.logs.bulk_request_ms, 99.0),
             pct(&x.logs.all_waits(), 99.0),
             x.logs.es_requests_with_connection_held,
         );
@@ -443,6 +479,7 @@ fn paced_table(o: &mut String, s: &SweepResult) {
 /// scanners ≤ 2 × at the fewest, and upload throughput growing linearly with size.
 pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
     let mut t = Vec::new();
+    let cpus = crate::report::machine().cpus;
     let sizes = s.sizes();
     for &size in &sizes {
         if let Some(p) = s.at(size, 16) {
@@ -450,10 +487,12 @@ pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
             t.push((
                 format!("upload ≥ 0.8 × ceiling ({size} endpoints, 16 scanners)"),
                 format!(
-                    "{m:.2} × (median of {} rounds, {lo:.2}–{hi:.2}); scanstore {} µs CPU per endpoint, the ceiling client {}",
+                    "{m:.2} × (median of {} rounds, {lo:.2}–{hi:.2}); scanstore {} µs CPU per endpoint, the ceiling client {}; the machine's CPU allows {:.2} × ({:.2} cores busy uploading)",
                     p.rounds.len(),
                     us(p.cpu_us(Role::Scanstore, false)),
-                    us(p.cpu_us(Role::Bench, true))
+                    us(p.cpu_us(Role::Bench, true)),
+                    p.cpu_bound_ratio(cpus),
+                    p.cores(false)
                 ),
                 Some(m >= 0.8),
             ));
