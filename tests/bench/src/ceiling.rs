@@ -21,6 +21,7 @@ use scanstore::tags::Tags;
 use scanstore::upload::{batch, facts};
 
 use crate::scanner::Job;
+use crate::Opts;
 
 /// Pre-built request bodies and what they carry.
 #[derive(Default)]
@@ -193,6 +194,28 @@ pub fn close_requests(
         out.endpoints += chunk.len();
     }
     Ok(out)
+}
+
+/// The upload ceiling of `jobs`: their documents sent raw into fresh indices under
+/// `prefix` (installed first, deleted after), with `--bulk-concurrency` clients.
+pub fn upload(
+    es_url: &str,
+    prefix: &str,
+    owner: Uuid,
+    jobs: &[Job],
+    opts: &Opts,
+) -> Result<Sent, String> {
+    install(es_url, prefix)?;
+    let reqs = upload_requests(
+        prefix,
+        owner,
+        jobs,
+        opts.bulk_batch_size,
+        opts.bulk_max_bytes,
+    )?;
+    let sent = send(es_url, &reqs, opts.bulk_concurrency)?;
+    delete(es_url, prefix, &reqs.indices);
+    Ok(sent)
 }
 
 /// Installs scanstore's templates, indices and merge script under `prefix`.

@@ -318,21 +318,10 @@ pub fn size_run(
         )
     };
     let first = new_jobs(&mut c, 0)?;
-    let threads = opts.bulk_concurrency;
 
     // The ceiling: the same documents, raw, into indices of their own.
     let cp = format!("{prefix}-ceiling");
-    ceiling::install(&es_url, &cp)?;
-    let reqs = ceiling::upload_requests(
-        &cp,
-        owner,
-        &first,
-        opts.bulk_batch_size,
-        opts.bulk_max_bytes,
-    )?;
-    let ceiling_upload = ceiling::send(&es_url, &reqs, threads)?;
-    ceiling::delete(&es_url, &cp, &reqs.indices);
-    drop(reqs);
+    let ceiling_upload = ceiling::upload(&es_url, &cp, owner, &first, opts)?;
     // Built now (the upload consumes the jobs), sent after the uploads: the publication
     // ceiling then meets the emulator holding what scanstore's publication meets.
     let publication_requests = |jobs: &[Job]| {

@@ -325,17 +325,7 @@ fn size_sweep(
         let mut events = Vec::new();
         for round in 1..=rounds(opts, size) {
             let jobs = new_jobs(n)?;
-            ceiling::install(&es_url, &cp)?;
-            let reqs = ceiling::upload_requests(
-                &cp,
-                owner,
-                &jobs,
-                opts.bulk_batch_size,
-                opts.bulk_max_bytes,
-            )?;
-            let sent = ceiling::send(&es_url, &reqs, opts.bulk_concurrency)?;
-            ceiling::delete(&es_url, &cp, &reqs.indices);
-            drop(reqs);
+            let sent = ceiling::upload(&es_url, &cp, owner, &jobs, opts)?;
             let ceiling_cpu = scenario::usage(sampler, &sent.spans);
             let label = format!("{name}-{n}scanners-round{round}");
             let u = upload(&x, &mut counter, jobs, &label, None)?;
