@@ -4,6 +4,7 @@
 //! class: normal batch, final, confirmed retry, DNS/mixed.
 
 use std::collections::BTreeMap;
+use std::sync::{Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -134,15 +135,38 @@ pub fn post(
     }
 }
 
-/// `pace`: this scanner's endpoints per second and when its schedule starts (a batch is
-/// sent when the endpoints before it are due, at once when late), or none for as fast as
-/// answers come.
+/// When the scanners start: every one has built its first batch (so that their first
+/// bodies, built at once, do not take the machine from the server's first answers), then
+/// the clock starts for all.
+struct Start {
+    built: Barrier,
+    at: OnceLock<Instant>,
+}
+
+impl Start {
+    fn new(scanners: usize) -> Start {
+        Start {
+            built: Barrier::new(scanners),
+            at: OnceLock::new(),
+        }
+    }
+
+    fn wait(&self) -> Instant {
+        self.built.wait();
+        *self.at.get_or_init(Instant::now)
+    }
+}
+
+/// `pace`: this scanner's endpoints per second and how long after the start its schedule
+/// begins (main batch k is due k batch intervals later, sent at once when late), or none
+/// for as fast as answers come.
 fn upload(
     base: &str,
     job: &Job,
     retry_every: usize,
     bar: &ProgressBar,
-    pace: Option<(f64, Instant)>,
+    pace: Option<(f64, Duration)>,
+    start: &Start,
 ) -> Result<UploadOutcome, String> {
     let agent = agent();
     let url = format!(
@@ -157,10 +181,21 @@ fn upload(
         requests: 0,
         retried_503: 0,
     };
-    for b in job.plan.batches(Uuid::new_v4()) {
-        if let Some((rate, start)) = pace {
-            let due = start + Duration::from_secs_f64(out.endpoints as f64 / rate);
+    let mut batches = job.plan.batches(Uuid::new_v4()).peekable();
+    batches.peek();
+    let started = start.wait();
+    let mut mains = 0u32;
+    for b in batches {
+        // Main batch k is due k batch intervals after this scanner's start, whatever its
+        // size: timed by endpoints sent, the short first batch would bring every scanner's
+        // second one forward, and with few batches each the crowd's starts and finals would
+        // overlap at twice the offered load. Side batches go with the main one before them.
+        if let (Some((rate, lag)), "main") = (pace, b.stream) {
+            let due = started
+                + lag
+                + Duration::from_secs_f64(mains as f64 * job.plan.batch as f64 / rate);
             std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            mains += 1;
         }
         let (saved, took, busy) = post(&agent, &url, &job.token, &b.body)?;
         out.retried_503 += busy;
@@ -219,7 +254,7 @@ pub fn run_paced(
     bar: &ProgressBar,
     per_s: Option<f64>,
 ) -> Result<UploadOutcome, String> {
-    let started = Instant::now();
+    let start = Start::new(jobs.len());
     let n = jobs.len().max(1) as f64;
     let results: Vec<Result<UploadOutcome, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = jobs
@@ -230,9 +265,10 @@ pub fn run_paced(
                 let pace = per_s.map(|r| {
                     let share = r / n;
                     let lag = i as f64 / n * job.plan.batch as f64 / share;
-                    (share, started + Duration::from_secs_f64(lag))
+                    (share, Duration::from_secs_f64(lag))
                 });
-                s.spawn(move || upload(base, job, retry_every, bar, pace))
+                let start = &start;
+                s.spawn(move || upload(base, job, retry_every, bar, pace, start))
             })
             .collect();
         handles
@@ -245,7 +281,7 @@ pub fn run_paced(
     });
     let mut total = UploadOutcome {
         latencies: Latencies::new(),
-        wall: started.elapsed(),
+        wall: start.at.get().map_or(Duration::ZERO, |t| t.elapsed()),
         endpoints: 0,
         observations: 0,
         requests: 0,

@@ -199,10 +199,11 @@ fn quick_mode_writes_a_sane_report() {
             paced["endpoints_per_s"].as_f64().unwrap_or(0.0),
         );
         // The schedule holds: flat out, the fewest scanners reached twice the offered load;
-        // paced, a scanner's last batch goes when the endpoints before it are due, so a
-        // run of two batches per scanner ends up to a quarter early.
+        // paced, a scanner's main batch k goes k batch intervals after its own start, so the
+        // crowd never runs ahead of the offered load (the short first batches and the
+        // staggered starts leave it behind).
         assert!(
-            offered > 0.0 && reached > 0.0 && reached <= offered * 1.5,
+            offered > 0.0 && reached > 0.0 && reached <= offered * 1.1,
             "{p}"
         );
     }
