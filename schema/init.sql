@@ -216,8 +216,17 @@ CREATE INDEX executions_lease_idx ON executions (lease_expires_at) WHERE status 
 -- check at commit that a deleted scanner authored none. Also created by
 -- migrate_execution_lifecycle.sql.
 CREATE INDEX executions_scanner_idx ON executions (scanner_id, created_at);
--- Why: executions of a task (task detail, aggregation, freshness) and the task cascade.
+-- Why: executions of a task (task detail, aggregation) and the task cascade.
 CREATE INDEX executions_task_idx ON executions (task_id, created_at);
+-- Why: every final asks whether its task is settled (no execution left that has not
+-- succeeded); partial, so it reads the few unsettled ones, not the task's whole history.
+-- Also created by migrate_task_freshness.sql.
+CREATE INDEX executions_task_unsettled_idx ON executions (task_id) WHERE status <> 'succeeded';
+-- Why: a settled task's scan time is the newest start among its succeeded executions,
+-- read backwards as one entry instead of sorting them all. Also created by
+-- migrate_task_freshness.sql.
+CREATE INDEX executions_task_scan_time_idx
+    ON executions (task_id, (coalesce(started_at, created_at)), id) WHERE status = 'succeeded';
 -- Why: retention walks the finished executions whose records it has not pruned, oldest
 -- first, by (finished_at, id) keyset; partial, so pruned history leaves the index. Also created by migrate_retention.sql.
 CREATE INDEX executions_prune_idx ON executions (finished_at, id)
@@ -814,4 +823,5 @@ INSERT INTO schema_marker (name) VALUES
     ('asset_lifecycle'),
     ('retention'),
     ('task_delete'),
-    ('close_lookup');
+    ('close_lookup'),
+    ('task_freshness');

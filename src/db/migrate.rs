@@ -54,6 +54,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_close_lookup.sql",
         include_str!("../../schema/migrate_close_lookup.sql"),
     ),
+    (
+        "migrate_task_freshness.sql",
+        include_str!("../../schema/migrate_task_freshness.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -68,6 +72,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "retention",
     "task_delete",
     "close_lookup",
+    "task_freshness",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).

@@ -12,8 +12,9 @@ use crate::db::{Queries, Tx};
 
 // The scan time of a task: the start of its latest succeeded execution (the moment the
 // targets were looked at), so an execution that started earlier but finished later does
-// not move the time backwards. NULL while the task has no succeeded execution.
-const SCAN_TIME: &str = "
+// not move the time backwards. NULL while the task has no succeeded execution. One entry
+// of executions_task_scan_time_idx read backwards, however many executions the task had.
+pub const SCAN_TIME: &str = "
     SELECT e.id, coalesce(e.started_at, e.created_at)
       FROM executions e
      WHERE e.task_id = $1 AND e.status = 'succeeded'
@@ -50,8 +51,10 @@ macro_rules! freshness_covered {
 pub const FRESHNESS_IP: &str = freshness_covered!("ip");
 pub const FRESHNESS_CIDR: &str = freshness_covered!("cidr");
 
-// A task is waiting while any of its executions or generated child tasks is unfinished.
-const TASK_SETTLED: &str = "
+// A task is waiting while any of its executions or generated child tasks is unfinished:
+// executions_task_unsettled_idx holds only the executions that have not succeeded, so a
+// task with a long history costs its final no more than a new one.
+pub const TASK_SETTLED: &str = "
     SELECT NOT EXISTS (SELECT 1 FROM executions WHERE task_id = $1 AND status <> 'succeeded')
        AND NOT EXISTS (SELECT 1 FROM tasks WHERE parent_task_id = $1 AND status <> 'succeeded')";
 

@@ -1,5 +1,6 @@
 //! Freshness of search targets after a final: IP, CIDR (v4/v6) and domain keys, order of
-//! executions, DNS parents waiting for their children, and the GiST plans.
+//! executions, DNS parents waiting for their children, the GiST plans, and a task's long
+//! history read through its partial indexes.
 
 use chrono::{DateTime, Utc};
 use postgres::Client;
@@ -265,4 +266,79 @@ fn the_freshness_statements_use_their_gist_indexes_on_200k_targets() {
         [("cidr".to_string(), 256), ("ip".to_string(), 256)],
         "every /24 and every single IP of 10.1.0.0/16, and nothing else"
     );
+}
+
+/// The plan of `sql` (one uuid parameter) as text.
+fn plan(c: &mut Client, sql: &str, id: Uuid) -> String {
+    c.query(
+        &format!("EXPLAIN {}", sql.replace("$1", "$1::uuid")),
+        &[&id],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<_, String>(0))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_final_of_a_task_with_100k_executions_reads_its_partial_indexes_not_its_history() {
+    let s = Stack::new("port_scan");
+    let mut c = s.sql();
+    let o = s.owner.id;
+    target(&mut c, o, "ip", "203.0.113.7");
+    let run = task_with_targets(&mut c, &s, "port_scan", &[("ip", "203.0.113.7")]);
+    // The task's history: 100 000 succeeded executions started before this one, and one
+    // that started after it (the task's scan time once this one is done too).
+    c.execute(
+        "INSERT INTO executions (task_id, scanner_id, status, started_at, finished_at)
+         SELECT $1, $2, 'succeeded', now() - interval '1 day' - g * interval '1 s', now()
+           FROM generate_series(1, 100000) AS g",
+        &[&run.task_id, &s.scanner.id],
+    )
+    .unwrap();
+    let newest: Uuid = c
+        .query_one(
+            "INSERT INTO executions (task_id, scanner_id, status, started_at, finished_at)
+             VALUES ($1, $2, 'succeeded', now() + interval '1 minute', now()) RETURNING id",
+            &[&run.task_id, &s.scanner.id],
+        )
+        .unwrap()
+        .get(0);
+    c.batch_execute("VACUUM ANALYZE executions").unwrap();
+    for (sql, index) in [
+        (
+            scanstore::upload::freshness::TASK_SETTLED,
+            "executions_task_unsettled_idx",
+        ),
+        (
+            scanstore::upload::freshness::SCAN_TIME,
+            "executions_task_scan_time_idx",
+        ),
+    ] {
+        let text = plan(&mut c, sql, run.task_id);
+        assert!(text.contains(index), "does not use {index}:\n{text}");
+        assert!(!text.contains("Seq Scan on executions"), "{text}");
+    }
+
+    finish(&s, &run, vec![endpoint("203.0.113.7", 443, t0())]);
+    let (at, by) = scanned(&mut c, o, "ip", "203.0.113.7").expect("refreshed");
+    assert_eq!(
+        by, newest,
+        "the newest start among the succeeded executions"
+    );
+    let started: DateTime<Utc> = c
+        .query_one(
+            "SELECT started_at FROM executions WHERE id = $1",
+            &[&newest],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(at, started);
+    let status: String = c
+        .query_one("SELECT status FROM tasks WHERE id = $1", &[&run.task_id])
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "succeeded");
 }
