@@ -22,7 +22,7 @@ const LOCK_EXECUTION: &str = "SELECT status FROM executions WHERE id = $1 FOR UP
 // matches no row and changes nothing (the trigger adds nothing either).
 // dns_answers_recorded tells a later final that this batch's answers are in
 // execution_dns_answers (recorded in this same transaction).
-const CONFIRM_RECEIPT: &str = "
+pub const CONFIRM_RECEIPT: &str = "
     WITH upload AS (
         SELECT s.abandoned_at IS NOT NULL AS abandoned
           FROM scan_upload_receipts r

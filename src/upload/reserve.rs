@@ -65,7 +65,7 @@ const LOCK_EXECUTION: &str = "
 // receipts' unique identity index (one row at most), beside each of this execution's
 // upload streams (a handful of rows by primary-key prefix). At least one row: the
 // receipt's columns repeat on every stream's row, and are null when it is new.
-const IDENTITY_AND_STREAMS: &str = "
+pub const IDENTITY_AND_STREAMS: &str = "
     SELECT r.id, r.checksum, r.is_final, r.observation_count, r.status,
            s.upload_id, s.dirty, s.final_count, s.abandoned
       FROM (SELECT 1) AS one
@@ -87,7 +87,7 @@ const STREAM: &str = "
       FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2";
 
 // With the lease renewal of RENEW_LEASE, in the same round trip.
-const INSERT_RECEIPT: &str = "
+pub const INSERT_RECEIPT: &str = "
     WITH renewed AS (
         UPDATE executions SET lease_expires_at = now() + make_interval(secs => $11) WHERE id = $1)
     INSERT INTO scan_upload_receipts

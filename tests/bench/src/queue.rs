@@ -14,6 +14,7 @@ use uuid::Uuid;
 use scanstore::db::Db;
 use scanstore::projection::outbox;
 use scanstore::retention::records::{self, Pruned};
+use scanstore::upload::{confirm, freshness, reserve};
 
 use crate::report::quantiles;
 use crate::stack::Database;
@@ -311,6 +312,24 @@ fn plans(c: &mut Client, admin_summary: &str) -> Result<Vec<(String, String)>, S
         .map_err(|e| e.to_string())?
         .get(0);
     let before = chrono::Utc::now() - chrono::Duration::days(1);
+    // A history execution's receipt, for the write path's statements on the full table.
+    let (receipt, execution, upload): (i64, Uuid, Uuid) = c
+        .query_one(
+            "SELECT id, execution_id, upload_id FROM scan_upload_receipts
+              ORDER BY id DESC LIMIT 1",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .map_err(|e| e.to_string())?;
+    let refs = vec!["bench-facts".to_string()];
+    // Every history execution belongs to one task: what a final of it asks.
+    let task: Uuid = c
+        .query_one(
+            "SELECT task_id FROM executions WHERE id = $1",
+            &[&execution],
+        )
+        .map_err(|e| e.to_string())?
+        .get(0);
     Ok(vec![
         (
             "claim".into(),
@@ -327,6 +346,46 @@ fn plans(c: &mut Client, admin_summary: &str) -> Result<Vec<(String, String)>, S
         (
             "backlog summary (scripts/backlog.sql)".into(),
             explain(c, admin_summary, &[])?,
+        ),
+        (
+            "upload: a batch's identity and its execution's streams".into(),
+            explain(
+                c,
+                reserve::IDENTITY_AND_STREAMS,
+                &[&execution, &upload, &"main", &0i32],
+            )?,
+        ),
+        (
+            "upload: a new batch's receipt (and lease)".into(),
+            explain(
+                c,
+                reserve::INSERT_RECEIPT,
+                &[
+                    &execution,
+                    &upload,
+                    &"main",
+                    &RECEIPTS_PER_EXECUTION,
+                    &false,
+                    &"sha256:bench",
+                    &1000i32,
+                    &1000i32,
+                    &0i32,
+                    &refs,
+                    &60.0f64,
+                ],
+            )?,
+        ),
+        (
+            "upload: the confirm (and abandon check)".into(),
+            explain(c, confirm::CONFIRM_RECEIPT, &[&receipt])?,
+        ),
+        (
+            "final: is the task settled (its executions not succeeded)".into(),
+            explain(c, freshness::TASK_SETTLED, &[&task])?,
+        ),
+        (
+            "final: the task's scan time (newest start of a succeeded execution)".into(),
+            explain(c, freshness::SCAN_TIME, &[&task])?,
         ),
         (
             "retention: the next executions to prune".into(),

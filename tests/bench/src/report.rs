@@ -760,7 +760,7 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
 fn queue_section(o: &mut String, q: &QueueResult) {
     let _ = writeln!(
         o,
-        "\n## Queue at scale\n\n{} due outbox rows throughout; history added step by step: finished executions, each with a processed outbox row and {} confirmed receipts (written in SQL, then `VACUUM ANALYZE`). Each statement is called {} times per run through scanstore's own functions (claim then release; checkpoints of one claimed row; the sampler's backlog query) or, for `scripts/backlog.sql`'s summary, as its text; {} runs per step, the four statements in turn. ms p50 / p99 of the run with the median p99, the runs' p99 range in brackets.\n\n| processed rows | receipts | fill s | claim | checkpoint | backlog | backlog summary |\n|---:|---:|---:|---:|---:|---:|---:|",
+        "\n## Queue at scale\n\n{} due outbox rows throughout; history added step by step: finished executions of one task, each with a processed outbox row and {} confirmed receipts (written in SQL, then `VACUUM ANALYZE`). Each statement is called {} times per run through scanstore's own functions (claim then release; checkpoints of one claimed row; the sampler's backlog query) or, for `scripts/backlog.sql`'s summary, as its text; {} runs per step, the four statements in turn. ms p50 / p99 of the run with the median p99, the runs' p99 range in brackets.\n\n| processed rows | receipts | fill s | claim | checkpoint | backlog | backlog summary |\n|---:|---:|---:|---:|---:|---:|---:|",
         q.due, 10, q.samples, q.runs
     );
     let cell =
@@ -782,7 +782,7 @@ fn queue_section(o: &mut String, q: &QueueResult) {
     let (p, secs) = &q.prune;
     let _ = writeln!(
         o,
-        "\nRetention (`execution_days`) then pruned that history: {} executions, {} receipts, {} upload streams and {} outbox rows in {:.0} s ({:.0} receipts/s), in transactions of 1000 rows.\n\nPlans at the largest step:\n",
+        "\nRetention (`execution_days`) then pruned that history: {} executions, {} receipts, {} upload streams and {} outbox rows in {:.0} s ({:.0} receipts/s), in transactions of 1000 rows.\n\nPlans at the largest step (the write path's on the execution that holds the newest receipt, a final's on the task of all that history):\n",
         p.executions,
         p.receipts,
         p.upload_streams,
