@@ -9,7 +9,8 @@ use std::fmt::Write as _;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{json, Value};
@@ -120,6 +121,9 @@ fn write_file(format: &str, path: &Path, ports: usize, at: &DateTime<Utc>) -> Re
 }
 
 /// Runs the client and waits for it with `wait4`: (wall seconds, CPU seconds, peak RSS KiB).
+/// The peak is its VmHWM, sampled while it runs: `wait4`'s `ru_maxrss` keeps the resident
+/// set of the process it was spawned from (the bench's, recorded at `exec`), not the
+/// client's own.
 fn run_client(mut cmd: Command) -> Result<(f64, f64, u64), String> {
     let started = Instant::now();
     let child = cmd
@@ -128,21 +132,30 @@ fn run_client(mut cmd: Command) -> Result<(f64, f64, u64), String> {
         .spawn()
         .map_err(|e| format!("scanstore-client: {e}"))?;
     let pid = child.id() as libc::pid_t;
+    let done = AtomicBool::new(false);
     let mut status = 0;
     // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child, with valid pointers to locals.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let (waited, peak_kib) = std::thread::scope(|s| {
+        let watch = s.spawn(|| {
+            let mut peak = 0;
+            while !done.load(Ordering::Relaxed) {
+                peak = peak.max(stack::vm_hwm_kib(child.id()).unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            peak
+        });
+        // SAFETY: waits for our own child, with valid pointers to locals.
+        let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        done.store(true, Ordering::Relaxed);
+        (waited, watch.join().unwrap_or(0))
+    });
     let wall = started.elapsed().as_secs_f64();
     if waited != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
         return Err(format!("scanstore-client failed (wait status {status})"));
     }
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Ok((
-        wall,
-        secs(usage.ru_utime) + secs(usage.ru_stime),
-        usage.ru_maxrss as u64,
-    ))
+    Ok((wall, secs(usage.ru_utime) + secs(usage.ru_stime), peak_kib))
 }
 
 /// The same observations as the file, in the client's batches, sent one by one.

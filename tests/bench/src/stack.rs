@@ -213,10 +213,7 @@ impl Proc {
 
     /// Peak resident set (VmHWM) in KiB, read from /proc.
     pub fn peak_rss_kib(&self) -> Option<u64> {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        s.lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        vm_hwm_kib(self.pid())
     }
 
     /// Graceful stop: SIGTERM and wait (scanstore flushes its log and drains workers).
@@ -376,4 +373,13 @@ pub fn scanstore(
 
 pub fn log_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.log"))
+}
+
+/// A live process's peak resident set (VmHWM) in KiB, read from /proc; none once it has
+/// exited.
+pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
