@@ -119,7 +119,7 @@ section_fresh() {
         && pass "fresh: markers unchanged" || fail "fresh: markers changed"
     [[ "$(scalar "$db" "SELECT string_agg(name, ',' ORDER BY name) FROM schema_marker")" == \
         "asset_lifecycle,close_lookup,execution_dns_answers,execution_lifecycle,retention,scan_projection_v2,scan_upload_stream_backfill,search_target_ip,task_delete,task_freshness,task_ports" ]] \
-        && pass "fresh: init.sql inserts the ten markers" || fail "fresh: markers"
+        && pass "fresh: init.sql inserts the eleven markers" || fail "fresh: markers"
     [[ "$(scalar "$db" "SELECT version FROM schema_version")" == 3 ]] \
         && pass "fresh: schema_version = 3" || fail "fresh: schema_version"
     # The upload-stream block must be byte-identical in init.sql and the migration, since
