@@ -3,6 +3,7 @@
 //! batches, or carried by the batch itself). Read in transaction A; an endpoint outside
 //! makes the whole batch 422 `out_of_scope`.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 use uuid::Uuid;
@@ -11,14 +12,33 @@ use super::batch::{refuse_positions, Batch};
 use super::error::UploadError;
 use crate::db::{Queries, Tx};
 
-// The task's targets in one round trip: networks as first and last address (inet decodes
-// to its address, so PG does the prefix arithmetic), domains as they are (never cast).
-// Primary-key prefix of task_targets.
-const TARGETS: &str = "
+// What of the task's targets a batch needs, in one round trip: its networks as first and
+// last address (inet decodes to its address, so PG does the prefix arithmetic) and its
+// domains as they are (never cast), by primary-key prefix; its single addresses all when
+// they are few (up to LISTED_IPS), else only those the batch names ($2), one primary-key
+// probe each (the key is host()'s spelling, task_targets_value_canonical). Either way a
+// batch reads at most its own size or LISTED_IPS of them, never a long list whole.
+pub const TARGETS: &str = "
+    WITH few AS (
+        SELECT count(*) <= $3::bigint AS yes
+          FROM (SELECT 1 FROM task_targets
+                 WHERE task_id = $1 AND kind = 'ip' LIMIT $3::bigint + 1) AS listed)
     SELECT kind = 'domain', value,
-           CASE WHEN kind <> 'domain' THEN network(value::inet)::inet END,
-           CASE WHEN kind <> 'domain' THEN broadcast(value::inet) END
-      FROM task_targets WHERE task_id = $1 AND kind IN ('ip', 'cidr', 'domain')";
+           CASE WHEN kind = 'cidr' THEN network(value::inet)::inet END,
+           CASE WHEN kind = 'cidr' THEN broadcast(value::inet) END
+      FROM task_targets WHERE task_id = $1 AND kind IN ('cidr', 'domain')
+    UNION ALL
+    SELECT false, NULL, value::inet, value::inet
+      FROM task_targets WHERE task_id = $1 AND kind = 'ip' AND (SELECT yes FROM few)
+    UNION ALL
+    SELECT false, NULL, a, a FROM unnest($2::inet[]) AS a
+     WHERE NOT (SELECT yes FROM few)
+       AND EXISTS (SELECT 1 FROM task_targets t
+                    WHERE t.task_id = $1 AND t.kind = 'ip' AND t.value = host(a))";
+
+/// Single-address targets a batch reads whole (a batch's own addresses are about as many):
+/// beyond it, only those the batch names.
+const LISTED_IPS: i64 = 1000;
 
 // At most children::MAX_CHILD_TARGETS rows, by primary-key prefix.
 const RECORDED_ANSWERS: &str = "SELECT address FROM execution_dns_answers WHERE execution_id = $1";
@@ -33,15 +53,18 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    /// The coverage of execution `execution_id` of task `task_id`.
+    /// The coverage of execution `execution_id` of task `task_id`, as far as `batch` needs
+    /// it: its networks and domains, and those of its single addresses the batch names.
     pub fn load(
         tx: &mut Tx<'_>,
         task_id: Uuid,
         execution_id: Uuid,
+        batch: &Batch,
     ) -> Result<Coverage, UploadError> {
         let mut ranges: Vec<(IpAddr, IpAddr)> = Vec::new();
         let mut domains: Vec<String> = Vec::new();
-        for r in tx.query(TARGETS, &[&task_id])? {
+        let named = named_addresses(batch);
+        for r in tx.query(TARGETS, &[&task_id, &named, &LISTED_IPS])? {
             match r.get::<_, bool>(0) {
                 true => {
                     let d: String = r.get(1);
@@ -135,6 +158,25 @@ impl Coverage {
         }
         batch.dns_answers_where(|name| self.covers_name(name))
     }
+}
+
+/// The distinct addresses `batch` reports, each in both spellings containment treats alike
+/// (IPv4, and IPv4-mapped IPv6), for the single-address targets it may be within.
+fn named_addresses(batch: &Batch) -> Vec<IpAddr> {
+    let mut named = HashSet::new();
+    for ip in batch
+        .observations
+        .iter()
+        .filter_map(|o| o.ip()?.parse().ok())
+    {
+        if let IpAddr::V4(v4) = IpAddr::to_canonical(&ip) {
+            named.insert(IpAddr::V6(v4.to_ipv6_mapped()));
+            named.insert(IpAddr::V4(v4));
+        } else {
+            named.insert(ip);
+        }
+    }
+    named.into_iter().collect()
 }
 
 /// Sorted, non-overlapping, non-adjacent ranges.

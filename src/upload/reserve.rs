@@ -168,7 +168,7 @@ pub fn run(
     // Within the task's targets, or nothing is written (a pending retry was checked when
     // first reserved; the check is repeated, as the targets never shrink).
     let coverage = span.stage("scope", || {
-        let coverage = Coverage::load(tx, execution.task_id, execution_id)?;
+        let coverage = Coverage::load(tx, execution.task_id, execution_id, batch)?;
         coverage.check(batch)?;
         Ok::<_, UploadError>(coverage)
     })?;

@@ -83,6 +83,75 @@ fn an_address_outside_the_tasks_targets_refuses_the_whole_batch() {
 
 #[test]
 #[ignore = "needs PostgreSQL"]
+fn a_task_of_50k_addresses_is_read_only_as_far_as_a_batch_names_them() {
+    let s = Stack::new("port_scan");
+    let mut c = s.sql();
+    let task = s.run.task_id;
+    c.execute("DELETE FROM task_targets WHERE task_id = $1", &[&task])
+        .unwrap();
+    c.execute(
+        "INSERT INTO task_targets (task_id, kind, value)
+         SELECT $1::uuid, 'ip', host('10.0.0.0'::inet + i) FROM generate_series(0, 49999) AS i
+         UNION ALL VALUES ($1, 'cidr', '198.51.100.0/24'), ($1, 'ip', '::ffff:192.0.2.9')",
+        &[&task],
+    )
+    .unwrap();
+    c.batch_execute("ANALYZE task_targets").unwrap();
+    // What one batch naming one address reads: the network and that address, not 50 000.
+    let one: Vec<std::net::IpAddr> = vec!["10.0.0.7".parse().unwrap()];
+    let rows = c
+        .query(
+            scanstore::upload::coverage::TARGETS,
+            &[&task, &one, &1000i64],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 2, "the CIDR and the one named address");
+
+    let up = Uuid::new_v4();
+    let r = scan::post(
+        s.base(),
+        &s.scanner.token,
+        s.execution(),
+        &Batch::main(
+            up,
+            0,
+            vec![
+                endpoint("10.0.0.7", 443, t0()),
+                endpoint("::ffff:10.0.1.2", 443, t0()),
+                endpoint("10.0.195.80", 443, t0()),
+                endpoint("198.51.100.4", 22, t0()),
+                endpoint("192.0.2.9", 22, t0()),
+                endpoint("2001:db8::1", 80, t0()),
+            ],
+        ),
+    );
+    // Past the last listed address, and another family's: outside. A mapped spelling of a
+    // listed IPv4 address, and the IPv4 spelling of a listed mapped one: inside.
+    assert_eq!(refusal(&r, 422, "out_of_scope"), [2, 5]);
+    assert_nothing_written(&s);
+
+    let r = scan::post(
+        s.base(),
+        &s.scanner.token,
+        s.execution(),
+        &Batch::final_(
+            up,
+            0,
+            vec![
+                endpoint("10.0.0.0", 443, t0()),
+                endpoint("10.0.195.79", 443, t0()),
+                endpoint("::ffff:10.0.1.2", 443, t0()),
+                endpoint("192.0.2.9", 22, t0()),
+                endpoint("198.51.100.4", 22, t0()),
+            ],
+        ),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(s.fact_count(), 5);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
 fn answers_to_the_domain_targets_bring_their_addresses_into_scope() {
     let s = Stack::new("port_scan");
     let mut c = s.sql();
