@@ -206,7 +206,7 @@ pub struct Opts {
     #[arg(long)]
     pub sweep_rounds: Option<usize>,
     /// Scanners at once: rounds per scanner count from 1 M endpoints up.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 5)]
     pub sweep_large_rounds: usize,
     /// Scanners at once: after the flat-out rounds, as many again per scanner count paced to
     /// this share of what the fewest scanners reached flat out (the same offered load at

@@ -181,8 +181,8 @@ impl SweepResult {
     }
 }
 
-/// Rounds per point at `size`: `--sweep-rounds`, or `--sweep-large-rounds` from 1 M up (a
-/// 1 M round takes a minute and a half per scanner count on the 2-CPU machine).
+/// Rounds per point at `size`: `--sweep-rounds`, or `--sweep-large-rounds` from 1 M up (the
+/// sweep's longest rounds, so they can be had fewer).
 fn rounds(opts: &Opts, size: usize) -> usize {
     if size >= 1_000_000 {
         opts.sweep_large_rounds.max(1)
