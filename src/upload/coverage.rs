@@ -12,17 +12,17 @@ use super::batch::{refuse_positions, Batch};
 use super::error::UploadError;
 use crate::db::{Queries, Tx};
 
-// What of the task's targets a batch needs, in one round trip: its networks as first and
-// last address (inet decodes to its address, so PG does the prefix arithmetic) and its
-// domains as they are (never cast), by primary-key prefix; its single addresses all when
-// they are few (up to LISTED_IPS), else only those the batch names ($2), one primary-key
-// probe each (the key is host()'s spelling, task_targets_value_canonical). Either way a
-// batch reads at most its own size or LISTED_IPS of them, never a long list whole.
+// The task's targets a batch needs, in one round trip: its networks as first and last
+// address (inet decodes to its address, so PG does the prefix arithmetic), its domains as
+// they are (never cast), and its single addresses when they are few (up to $2): all by
+// primary-key prefix. When they are more, one row whose first column is NULL says so, and
+// NAMED_TARGETS reads only those the batch names. Either way a batch reads at most its own
+// size or LISTED_IPS of them, never a long list whole.
 pub const TARGETS: &str = "
     WITH few AS (
-        SELECT count(*) <= $3::bigint AS yes
+        SELECT count(*) <= $2::bigint AS yes
           FROM (SELECT 1 FROM task_targets
-                 WHERE task_id = $1 AND kind = 'ip' LIMIT $3::bigint + 1) AS listed)
+                 WHERE task_id = $1 AND kind = 'ip' LIMIT $2::bigint + 1) AS listed)
     SELECT kind = 'domain', value,
            CASE WHEN kind = 'cidr' THEN network(value::inet)::inet END,
            CASE WHEN kind = 'cidr' THEN broadcast(value::inet) END
@@ -31,9 +31,13 @@ pub const TARGETS: &str = "
     SELECT false, NULL, value::inet, value::inet
       FROM task_targets WHERE task_id = $1 AND kind = 'ip' AND (SELECT yes FROM few)
     UNION ALL
-    SELECT false, NULL, a, a FROM unnest($2::inet[]) AS a
-     WHERE NOT (SELECT yes FROM few)
-       AND EXISTS (SELECT 1 FROM task_targets t
+    SELECT NULL, NULL, NULL, NULL WHERE NOT (SELECT yes FROM few)";
+
+// Of a long list of single addresses, those the batch names ($2): one primary-key probe
+// each (the key is host()'s spelling, task_targets_value_canonical).
+pub const NAMED_TARGETS: &str = "
+    SELECT a FROM unnest($2::inet[]) AS a
+     WHERE EXISTS (SELECT 1 FROM task_targets t
                     WHERE t.task_id = $1 AND t.kind = 'ip' AND t.value = host(a))";
 
 /// Single-address targets a batch reads whole (a batch's own addresses are about as many):
@@ -63,18 +67,25 @@ impl Coverage {
     ) -> Result<Coverage, UploadError> {
         let mut ranges: Vec<(IpAddr, IpAddr)> = Vec::new();
         let mut domains: Vec<String> = Vec::new();
-        let named = named_addresses(batch);
-        for r in tx.query(TARGETS, &[&task_id, &named, &LISTED_IPS])? {
-            match r.get::<_, bool>(0) {
-                true => {
+        let mut long_list = false;
+        for r in tx.query(TARGETS, &[&task_id, &LISTED_IPS])? {
+            match r.get::<_, Option<bool>>(0) {
+                Some(true) => {
                     let d: String = r.get(1);
                     domains.push(d.strip_prefix("*.").map(str::to_string).unwrap_or(d));
                 }
-                false => {
+                Some(false) => {
                     if let (Some(first), Some(last)) = (r.get(2), r.get(3)) {
                         ranges.push((first, last));
                     }
                 }
+                None => long_list = true,
+            }
+        }
+        if long_list {
+            for r in tx.query(NAMED_TARGETS, &[&task_id, &named_addresses(batch)])? {
+                let a: IpAddr = r.get(0);
+                ranges.push((a, a));
             }
         }
         if !domains.is_empty() {

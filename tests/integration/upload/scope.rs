@@ -97,15 +97,16 @@ fn a_task_of_50k_addresses_is_read_only_as_far_as_a_batch_names_them() {
     )
     .unwrap();
     c.batch_execute("ANALYZE task_targets").unwrap();
-    // What one batch naming one address reads: the network and that address, not 50 000.
-    let one: Vec<std::net::IpAddr> = vec!["10.0.0.7".parse().unwrap()];
-    let rows = c
-        .query(
-            scanstore::upload::coverage::TARGETS,
-            &[&task, &one, &1000i64],
-        )
-        .unwrap();
-    assert_eq!(rows.len(), 2, "the CIDR and the one named address");
+    // What a batch reads of it: the network and the mark of a long list, then of the
+    // addresses it names only those listed, not 50 000.
+    use scanstore::upload::coverage::{NAMED_TARGETS, TARGETS};
+    let rows = c.query(TARGETS, &[&task, &1000i64]).unwrap();
+    assert_eq!(rows.len(), 2, "the CIDR and the long list's mark");
+    assert!(rows.iter().any(|r| r.get::<_, Option<bool>>(0).is_none()));
+    let named: Vec<std::net::IpAddr> =
+        vec!["10.0.0.7".parse().unwrap(), "10.9.9.9".parse().unwrap()];
+    let rows = c.query(NAMED_TARGETS, &[&task, &named]).unwrap();
+    assert_eq!(rows.len(), 1, "the one listed address the batch names");
 
     let up = Uuid::new_v4();
     let r = scan::post(
