@@ -62,7 +62,8 @@ pub fn facts_template(prefix: &str) -> String {
 }
 
 /// Id of one raw fact: the batch identity plus the observation's position in the batch,
-/// so a retried batch overwrites its own facts instead of adding new ones.
+/// so a retried batch overwrites its own facts instead of adding new ones. Built by hand,
+/// as [`global_asset_id`] is: every observation of every batch has one.
 pub fn fact_id(
     execution_id: Uuid,
     upload_id: Uuid,
@@ -70,20 +71,27 @@ pub fn fact_id(
     batch_index: u32,
     position: usize,
 ) -> String {
-    format!(
-        "{}-{}-{}{}-{}",
-        execution_id.simple(),
-        upload_id.simple(),
+    let (mut execution, mut upload) = (Uuid::encode_buffer(), Uuid::encode_buffer());
+    let (mut batch, mut at) = (itoa::Buffer::new(), itoa::Buffer::new());
+    [
+        execution_id.simple().encode_lower(&mut execution),
+        "-",
+        upload_id.simple().encode_lower(&mut upload),
+        "-",
         &stream[..1],
-        batch_index,
-        position
-    )
+        batch.format(batch_index),
+        "-",
+        at.format(position),
+    ]
+    .concat()
 }
 
 /// Id of one endpoint in the execution projection: an endpoint seen twice in one
 /// execution is one document.
 pub fn execution_endpoint_id(execution_id: Uuid, ip: &str, transport: &str, port: u16) -> String {
-    format!("{}-{ip}-{transport}-{port}", execution_id.simple())
+    let (mut buf, mut digits) = (Uuid::encode_buffer(), itoa::Buffer::new());
+    let execution = execution_id.simple().encode_lower(&mut buf);
+    [execution, "-", ip, "-", transport, "-", digits.format(port)].concat()
 }
 
 /// Percent-encodes an index list for a URL path (ES names are lowercase ASCII without

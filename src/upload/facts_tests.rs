@@ -6,6 +6,11 @@ use super::*;
 use crate::upload::batch::{self, tests::body_with, Window};
 use chrono::{TimeZone, Utc};
 
+/// The reference time format: chrono's own RFC 3339 writer.
+fn chrono_time(t: &chrono::DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
 /// The reference: each document built as a `Value` tree, then serialised.
 fn reference(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Vec<Vec<u8>> {
     let stream = batch.stream.as_str();
@@ -39,7 +44,7 @@ fn reference(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Vec<V
             "upload_id": batch.upload_id.to_string(),
             "stream": stream,
             "batch_index": batch.batch_index,
-            "observed_at": es_time(o.observed_at()),
+            "observed_at": chrono_time(o.observed_at()),
         });
         match o {
             Observation::Endpoint(e) => {
@@ -88,7 +93,7 @@ fn reference(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Vec<V
             "execution_id": owning.execution_id.to_string(),
             "task_id": owning.task_id.to_string(),
             "owner_id": owning.owner_id.to_string(),
-            "observed_at": es_time(&e.observed_at),
+            "observed_at": chrono_time(&e.observed_at),
             "tags": tags.for_ip(&e.ip),
         });
         endpoint_fields(&mut doc, e);
@@ -180,4 +185,13 @@ fn the_newest_observation_of_each_endpoint_is_its_document_in_first_seen_order()
     let batch = parsed(&observations);
     let ops = build("scanstore", &owning(), &batch, &Tags::default());
     assert_eq!((ops.facts.len(), ops.endpoints.len()), (300, 3 * 17));
+}
+
+proptest::proptest! {
+    #[test]
+    fn times_are_written_as_chrono_writes_them(secs in -70_000_000_000i64..300_000_000_000, nanos in 0u32..2_000_000_000) {
+        if let Some(t) = chrono::DateTime::<Utc>::from_timestamp(secs, nanos) {
+            proptest::prop_assert_eq!(es_time(&t), chrono_time(&t));
+        }
+    }
 }
