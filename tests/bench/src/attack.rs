@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use crate::cpu::{self, Role, Sampler, Usage};
+use crate::cpu::{Role, Sampler, Usage};
 use crate::scanner::{self, UploadOutcome};
 use crate::scenario::{bar, es_target, jobs, prefix, watch_postgres};
 use crate::stack::{self, Database, ServeCfg};
@@ -150,16 +150,15 @@ pub fn run(
         )?;
         let watch = Watch::start(server.pid());
         let b = bar(total as u64, label);
-        let from = cpu::now();
         let upload = scanner::run(&server.url, jobs, opts.retry_every, &b);
-        let cpu = sampler.usage(from, cpu::now());
         b.finish_and_clear();
         let (peak_rss_kib, peak_threads) = watch.stop();
+        let upload = upload?;
         Ok(Phase {
-            upload: upload?,
+            cpu: sampler.usage(upload.span.0, upload.span.1),
+            upload,
             peak_rss_kib,
             peak_threads,
-            cpu,
         })
     };
     let quiet = phase("front door quiet", 0)?;

@@ -1,5 +1,5 @@
 //! Simulated scanners: one thread per scanner POSTs its execution's batches in order,
-//! re-sends every `retry_every`-th confirmed batch (a confirmed retry, which must answer
+//! their bodies built before the clock starts (as the ceiling's `_bulk` bodies are), re-sends every `retry_every`-th confirmed batch (a confirmed retry, which must answer
 //! `saved: 0`), and times every request on the client side into an HDR histogram per
 //! class: normal batch, final, confirmed retry, DNS/mixed.
 
@@ -84,6 +84,9 @@ pub struct UploadOutcome {
     pub requests: usize,
     /// 503 answers (pool timeout) that were retried after `Retry-After`.
     pub retried_503: usize,
+    /// When the clock started and when the last scanner finished (seconds since the Unix
+    /// epoch), for the CPU of the upload itself, without the building of its bodies.
+    pub span: (f64, f64),
 }
 
 fn class_of(b: &Batch) -> &'static str {
@@ -135,12 +138,13 @@ pub fn post(
     }
 }
 
-/// When the scanners start: every one has built its first batch (so that their first
-/// bodies, built at once, do not take the machine from the server's first answers), then
-/// the clock starts for all.
+/// When the scanners start: every one has built all its batches (so that building bodies,
+/// which a real scanner does on its own machine, takes nothing from the server's answers,
+/// as the ceiling's client sends bodies built before its clock), then the clock starts for
+/// all: as an instant, and as seconds since the Unix epoch for the CPU sampler.
 struct Start {
     built: Barrier,
-    at: OnceLock<Instant>,
+    at: OnceLock<(Instant, f64)>,
 }
 
 impl Start {
@@ -153,7 +157,9 @@ impl Start {
 
     fn wait(&self) -> Instant {
         self.built.wait();
-        *self.at.get_or_init(Instant::now)
+        self.at
+            .get_or_init(|| (Instant::now(), crate::cpu::now()))
+            .0
     }
 }
 
@@ -180,9 +186,9 @@ fn upload(
         observations: 0,
         requests: 0,
         retried_503: 0,
+        span: (0.0, 0.0),
     };
-    let mut batches = job.plan.batches(Uuid::new_v4()).peekable();
-    batches.peek();
+    let batches: Vec<Batch> = job.plan.batches(Uuid::new_v4()).collect();
     let started = start.wait();
     let mut mains = 0u32;
     for b in batches {
@@ -279,13 +285,15 @@ pub fn run_paced(
             })
             .collect()
     });
+    let started = start.at.get();
     let mut total = UploadOutcome {
         latencies: Latencies::new(),
-        wall: start.at.get().map_or(Duration::ZERO, |t| t.elapsed()),
+        wall: started.map_or(Duration::ZERO, |t| t.0.elapsed()),
         endpoints: 0,
         observations: 0,
         requests: 0,
         retried_503: 0,
+        span: (started.map_or(0.0, |t| t.1), crate::cpu::now()),
     };
     for r in results {
         let r = r?;

@@ -370,7 +370,6 @@ pub fn size_run(
 
     // Uploads, with publication off so that both are measured alone.
     let b = bar(size as u64, &format!("upload {size}"));
-    let upload_from = cpu::now();
     // What the first round's publication requests are built from, to build them again for
     // the close run's ceiling (the upload consumes the jobs).
     let first_plans: Vec<Job> = first
@@ -382,7 +381,7 @@ pub fn size_run(
         })
         .collect();
     let mut upload = scanner::run(&up.url, first, opts.retry_every, &b)?;
-    let upload_span = (upload_from, cpu::now());
+    let upload_span = upload.span;
     b.finish_and_clear();
     let rss_upload_kib = up.peak_rss_kib();
     up.stop();

@@ -9,7 +9,7 @@ use hdrhistogram::Histogram;
 use postgres::Client;
 
 use crate::ceiling::{self, Sent};
-use crate::cpu::{self, Role, Sampler, Usage};
+use crate::cpu::{Role, Sampler, Usage};
 use crate::logs::{self, pct, LogStats};
 use crate::report::quantiles;
 use crate::scanner::{self, Job, Latencies, UploadOutcome};
@@ -257,9 +257,8 @@ fn upload(
     x.sampler.watch(Role::Scanstore, up.pid());
     let b = bar(size as u64, label);
     let before = statements(c);
-    let from = cpu::now();
     let outcome = scanner::run_paced(&up.url, jobs, x.opts.retry_every, &b, per_s)?;
-    let to = cpu::now();
+    let span = outcome.span;
     // Less this reading's own statement.
     let ran = statements(c)
         .zip(before)
@@ -271,7 +270,7 @@ fn upload(
         outcome,
         events: logs::read(&stack::log_path(x.dir, label)),
         rss_kib,
-        cpu: x.sampler.usage(from, to),
+        cpu: x.sampler.usage(span.0, span.1),
         statements: ran,
     })
 }
@@ -391,7 +390,7 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
     let cpus = crate::report::machine().cpus;
     let _ = writeln!(
         o,
-        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices, every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
         opts.sweep_scanners,
         opts.pool_size,
         opts.bulk_concurrency,
@@ -436,7 +435,7 @@ fn paced_table(o: &mut String, s: &SweepResult) {
     if s.points.iter().all(|p| p.paced.is_none()) {
         return;
     }
-    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count, the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each: a scanner's main batch k is due k batch intervals after its own start, whatever the batch's size, and the starts are staggered over one interval, so the crowd's batches arrive evenly; every scanner builds its first batch before the clock starts), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs, the server-side column how much of it is spent inside scanstore (from its `ScanResultUpload` events), the ES bulk columns how much of that waited for one of the `bulk_max_concurrency` permits and how long the requests themselves took (`ElasticsearchBulkCompleted`), the pool column for a pooled connection. The latency targets use these. Where an execution is not a whole number of batches its first batch is the short one, so with few batches per execution (100 k among 64 scanners: 562 + a final of 1 000) the normal batches are smaller than at 4 scanners; the finals are full batches at every count.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | server-side p99 ms, normal / final | ES bulk p99 ms, permit wait / request | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count, the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each: a scanner's main batch k is due k batch intervals after its own start, whatever the batch's size, and the starts are staggered over one interval, so the crowd's batches arrive evenly; every scanner builds its batches before the clock starts), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs, the server-side column how much of it is spent inside scanstore (from its `ScanResultUpload` events), the ES bulk columns how much of that waited for one of the `bulk_max_concurrency` permits and how long the requests themselves took (`ElasticsearchBulkCompleted`), the pool column for a pooled connection. The latency targets use these. Where an execution is not a whole number of batches its first batch is the short one, so with few batches per execution (100 k among 64 scanners: 562 + a final of 1 000) the normal batches are smaller than at 4 scanners; the finals are full batches at every count.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | server-side p99 ms, normal / final | ES bulk p99 ms, permit wait / request | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &s.points {
         let Some(x) = &p.paced else { continue };
         let q = |c: &str| quantiles(&x.latencies.0[c]);

@@ -77,8 +77,7 @@ pub struct ExecutionPlan {
 
 impl ExecutionPlan {
     /// The main-stream batches in order (the last is the final), each followed by its DNS
-    /// sidecar batch where one is due. Built lazily, one at a time, so a 1 M-endpoint
-    /// execution never sits in memory as request bodies.
+    /// sidecar batch where one is due, built as the iterator is read.
     pub fn batches(&self, upload_id: Uuid) -> impl Iterator<Item = Batch> + '_ {
         let n_main = self.endpoints.div_ceil(self.batch).max(1);
         let short = self.endpoints - (n_main - 1) * self.batch;
