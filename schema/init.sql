@@ -161,6 +161,11 @@ CREATE TABLE task_targets (
     -- Why: freshness matches task targets against search targets by text; one spelling only.
     CONSTRAINT task_targets_value_canonical CHECK (scanstore_target_key_ok(kind, value))
 );
+-- Why: a batch of a task given more than a thousand networks is checked against only the
+-- networks around its addresses (coverage::NAMED_TARGETS), not all of them; partial, on
+-- the networks alone. Also created by migrate_task_networks.sql.
+CREATE INDEX task_targets_cidr_gist ON task_targets USING gist ((value::inet) inet_ops)
+    WHERE kind = 'cidr';
 
 CREATE TABLE executions (
     id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -824,4 +829,5 @@ INSERT INTO schema_marker (name) VALUES
     ('retention'),
     ('task_delete'),
     ('close_lookup'),
-    ('task_freshness');
+    ('task_freshness'),
+    ('task_networks');

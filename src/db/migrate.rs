@@ -58,6 +58,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_task_freshness.sql",
         include_str!("../../schema/migrate_task_freshness.sql"),
     ),
+    (
+        "migrate_task_networks.sql",
+        include_str!("../../schema/migrate_task_networks.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -73,6 +77,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "task_delete",
     "close_lookup",
     "task_freshness",
+    "task_networks",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).

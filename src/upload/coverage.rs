@@ -12,37 +12,55 @@ use super::batch::{refuse_positions, Batch};
 use super::error::UploadError;
 use crate::db::{Queries, Tx};
 
-// The task's targets a batch needs, in one round trip: its networks as first and last
-// address (inet decodes to its address, so PG does the prefix arithmetic), its domains as
-// they are (never cast), and its single addresses when they are few (up to $2): all by
-// primary-key prefix. When they are more, one row whose first column is NULL says so, and
-// NAMED_TARGETS reads only those the batch names. Either way a batch reads at most its own
-// size or LISTED_IPS of them, never a long list whole.
+// The task's targets a batch needs, in one round trip: its domains as they are (never
+// cast), its networks as first and last address (inet decodes to its address, so PG does
+// the prefix arithmetic) and its single addresses, each list read whole only when it is
+// short (up to $2 entries): all by primary-key prefix. For a longer list one row whose
+// first column is NULL names its kind ('ip' or 'cidr'), and NAMED_TARGETS reads only what
+// the batch's addresses need of it. Either way a batch never reads a long list whole.
 pub const TARGETS: &str = "
     WITH few AS (
-        SELECT count(*) <= $2::bigint AS yes
-          FROM (SELECT 1 FROM task_targets
-                 WHERE task_id = $1 AND kind = 'ip' LIMIT $2::bigint + 1) AS listed)
-    SELECT kind = 'domain', value,
-           CASE WHEN kind = 'cidr' THEN network(value::inet)::inet END,
-           CASE WHEN kind = 'cidr' THEN broadcast(value::inet) END
-      FROM task_targets WHERE task_id = $1 AND kind IN ('cidr', 'domain')
+        SELECT (SELECT count(*) FROM (SELECT 1 FROM task_targets
+                                       WHERE task_id = $1 AND kind = 'ip'
+                                       LIMIT $2::bigint + 1) AS listed) <= $2::bigint AS ips,
+               (SELECT count(*) FROM (SELECT 1 FROM task_targets
+                                       WHERE task_id = $1 AND kind = 'cidr'
+                                       LIMIT $2::bigint + 1) AS listed) <= $2::bigint AS nets)
+    SELECT true, value, NULL::inet, NULL::inet
+      FROM task_targets WHERE task_id = $1 AND kind = 'domain'
+    UNION ALL
+    SELECT false, NULL, network(value::inet)::inet, broadcast(value::inet)
+      FROM task_targets WHERE task_id = $1 AND kind = 'cidr' AND (SELECT nets FROM few)
     UNION ALL
     SELECT false, NULL, value::inet, value::inet
-      FROM task_targets WHERE task_id = $1 AND kind = 'ip' AND (SELECT yes FROM few)
+      FROM task_targets WHERE task_id = $1 AND kind = 'ip' AND (SELECT ips FROM few)
     UNION ALL
-    SELECT NULL, NULL, NULL, NULL WHERE NOT (SELECT yes FROM few)";
+    SELECT NULL, long.kind, NULL, NULL
+      FROM (VALUES ('ip', (SELECT ips FROM few)), ('cidr', (SELECT nets FROM few)))
+           AS long (kind, short)
+     WHERE NOT long.short";
 
-// Of a long list of single addresses, those the batch names ($2): one primary-key probe
-// each (the key is host()'s spelling, task_targets_value_canonical).
+// Of the long lists ($3: the single addresses, $4: the networks), what the batch's
+// addresses ($2, each IPv4 one in both spellings) need, as first and last address: the
+// listed addresses among them, one primary-key probe each (the key is host()'s spelling,
+// task_targets_value_canonical); and the networks overlapping the smallest network that
+// spans them, per family and spelling, through the GiST index task_targets_cidr_gist, so
+// a batch of nearby addresses reads only the networks around them.
 pub const NAMED_TARGETS: &str = "
-    SELECT a FROM unnest($2::inet[]) AS a
-     WHERE EXISTS (SELECT 1 FROM task_targets t
-                    WHERE t.task_id = $1 AND t.kind = 'ip' AND t.value = host(a))";
+    SELECT a, a FROM unnest($2::inet[]) AS a
+     WHERE $3 AND EXISTS (SELECT 1 FROM task_targets t
+                           WHERE t.task_id = $1 AND t.kind = 'ip' AND t.value = host(a))
+    UNION ALL
+    SELECT network(t.value::inet)::inet, broadcast(t.value::inet)
+      FROM (SELECT inet_merge(min(a), max(a)) AS span
+              FROM unnest($2::inet[]) AS a WHERE $4
+             GROUP BY family(a), a << '::ffff:0.0.0.0/96') AS spans
+      JOIN task_targets t
+        ON t.kind = 'cidr' AND t.value::inet && spans.span AND t.task_id = $1";
 
-/// Single-address targets a batch reads whole (a batch's own addresses are about as many):
-/// beyond it, only those the batch names.
-const LISTED_IPS: i64 = 1000;
+/// Entries of a task's single addresses, or of its networks, that a batch reads whole (a
+/// batch's own addresses are about as many): beyond it, only what the batch needs.
+const LISTED_TARGETS: i64 = 1000;
 
 // At most children::MAX_CHILD_TARGETS rows, by primary-key prefix.
 const RECORDED_ANSWERS: &str = "SELECT address FROM execution_dns_answers WHERE execution_id = $1";
@@ -67,8 +85,8 @@ impl Coverage {
     ) -> Result<Coverage, UploadError> {
         let mut ranges: Vec<(IpAddr, IpAddr)> = Vec::new();
         let mut domains: Vec<String> = Vec::new();
-        let mut long_list = false;
-        for r in tx.query(TARGETS, &[&task_id, &LISTED_IPS])? {
+        let (mut long_ips, mut long_nets) = (false, false);
+        for r in tx.query(TARGETS, &[&task_id, &LISTED_TARGETS])? {
             match r.get::<_, Option<bool>>(0) {
                 Some(true) => {
                     let d: String = r.get(1);
@@ -79,13 +97,16 @@ impl Coverage {
                         ranges.push((first, last));
                     }
                 }
-                None => long_list = true,
+                None => match r.get::<_, &str>(1) {
+                    "ip" => long_ips = true,
+                    _ => long_nets = true,
+                },
             }
         }
-        if long_list {
-            for r in tx.query(NAMED_TARGETS, &[&task_id, &named_addresses(batch)])? {
-                let a: IpAddr = r.get(0);
-                ranges.push((a, a));
+        if long_ips || long_nets {
+            let named = named_addresses(batch);
+            for r in tx.query(NAMED_TARGETS, &[&task_id, &named, &long_ips, &long_nets])? {
+                ranges.push((r.get(0), r.get(1)));
             }
         }
         if !domains.is_empty() {
@@ -172,7 +193,7 @@ impl Coverage {
 }
 
 /// The distinct addresses `batch` reports, each in both spellings containment treats alike
-/// (IPv4, and IPv4-mapped IPv6), for the single-address targets it may be within.
+/// (IPv4, and IPv4-mapped IPv6), for the long lists of targets it may be within.
 fn named_addresses(batch: &Batch) -> Vec<IpAddr> {
     let mut named = HashSet::new();
     for ip in batch

@@ -105,7 +105,9 @@ fn a_task_of_50k_addresses_is_read_only_as_far_as_a_batch_names_them() {
     assert!(rows.iter().any(|r| r.get::<_, Option<bool>>(0).is_none()));
     let named: Vec<std::net::IpAddr> =
         vec!["10.0.0.7".parse().unwrap(), "10.9.9.9".parse().unwrap()];
-    let rows = c.query(NAMED_TARGETS, &[&task, &named]).unwrap();
+    let rows = c
+        .query(NAMED_TARGETS, &[&task, &named, &true, &false])
+        .unwrap();
     assert_eq!(rows.len(), 1, "the one listed address the batch names");
 
     let up = Uuid::new_v4();
@@ -149,6 +151,107 @@ fn a_task_of_50k_addresses_is_read_only_as_far_as_a_batch_names_them() {
     );
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(s.fact_count(), 5);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_task_of_20k_networks_is_read_only_around_a_batchs_addresses() {
+    let s = Stack::new("port_scan");
+    let mut c = s.sql();
+    let task = s.run.task_id;
+    c.execute("DELETE FROM task_targets WHERE task_id = $1", &[&task])
+        .unwrap();
+    // Every other /24 from 10.0.0.0 (10.0.0.0/24, 10.0.2.0/24, … 10.156.62.0/24), one
+    // IPv4-mapped network and one IPv6 network.
+    c.execute(
+        "INSERT INTO task_targets (task_id, kind, value)
+         SELECT $1::uuid, 'cidr', network(set_masklen('10.0.0.0'::inet + i * 512, 24))::text
+           FROM generate_series(0, 19999) AS i
+         UNION ALL VALUES ($1, 'cidr', '::ffff:192.0.2.0/120'), ($1, 'cidr', '2001:db8::/64'),
+                          ($1, 'ip', '198.51.100.7')",
+        &[&task],
+    )
+    .unwrap();
+    c.batch_execute("ANALYZE task_targets").unwrap();
+    // What a batch reads of it: the single address and the mark of a long list of networks,
+    // then of the networks only those around the addresses it names.
+    use scanstore::upload::coverage::{NAMED_TARGETS, TARGETS};
+    let rows = c.query(TARGETS, &[&task, &1000i64]).unwrap();
+    assert_eq!(rows.len(), 2, "the address and the long list's mark");
+    let marks: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.get::<_, Option<bool>>(0).is_none())
+        .map(|r| r.get(1))
+        .collect();
+    assert_eq!(marks, ["cidr"]);
+    let named: Vec<std::net::IpAddr> = ["10.0.4.7", "10.0.4.200", "10.0.5.1"]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let rows = c
+        .query(NAMED_TARGETS, &[&task, &named, &false, &true])
+        .unwrap();
+    assert_eq!(rows.len(), 1, "10.0.4.0/24, the one network around them");
+    let sql = NAMED_TARGETS
+        .replace("$1", "$1::uuid")
+        .replace("$2", "$2::inet[]")
+        .replace("$3", "$3::boolean")
+        .replace("$4", "$4::boolean");
+    let plan: Vec<String> = c
+        .query(&format!("EXPLAIN {sql}"), &[&task, &named, &false, &true])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("task_targets_cidr_gist"), "{plan}");
+
+    let up = Uuid::new_v4();
+    let r = scan::post(
+        s.base(),
+        &s.scanner.token,
+        s.execution(),
+        &Batch::main(
+            up,
+            0,
+            vec![
+                endpoint("10.0.4.7", 443, t0()),
+                endpoint("10.0.5.1", 443, t0()),
+                endpoint("10.156.62.255", 443, t0()),
+                endpoint("10.156.63.0", 443, t0()),
+                endpoint("192.0.2.9", 22, t0()),
+                endpoint("::ffff:10.0.6.6", 22, t0()),
+                endpoint("2001:db8::1", 80, t0()),
+                endpoint("2001:db8:1::1", 80, t0()),
+                endpoint("198.51.100.7", 80, t0()),
+            ],
+        ),
+    );
+    // Between two listed networks, past the last one, and another IPv6 network: outside.
+    // The IPv4 spelling of an address in the mapped network, the mapped spelling of one in
+    // a listed IPv4 network, and the single address: inside.
+    assert_eq!(refusal(&r, 422, "out_of_scope"), [1, 3, 7]);
+    assert_nothing_written(&s);
+
+    let r = scan::post(
+        s.base(),
+        &s.scanner.token,
+        s.execution(),
+        &Batch::final_(
+            up,
+            0,
+            vec![
+                endpoint("10.0.4.7", 443, t0()),
+                endpoint("10.156.62.255", 443, t0()),
+                endpoint("192.0.2.9", 22, t0()),
+                endpoint("::ffff:10.0.6.6", 22, t0()),
+                endpoint("2001:db8::1", 80, t0()),
+                endpoint("198.51.100.7", 80, t0()),
+            ],
+        ),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(s.fact_count(), 6);
 }
 
 #[test]
