@@ -28,6 +28,44 @@ fn refusal(r: &Got, status: u16, code: &str) -> Vec<u64> {
         .collect()
 }
 
+/// A stack whose task's targets are the rows `targets` selects ($1: the task), analysed.
+fn with_targets(targets: &str) -> (Stack, postgres::Client, Uuid) {
+    let s = Stack::new("port_scan");
+    let mut c = s.sql();
+    let task = s.run.task_id;
+    c.execute("DELETE FROM task_targets WHERE task_id = $1", &[&task])
+        .unwrap();
+    c.execute(
+        &format!("INSERT INTO task_targets (task_id, kind, value) {targets}"),
+        &[&task],
+    )
+    .unwrap();
+    c.batch_execute("ANALYZE task_targets").unwrap();
+    (s, c, task)
+}
+
+/// Sends a main batch of endpoints at `sent` (address, port), which must be refused as
+/// out of scope at exactly `outside` with nothing written, then a final of the others,
+/// which must be stored whole.
+fn only_in_scope_stored(s: &Stack, sent: &[(&str, u16)], outside: &[u64]) {
+    let up = Uuid::new_v4();
+    let batch = |inside_only: bool| {
+        sent.iter()
+            .enumerate()
+            .filter(|(i, _)| !inside_only || !outside.contains(&(*i as u64)))
+            .map(|(_, (ip, port))| endpoint(ip, *port, t0()))
+            .collect::<Vec<_>>()
+    };
+    let post = |b: &Batch| scan::post(s.base(), &s.scanner.token, s.execution(), b);
+    let r = post(&Batch::main(up, 0, batch(false)));
+    assert_eq!(refusal(&r, 422, "out_of_scope"), outside);
+    assert_nothing_written(s);
+    let stored = batch(true);
+    let r = post(&Batch::final_(up, 0, stored.clone()));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(s.fact_count(), stored.len() as u64);
+}
+
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn an_address_outside_the_tasks_targets_refuses_the_whole_batch() {
@@ -84,19 +122,10 @@ fn an_address_outside_the_tasks_targets_refuses_the_whole_batch() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_task_of_50k_addresses_is_read_only_as_far_as_a_batch_names_them() {
-    let s = Stack::new("port_scan");
-    let mut c = s.sql();
-    let task = s.run.task_id;
-    c.execute("DELETE FROM task_targets WHERE task_id = $1", &[&task])
-        .unwrap();
-    c.execute(
-        "INSERT INTO task_targets (task_id, kind, value)
-         SELECT $1::uuid, 'ip', host('10.0.0.0'::inet + i) FROM generate_series(0, 49999) AS i
+    let (s, mut c, task) = with_targets(
+        "SELECT $1::uuid, 'ip', host('10.0.0.0'::inet + i) FROM generate_series(0, 49999) AS i
          UNION ALL VALUES ($1, 'cidr', '198.51.100.0/24'), ($1, 'ip', '::ffff:192.0.2.9')",
-        &[&task],
-    )
-    .unwrap();
-    c.batch_execute("ANALYZE task_targets").unwrap();
+    );
     // What a batch reads of it: the network and the mark of a long list, then of the
     // addresses it names only those listed, not 50 000.
     use scanstore::upload::coverage::{NAMED_TARGETS, TARGETS};
@@ -110,69 +139,35 @@ fn a_task_of_50k_addresses_is_read_only_as_far_as_a_batch_names_them() {
         .unwrap();
     assert_eq!(rows.len(), 1, "the one listed address the batch names");
 
-    let up = Uuid::new_v4();
-    let r = scan::post(
-        s.base(),
-        &s.scanner.token,
-        s.execution(),
-        &Batch::main(
-            up,
-            0,
-            vec![
-                endpoint("10.0.0.7", 443, t0()),
-                endpoint("::ffff:10.0.1.2", 443, t0()),
-                endpoint("10.0.195.80", 443, t0()),
-                endpoint("198.51.100.4", 22, t0()),
-                endpoint("192.0.2.9", 22, t0()),
-                endpoint("2001:db8::1", 80, t0()),
-            ],
-        ),
-    );
     // Past the last listed address, and another family's: outside. A mapped spelling of a
     // listed IPv4 address, and the IPv4 spelling of a listed mapped one: inside.
-    assert_eq!(refusal(&r, 422, "out_of_scope"), [2, 5]);
-    assert_nothing_written(&s);
-
-    let r = scan::post(
-        s.base(),
-        &s.scanner.token,
-        s.execution(),
-        &Batch::final_(
-            up,
-            0,
-            vec![
-                endpoint("10.0.0.0", 443, t0()),
-                endpoint("10.0.195.79", 443, t0()),
-                endpoint("::ffff:10.0.1.2", 443, t0()),
-                endpoint("192.0.2.9", 22, t0()),
-                endpoint("198.51.100.4", 22, t0()),
-            ],
-        ),
+    only_in_scope_stored(
+        &s,
+        &[
+            ("10.0.0.7", 443),
+            ("::ffff:10.0.1.2", 443),
+            ("10.0.195.80", 443),
+            ("198.51.100.4", 22),
+            ("192.0.2.9", 22),
+            ("2001:db8::1", 80),
+            ("10.0.195.79", 443),
+            ("10.0.0.0", 443),
+        ],
+        &[2, 5],
     );
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(s.fact_count(), 5);
 }
 
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_task_of_20k_networks_is_read_only_around_a_batchs_addresses() {
-    let s = Stack::new("port_scan");
-    let mut c = s.sql();
-    let task = s.run.task_id;
-    c.execute("DELETE FROM task_targets WHERE task_id = $1", &[&task])
-        .unwrap();
     // Every other /24 from 10.0.0.0 (10.0.0.0/24, 10.0.2.0/24, … 10.156.62.0/24), one
     // IPv4-mapped network and one IPv6 network.
-    c.execute(
-        "INSERT INTO task_targets (task_id, kind, value)
-         SELECT $1::uuid, 'cidr', network(set_masklen('10.0.0.0'::inet + i * 512, 24))::text
+    let (s, mut c, task) = with_targets(
+        "SELECT $1::uuid, 'cidr', network(set_masklen('10.0.0.0'::inet + i * 512, 24))::text
            FROM generate_series(0, 19999) AS i
          UNION ALL VALUES ($1, 'cidr', '::ffff:192.0.2.0/120'), ($1, 'cidr', '2001:db8::/64'),
                           ($1, 'ip', '198.51.100.7')",
-        &[&task],
-    )
-    .unwrap();
-    c.batch_execute("ANALYZE task_targets").unwrap();
+    );
     // What a batch reads of it: the single address and the mark of a long list of networks,
     // then of the networks only those around the addresses it names.
     use scanstore::upload::coverage::{NAMED_TARGETS, TARGETS};
@@ -206,52 +201,24 @@ fn a_task_of_20k_networks_is_read_only_around_a_batchs_addresses() {
     let plan = plan.join("\n");
     assert!(plan.contains("task_targets_cidr_gist"), "{plan}");
 
-    let up = Uuid::new_v4();
-    let r = scan::post(
-        s.base(),
-        &s.scanner.token,
-        s.execution(),
-        &Batch::main(
-            up,
-            0,
-            vec![
-                endpoint("10.0.4.7", 443, t0()),
-                endpoint("10.0.5.1", 443, t0()),
-                endpoint("10.156.62.255", 443, t0()),
-                endpoint("10.156.63.0", 443, t0()),
-                endpoint("192.0.2.9", 22, t0()),
-                endpoint("::ffff:10.0.6.6", 22, t0()),
-                endpoint("2001:db8::1", 80, t0()),
-                endpoint("2001:db8:1::1", 80, t0()),
-                endpoint("198.51.100.7", 80, t0()),
-            ],
-        ),
-    );
     // Between two listed networks, past the last one, and another IPv6 network: outside.
     // The IPv4 spelling of an address in the mapped network, the mapped spelling of one in
     // a listed IPv4 network, and the single address: inside.
-    assert_eq!(refusal(&r, 422, "out_of_scope"), [1, 3, 7]);
-    assert_nothing_written(&s);
-
-    let r = scan::post(
-        s.base(),
-        &s.scanner.token,
-        s.execution(),
-        &Batch::final_(
-            up,
-            0,
-            vec![
-                endpoint("10.0.4.7", 443, t0()),
-                endpoint("10.156.62.255", 443, t0()),
-                endpoint("192.0.2.9", 22, t0()),
-                endpoint("::ffff:10.0.6.6", 22, t0()),
-                endpoint("2001:db8::1", 80, t0()),
-                endpoint("198.51.100.7", 80, t0()),
-            ],
-        ),
+    only_in_scope_stored(
+        &s,
+        &[
+            ("10.0.4.7", 443),
+            ("10.0.5.1", 443),
+            ("10.156.62.255", 443),
+            ("10.156.63.0", 443),
+            ("192.0.2.9", 22),
+            ("::ffff:10.0.6.6", 22),
+            ("2001:db8::1", 80),
+            ("2001:db8:1::1", 80),
+            ("198.51.100.7", 80),
+        ],
+        &[1, 3, 7],
     );
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(s.fact_count(), 6);
 }
 
 #[test]
