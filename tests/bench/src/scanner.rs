@@ -1,5 +1,6 @@
 //! Simulated scanners: one thread per scanner POSTs its execution's batches in order,
-//! their bodies built before the clock starts (as the ceiling's `_bulk` bodies are), re-sends every `retry_every`-th confirmed batch (a confirmed retry, which must answer
+//! their bodies built before the clock starts (as the ceiling's `_bulk` bodies are),
+//! re-sends every `retry_every`-th confirmed batch (a confirmed retry, which must answer
 //! `saved: 0`), and times every request on the client side into an HDR histogram per
 //! class: normal batch, final, confirmed retry, DNS/mixed.
 
