@@ -189,7 +189,10 @@ fn the_newest_observation_of_each_endpoint_is_its_document_in_first_seen_order()
 
 proptest::proptest! {
     #[test]
-    fn times_are_written_as_chrono_writes_them(secs in -70_000_000_000i64..300_000_000_000, nanos in 0u32..2_000_000_000) {
+    fn times_are_written_as_chrono_writes_them(
+        secs in -70_000_000_000i64..300_000_000_000,
+        nanos in 0u32..2_000_000_000,
+    ) {
         if let Some(t) = chrono::DateTime::<Utc>::from_timestamp(secs, nanos) {
             proptest::prop_assert_eq!(es_time(&t), chrono_time(&t));
         }
