@@ -20,6 +20,7 @@
 #   DIR/etc/scanstore/scanstore.env                 0600 root:root (template, secrets)
 #   DIR/etc/systemd/system/scanstore.service        0644
 #   DIR/usr/local/share/doc/scanstore/README.md     0644
+#   DIR/usr/local/share/doc/scanstore/scanner-api.md 0644
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -114,6 +115,7 @@ fi
 
 install -m 0644 "$repo/scripts/systemd/scanstore.service" "$prefix/etc/systemd/system/scanstore.service"
 install -m 0644 "$repo/README.md" "$prefix/usr/local/share/doc/scanstore/README.md"
+install -m 0644 "$repo/docs/scanner-api.md" "$prefix/usr/local/share/doc/scanstore/scanner-api.md"
 
 if [ "$reload" = 1 ] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
   systemctl daemon-reload
