@@ -52,7 +52,10 @@ fn install_lays_out_binary_config_and_unit_with_modes_and_is_idempotent() {
     assert_eq!(mode(&p("etc/scanstore/scanstore.toml")), 0o640);
     assert_eq!(mode(&p("etc/scanstore/scanstore.env")), 0o600);
     assert_eq!(mode(&p("etc/systemd/system/scanstore.service")), 0o644);
-    assert_eq!(mode(&p("usr/local/share/doc/scanstore/scanner-api.md")), 0o644);
+    assert_eq!(
+        mode(&p("usr/local/share/doc/scanstore/scanner-api.md")),
+        0o644
+    );
     assert_eq!(
         std::fs::read_to_string(p("etc/scanstore/scanstore.toml")).unwrap(),
         include_str!("../../../scripts/scanstore.example.toml")
