@@ -280,6 +280,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         false,
         None,
         None,
+        crate::congestion::DEFAULT,
     )?;
     let base = format!("http://{}", running.addr);
     let agent = agent();

@@ -13,6 +13,7 @@ mod bulk_parse;
 mod chunked;
 mod cluster;
 mod composite;
+pub mod congestion;
 mod date_histogram;
 mod doc_api;
 mod doc_check;
@@ -77,6 +78,7 @@ pub fn start(
     id_field_data: bool,
     required_authorization: Option<String>,
     tls: Option<&TlsFiles>,
+    congestion: &str,
 ) -> Result<Running, String> {
     if !listen.ip().is_loopback() {
         return Err(format!(
@@ -85,6 +87,10 @@ pub fn start(
     }
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    congestion::set(&listener, congestion)
+        .map_err(|e| {
+        format!("cannot use TCP congestion control {congestion:?} ({e}); `--tcp-congestion system` keeps the host's")
+    })?;
     let server = match tls {
         Some(files) => {
             let tls = ServerTls::new(files.clone())?;

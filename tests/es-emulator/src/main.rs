@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 use scanstore::http::tls::TlsFiles;
 use scanstore_es_emulator::app::Limits;
-use scanstore_es_emulator::{bench, start};
+use scanstore_es_emulator::{bench, congestion, start};
 
 /// The bulk path allocates and frees a JSON tree per document; mimalloc handles that churn
 /// far better than glibc malloc (see README.md for the measured numbers).
@@ -52,6 +52,11 @@ struct Cli {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// TCP congestion control of the emulator's connections (`system`: the host's default).
+    /// On loopback, BBR now and then paces a large answer out over 60–75 ms (see
+    /// `congestion.rs`).
+    #[arg(long, default_value = congestion::DEFAULT)]
+    tcp_congestion: String,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -100,6 +105,7 @@ fn main() -> ExitCode {
         cli.id_field_data,
         authorization,
         tls.as_ref(),
+        &cli.tcp_congestion,
     ) {
         Ok(r) => r,
         Err(e) => {

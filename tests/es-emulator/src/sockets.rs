@@ -55,7 +55,7 @@ pub enum Shut {
 
 /// The descriptors of this process's sockets connected to `peer`.
 #[cfg(target_os = "linux")]
-fn sockets_of(peer: SocketAddr) -> Vec<i32> {
+pub(crate) fn sockets_of(peer: SocketAddr) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return Vec::new();
     };
@@ -128,6 +128,7 @@ mod tests {
             false,
             None,
             None,
+            crate::congestion::SYSTEM,
         )
         .unwrap();
         let mut client = TcpStream::connect(running.addr).unwrap();
