@@ -53,13 +53,10 @@ pub fn set(_listener: &TcpListener, algorithm: &str) -> std::io::Result<()> {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use std::io::{Read, Write};
-    use std::net::TcpStream;
     use std::os::fd::AsRawFd;
 
     use super::*;
-    use crate::app::Limits;
-    use crate::sockets::sockets_of;
+    use crate::sockets::accepted;
 
     /// The congestion control of socket `fd`.
     fn of(fd: i32) -> std::io::Result<String> {
@@ -86,25 +83,8 @@ mod tests {
     /// What the server's end of a fresh connection to an emulator started with `algorithm`
     /// uses, and what the client's end uses.
     fn accepted_with(algorithm: &str) -> (Vec<String>, String) {
-        let running = crate::start(
-            "127.0.0.1:0".parse().unwrap(),
-            1,
-            Limits::default(),
-            false,
-            None,
-            None,
-            algorithm,
-        )
-        .unwrap();
-        let mut client = TcpStream::connect(running.addr).unwrap();
-        client
-            .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            .unwrap();
-        // An answer means the connection was accepted.
-        client.read_exact(&mut [0u8; 1]).unwrap();
-        let accepted = sockets_of(client.local_addr().unwrap());
-        assert!(!accepted.is_empty());
-        let server: Vec<String> = accepted.iter().map(|&fd| of(fd).unwrap()).collect();
+        let (_running, client, accepted) = accepted(algorithm);
+        let server = accepted.iter().map(|&fd| of(fd).unwrap()).collect();
         (server, of(client.as_raw_fd()).unwrap())
     }
 

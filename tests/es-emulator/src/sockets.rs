@@ -55,7 +55,7 @@ pub enum Shut {
 
 /// The descriptors of this process's sockets connected to `peer`.
 #[cfg(target_os = "linux")]
-pub(crate) fn sockets_of(peer: SocketAddr) -> Vec<i32> {
+fn sockets_of(peer: SocketAddr) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return Vec::new();
     };
@@ -93,12 +93,9 @@ pub fn shutdown_peer(_peer: SocketAddr, _how: Shut) -> bool {
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
-    use std::io::{Read, Write};
-    use std::net::TcpStream;
     use std::os::fd::AsRawFd;
 
     use super::*;
-    use crate::app::Limits;
 
     fn nodelay(fd: i32) -> bool {
         let mut on: libc::c_int = 0;
@@ -121,29 +118,37 @@ mod tests {
     /// algorithm switched off (as ES's `http.tcp.no_delay` does by default).
     #[test]
     fn accepted_connections_have_nagle_off() {
-        let running = crate::start(
-            "127.0.0.1:0".parse().unwrap(),
-            1,
-            Limits::default(),
-            false,
-            None,
-            None,
-            crate::congestion::SYSTEM,
-        )
-        .unwrap();
-        let mut client = TcpStream::connect(running.addr).unwrap();
-        client
-            .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            .unwrap();
-        // An answer means the connection was accepted.
-        client.read_exact(&mut [0u8; 1]).unwrap();
-        // The server's end (tiny_http holds it twice: a read and a write handle).
-        let accepted = sockets_of(client.local_addr().unwrap());
-        assert!(!accepted.is_empty());
+        let (_running, client, accepted) = accepted(crate::congestion::SYSTEM);
         assert!(accepted.iter().all(|&fd| nodelay(fd)));
         assert!(
             !nodelay(client.as_raw_fd()),
             "a plain client socket keeps Nagle on"
         );
     }
+}
+
+/// A connection to an emulator started with congestion control `algorithm`: the emulator,
+/// the client's end and the server's (tiny_http holds it twice: a read and a write handle).
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) fn accepted(algorithm: &str) -> (crate::Running, std::net::TcpStream, Vec<i32>) {
+    use std::io::{Read, Write};
+    let running = crate::start(
+        "127.0.0.1:0".parse().unwrap(),
+        1,
+        crate::app::Limits::default(),
+        false,
+        None,
+        None,
+        algorithm,
+    )
+    .unwrap();
+    let mut client = std::net::TcpStream::connect(running.addr).unwrap();
+    client
+        .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    // An answer means the connection was accepted.
+    client.read_exact(&mut [0u8; 1]).unwrap();
+    let accepted = sockets_of(client.local_addr().unwrap());
+    assert!(!accepted.is_empty());
+    (running, client, accepted)
 }
