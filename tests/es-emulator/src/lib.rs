@@ -87,9 +87,10 @@ pub fn start(
     }
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    congestion::set(&listener, congestion)
-        .map_err(|e| {
-        format!("cannot use TCP congestion control {congestion:?} ({e}); `--tcp-congestion system` keeps the host's")
+    congestion::set(&listener, congestion).map_err(|e| {
+        format!(
+            "TCP congestion control {congestion:?}: {e} (`--tcp-congestion system`: the host's)"
+        )
     })?;
     let server = match tls {
         Some(files) => {

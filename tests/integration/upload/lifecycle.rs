@@ -104,28 +104,23 @@ fn the_claim_answers_the_lease_and_limits_and_heartbeats_and_batches_renew_it() 
         &[&e],
     )
     .unwrap();
-    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 1, t0()));
-    assert_eq!(scan::post(s.base(), &s.scanner.token, e, &b).status, 200);
-    let lease: DateTime<Utc> = c
-        .query_one(
+    let lease_of = |c: &mut postgres::Client| -> DateTime<Utc> {
+        c.query_one(
             "SELECT lease_expires_at FROM executions WHERE id = $1",
             &[&e],
         )
         .unwrap()
-        .get(0);
+        .get(0)
+    };
+    let b = Batch::main(Uuid::new_v4(), 0, endpoints(0, 1, t0()));
+    assert_eq!(scan::post(s.base(), &s.scanner.token, e, &b).status, 200);
+    let lease = lease_of(&mut c);
     assert!(lease >= before + chrono::Duration::seconds(599), "{lease}");
     // The next batch, within a hundredth of the lease, leaves it (and so the execution's
     // row and its indexes) alone.
     let b = Batch::main(b.upload_id, 1, endpoints(1, 1, t0()));
     assert_eq!(scan::post(s.base(), &s.scanner.token, e, &b).status, 200);
-    let again: DateTime<Utc> = c
-        .query_one(
-            "SELECT lease_expires_at FROM executions WHERE id = $1",
-            &[&e],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(again, lease);
+    assert_eq!(lease_of(&mut c), lease);
 
     // Only the claimant may heartbeat, and only a running execution.
     let other = factory::scanner(&mut c, None);
