@@ -8,6 +8,7 @@ mod attack;
 mod ceiling;
 mod closing;
 mod cpu;
+mod cpus;
 mod factory;
 mod fairness;
 mod imports;
@@ -80,6 +81,12 @@ pub struct Opts {
     pub emulator_bin: PathBuf,
     #[arg(long, default_value_t = 8)]
     pub emulator_threads: usize,
+    /// Run the emulator on these CPUs (`taskset -c` form: `0`, `0-1`) and the bench,
+    /// scanstore and PostgreSQL (which must run on this machine) on the others, as when
+    /// Elasticsearch has machines of its own; the ceilings then measure the emulator on
+    /// those CPUs alone. (default: every process on every CPU)
+    #[arg(long, value_parser = cpus::Cpus::parse)]
+    pub emulator_cpus: Option<cpus::Cpus>,
     /// KiB of heap per endpoint that a size run's emulator touches before it listens (at
     /// most the memory available less 6 GiB and the Python peer's share; 0: none). Memory
     /// first touched costs a page fault, 1–3 s of kernel time per GiB on this VM, taken by
@@ -323,7 +330,9 @@ impl Opts {
 fn main() -> ExitCode {
     let mut opts = Opts::parse();
     opts.resolve();
-    match run(&opts) {
+    let ran = run(&opts);
+    cpus::undo();
+    match ran {
         Ok(path) => {
             println!("report: {}", path.display());
             ExitCode::SUCCESS
@@ -363,6 +372,17 @@ fn run(opts: &Opts) -> Result<PathBuf, String> {
             api_key,
             ca: opts.es_ca_file.clone(),
         });
+    }
+    if let Some(emulator) = &opts.emulator_cpus {
+        if opts.es_url.is_some() {
+            return Err("--emulator-cpus is for the emulator, not --es-url".into());
+        }
+        let db = opts
+            .database_url
+            .as_ref()
+            .or(opts.admin_url.as_ref())
+            .ok_or("no database: give --admin-url or --database-url")?;
+        cpus::apply(emulator, db)?;
     }
     let _ = scenario::PREFIX_ROOT.set(opts.prefix_root.clone());
     let logs = opts.out.join("logs");

@@ -70,8 +70,10 @@ pub fn machine() -> Machine {
         })
         .unwrap_or_else(|| "unknown".into());
     Machine {
-        cpus: std::thread::available_parallelism()
-            .map(|n| n.get())
+        // With the CPUs split this process runs on part of them; the machine has them all.
+        cpus: crate::cpus::split()
+            .map(|s| s.emulator.len() + s.rest.len())
+            .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
             .unwrap_or(0),
         mem_gib: mem_kib / 1024.0 / 1024.0,
         cpu_model,
@@ -517,6 +519,9 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
             .map(|u| format!("`{u}`"))
             .unwrap_or_else(|| format!("a fresh `scanstore-es-emulator` per scenario, a size run's touching {} KiB of heap per endpoint before it listens (at most the memory available less 6 GiB and 5 KiB per endpoint for the Python peer), as Elasticsearch pre-touches its heap", opts.emulator_pretouch_kib_per_endpoint))
     );
+    if let Some(split) = crate::cpus::split() {
+        let _ = writeln!(o, "- **CPUs split** (`--emulator-cpus`): the emulator on CPU {}, the bench, scanstore and PostgreSQL on CPU {}, as when Elasticsearch has machines of its own; every ceiling measures the emulator on its CPUs alone, and \"ratio the CPU allows\" is that of the side that runs out first, each spending its own CPUs", split.emulator.list(), split.rest.list());
+    }
     let _ = writeln!(o, "- size runs: {} scanners (half `port_scan`, half `mixed` with DNS records in main batches and a DNS sidecar batch every {} main batches), {} endpoints per batch, the first and every {}th confirmed main batch re-sent; scanstore `pool_size` {}, `bulk_max_concurrency` {}, `bulk_batch_size` {}, `projection.page_size` {}, `projection.workers` {}, `projection.nice` {}",
         opts.scanners, opts.dns_every, opts.batch, opts.retry_every, opts.pool_size, opts.bulk_concurrency, opts.bulk_batch_size, opts.page_size, opts.workers, opts.projection_nice);
     if !opts.no_publication {

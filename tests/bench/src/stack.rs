@@ -290,6 +290,7 @@ pub fn emulator(opts: &Opts, log: &Path, pretouch_mib: usize) -> Result<Proc, St
             .arg(&tls.key);
         cmd.args(["--api-key", &tls.api_key]);
     }
+    crate::cpus::pin_emulator(&mut cmd);
     spawn_announcing(cmd, log, "scanstore-es-emulator")
 }
 

@@ -134,9 +134,19 @@ impl Point {
 
     /// The ratio the machine's CPU allows: `cpus` cores spent at the upload's CPU per
     /// endpoint, over the ceiling's throughput. Where the upload keeps the cores busy, no
-    /// saving outside scanstore's share brings the ratio past it.
+    /// saving outside scanstore's share brings the ratio past it. With the CPUs split
+    /// (`--emulator-cpus`) each side spends its own cores, and the side that runs out first
+    /// bounds the upload.
     pub fn cpu_bound_ratio(&self, cpus: usize) -> f64 {
-        let per_s = cpus as f64 * 1e6 / self.machine_us(false).max(1e-9);
+        let machine = self.machine_us(false).max(1e-9);
+        let per_s = match crate::cpus::split() {
+            Some(split) => {
+                let emulator = self.cpu_us(Role::Emulator, false).unwrap_or(0.0);
+                let rest = split.rest.len() as f64 * 1e6 / (machine - emulator).max(1e-9);
+                rest.min(split.emulator.len() as f64 * 1e6 / emulator.max(1e-9))
+            }
+            None => cpus as f64 * 1e6 / machine,
+        };
         per_s / self.ceiling_per_s().0.max(1e-9)
     }
 
