@@ -2,23 +2,18 @@
 //! a throwaway setup — databases in the test cluster, a fresh emulator and `scanstore
 //! serve` processes from this build — and writes a report whose numbers are sane.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
 use crate::support::db;
 
-#[test]
-#[ignore = "needs PostgreSQL"]
-fn quick_mode_writes_a_sane_report() {
-    let out =
-        std::env::temp_dir().join(format!("scanstore-bench-{}", uuid::Uuid::new_v4().simple()));
+/// `scanstore-bench` with this build's binaries, on the test cluster and a fresh emulator
+/// (or the real cluster of `STORAGE_TEST_ES_URL`, returned), writing to `out`.
+fn bench(out: &Path) -> (Command, Option<String>) {
     let mut cmd = Command::new(crate::support::tools::bin("scanstore-bench"));
-    cmd.arg("--quick")
-        .args(["--scanners", "4", "--finals", "8"])
-        // A debug build publishes slowly: a smaller backlog and fewer small executions.
-        .args(["--fairness-backlog", "8000", "--fairness-executions", "8"])
-        .arg("--scanstore-bin")
+    cmd.arg("--scanstore-bin")
         .arg(env!("CARGO_BIN_EXE_scanstore"))
         .arg("--emulator-bin")
         .arg(crate::support::tools::bin("scanstore-es-emulator"))
@@ -28,7 +23,7 @@ fn quick_mode_writes_a_sane_report() {
             "/tests/python/peer_bulk.py"
         ))
         .arg("--out")
-        .arg(&out)
+        .arg(out)
         .env("STORAGE_TEST_DATABASE_URL", db::admin_url())
         .env_remove("SCANSTORE_DATABASE_URL")
         .env_remove("SCANSTORE_ES_URL");
@@ -48,6 +43,22 @@ fn quick_mode_writes_a_sane_report() {
     // Its indices and templates under the run's root, for the cleanup of a shared cluster.
     cmd.arg("--prefix-root")
         .arg(format!("{}bench", crate::support::emulator::es_root()));
+    (cmd, real)
+}
+
+fn out_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("scanstore-bench-{}", uuid::Uuid::new_v4().simple()))
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn quick_mode_writes_a_sane_report() {
+    let out = out_dir();
+    let (mut cmd, real) = bench(&out);
+    cmd.arg("--quick")
+        .args(["--scanners", "4", "--finals", "8"])
+        // A debug build publishes slowly: a smaller backlog and fewer small executions.
+        .args(["--fairness-backlog", "8000", "--fairness-executions", "8"]);
     let started = std::time::Instant::now();
     let run = cmd.output().expect("run scanstore-bench");
     assert!(
@@ -310,5 +321,127 @@ fn quick_mode_writes_a_sane_report() {
             );
         }
     }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The CPUs a process may run on, from `Cpus_allowed_list` in its status (`0-1,3`).
+fn cpus_allowed(pid: u32) -> Option<Vec<usize>> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        cpus.extend(a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?);
+    }
+    Some(cpus)
+}
+
+/// The processes whose parent is `parent` and whose command name starts with `name`.
+fn children_named(parent: u32, name: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                return false;
+            };
+            let ppid = stat[close + 1..].split_whitespace().nth(1);
+            stat[open + 1..close].starts_with(name) && ppid == Some(&parent.to_string())
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs PostgreSQL on this machine"]
+fn the_cpu_split_puts_the_emulator_apart_and_gives_postgresql_its_cpus_back() {
+    let out = out_dir();
+    let (mut cmd, real) = bench(&out);
+    let allowed = cpus_allowed(std::process::id()).expect("this process's CPUs");
+    if allowed.len() < 2 || real.is_some() {
+        // There is nothing to split on one CPU, and no emulator to pin against a real cluster.
+        eprintln!(
+            "skipped: {} CPUs, real cluster: {}",
+            allowed.len(),
+            real.is_some()
+        );
+        return;
+    }
+    let mut pg = postgres::Client::connect(&db::admin_url(), postgres::NoTls).expect("connect");
+    let dir: String = pg
+        .query_one("SELECT current_setting('data_directory')", &[])
+        .expect("data_directory")
+        .get(0);
+    let pid_file =
+        std::fs::read_to_string(format!("{dir}/postmaster.pid")).expect("postmaster.pid");
+    let postmaster: u32 = pid_file
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("pid");
+    let before = cpus_allowed(postmaster).expect("the postmaster's CPUs");
+    let emulator_cpu = allowed[0];
+    let rest: Vec<usize> = allowed[1..].to_vec();
+
+    // Only a small sweep: one round of 2 scanners at 2 000 endpoints.
+    cmd.args([
+        "--no-sizes",
+        "--no-queue",
+        "--no-fairness",
+        "--no-imports",
+        "--no-pool",
+    ])
+    .args([
+        "--attack-connections",
+        "0",
+        "--no-peer",
+        "--sweep-pace",
+        "0",
+    ])
+    .args(["--sweep-sizes", "2000", "--sweep-scanners", "2"])
+    .args(["--sweep-rounds", "1", "--sweep-large-rounds", "1"])
+    .args(["--emulator-cpus", &emulator_cpu.to_string()])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("run scanstore-bench");
+    let (mut emulators, mut bench_cpus, mut postmaster_cpus) = (Vec::new(), Vec::new(), Vec::new());
+    while child.try_wait().expect("wait").is_none() {
+        for pid in children_named(child.id(), "scanstore-es") {
+            emulators.extend(cpus_allowed(pid));
+        }
+        bench_cpus.extend(cpus_allowed(child.id()));
+        postmaster_cpus.extend(cpus_allowed(postmaster));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let run = child.wait_with_output().expect("bench output");
+    assert!(
+        run.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(!emulators.is_empty(), "no emulator seen");
+    assert!(
+        emulators.iter().all(|c| *c == vec![emulator_cpu]),
+        "{emulators:?}"
+    );
+    // Once pinned, the bench (and so the scanstore processes it starts) and PostgreSQL run
+    // on the rest; before that they may be seen on every CPU.
+    assert_eq!(bench_cpus.last(), Some(&rest), "{bench_cpus:?}");
+    assert!(postmaster_cpus.contains(&rest), "{postmaster_cpus:?}");
+    assert_eq!(
+        cpus_allowed(postmaster),
+        Some(before),
+        "PostgreSQL keeps the split"
+    );
+    let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(report.contains("**CPUs split**"), "{report}");
     let _ = std::fs::remove_dir_all(&out);
 }
