@@ -124,8 +124,9 @@ impl Cpus {
 pub struct Split {
     pub emulator: Cpus,
     pub rest: Cpus,
-    /// The CPUs PostgreSQL had before, given back by [`undo`].
-    allowed: Cpus,
+    /// The CPUs this process (and, assumed, PostgreSQL) had before: the machine's, given
+    /// back to PostgreSQL by [`undo`].
+    pub allowed: Cpus,
     postmaster: u32,
 }
 

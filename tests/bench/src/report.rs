@@ -72,7 +72,7 @@ pub fn machine() -> Machine {
     Machine {
         // With the CPUs split this process runs on part of them; the machine has them all.
         cpus: crate::cpus::split()
-            .map(|s| s.emulator.len() + s.rest.len())
+            .map(|s| s.allowed.len())
             .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
             .unwrap_or(0),
         mem_gib: mem_kib / 1024.0 / 1024.0,

@@ -46,6 +46,16 @@ fn bench(out: &Path) -> (Command, Option<String>) {
     (cmd, real)
 }
 
+/// Asserts that the bench ran to the end, showing its output where it did not.
+fn succeeded(run: &std::process::Output) {
+    assert!(
+        run.status.success(),
+        "scanstore-bench failed\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 fn out_dir() -> PathBuf {
     std::env::temp_dir().join(format!("scanstore-bench-{}", uuid::Uuid::new_v4().simple()))
 }
@@ -60,13 +70,7 @@ fn quick_mode_writes_a_sane_report() {
         // A debug build publishes slowly: a smaller backlog and fewer small executions.
         .args(["--fairness-backlog", "8000", "--fairness-executions", "8"]);
     let started = std::time::Instant::now();
-    let run = cmd.output().expect("run scanstore-bench");
-    assert!(
-        run.status.success(),
-        "scanstore-bench --quick failed\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    succeeded(&cmd.output().expect("run scanstore-bench"));
     eprintln!("scanstore-bench --quick took {:?}", started.elapsed());
 
     let report = std::fs::read_to_string(out.join("report.md")).expect("report.md written");
@@ -420,13 +424,7 @@ fn the_cpu_split_puts_the_emulator_apart_and_gives_postgresql_its_cpus_back() {
         postmaster_cpus.extend(cpus_allowed(postmaster));
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let run = child.wait_with_output().expect("bench output");
-    assert!(
-        run.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    succeeded(&child.wait_with_output().expect("bench output"));
     assert!(!emulators.is_empty(), "no emulator seen");
     assert!(
         emulators.iter().all(|c| *c == vec![emulator_cpu]),
