@@ -90,9 +90,8 @@ impl Cpus {
 
     /// Restricts every thread of process `pid` to these CPUs; threads and processes it
     /// starts later inherit the restriction.
-    fn pin_process(&self, pid: u32) -> Result<(), String> {
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .map_err(|e| format!("/proc/{pid}/task: {e}"))?;
+    fn pin_process(&self, pid: u32) -> std::io::Result<()> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))?;
         for task in tasks.flatten() {
             if let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) {
                 // A thread that exited meanwhile has nothing left to pin.
@@ -158,11 +157,19 @@ pub fn apply(emulator: &Cpus, database_url: &str) -> Result<(), String> {
         ));
     }
     let postmaster = postmaster_pid(database_url)?;
-    rest.pin_process(postmaster)?;
+    rest.pin_process(postmaster)
+        .map_err(|e| format!("/proc/{postmaster}: {e}"))?;
     for child in children_of(postmaster) {
-        rest.pin_process(child)?;
+        match rest.pin_process(child) {
+            // A backend that exited since the listing has nothing left to pin.
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("/proc/{child}: {e}"));
+            }
+            _ => {}
+        }
     }
-    rest.pin_process(std::process::id())?;
+    rest.pin_process(std::process::id())
+        .map_err(|e| format!("/proc/self: {e}"))?;
     let _ = SPLIT.set(Split {
         emulator: emulator.clone(),
         rest,
@@ -245,6 +252,16 @@ mod tests {
         assert!(Cpus::parse("1-0").is_err());
         assert!(Cpus::parse("a").is_err());
         assert!(Cpus::parse("").is_err());
+    }
+
+    #[test]
+    fn a_process_gone_is_not_found() {
+        // `apply` skips backends that exit between the listing and the pinning by this kind.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        let err = Cpus::allowed().unwrap().pin_process(pid).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]
