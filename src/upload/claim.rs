@@ -30,11 +30,14 @@ macro_rules! claim {
 }
 
 // An unrestricted scanner takes only what is assigned to it: executions_claim_idx by
-// scanner_id. `SKIP LOCKED`: concurrent claims take different executions.
+// scanner_id. `SKIP LOCKED`: concurrent claims take different executions. Neither claim
+// hands out a deleted task's queued executions, which wait for its deletion run (the
+// task's primary key, per candidate row).
 const CLAIM_ASSIGNED: &str = claim!(
-    "SELECT id FROM executions
-      WHERE scanner_id = $1 AND status = 'queued'
-      ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"
+    "SELECT e.id FROM executions e
+      WHERE e.scanner_id = $1 AND e.status = 'queued'
+        AND NOT EXISTS (SELECT 1 FROM tasks d WHERE d.id = e.task_id AND d.deleted_at IS NOT NULL)
+      ORDER BY e.created_at, e.id LIMIT 1 FOR UPDATE OF e SKIP LOCKED"
 );
 
 // A scanner restricted to owner $3 also takes that owner's unassigned executions; both
@@ -45,6 +48,7 @@ const CLAIM_FOR_OWNER: &str = claim!(
         AND (e.scanner_id = $1
              OR (e.scanner_id IS NULL
                  AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = e.task_id AND t.owner_id = $3)))
+        AND NOT EXISTS (SELECT 1 FROM tasks d WHERE d.id = e.task_id AND d.deleted_at IS NOT NULL)
       ORDER BY e.created_at, e.id LIMIT 1 FOR UPDATE OF e SKIP LOCKED"
 );
 

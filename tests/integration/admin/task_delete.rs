@@ -1,6 +1,7 @@
-//! `task delete`: refused (nothing written) while an execution is queued or running or a
-//! child task hangs off the task; otherwise the task is marked and its deletion run
-//! queued in one transaction, once however often it is asked; usage errors exit 2.
+//! `task delete`: refused (nothing written) while an execution is running or a child task
+//! hangs off the task; otherwise the task is marked and its deletion run queued in one
+//! transaction, once however often it is asked, and its queued executions are withdrawn
+//! from the scanners; usage errors exit 2.
 
 use super::outbox::{outbox_row, succeed};
 use super::{admin, admin_without_url, count, queued_execution};
@@ -28,13 +29,12 @@ fn a_task_is_deleted_once_its_executions_have_ended() {
     let (o, task, e) = queued_execution(&t, "port_scan");
     let mut c = t.connect();
 
-    admin(&t, &["task", "delete", &task]).fails_with("1 unfinished execution(s)");
     c.execute(
         "UPDATE executions SET status = 'running', started_at = now() WHERE id = $1::text::uuid",
         &[&e],
     )
     .unwrap();
-    admin(&t, &["task", "delete", &task]).fails_with("unfinished execution(s)");
+    admin(&t, &["task", "delete", &task]).fails_with("1 running execution(s)");
     assert_eq!(marked(&t, &task), (false, 0), "a refusal writes nothing");
 
     // A child task generated from its DNS answers would go with it (the cascade) while
@@ -67,6 +67,7 @@ fn a_task_is_deleted_once_its_executions_have_ended() {
     assert_eq!(r.get("task_id"), task);
     assert_eq!(r.get("owner_id"), o);
     assert_eq!(r.get("executions"), "1");
+    assert_eq!(r.get("queued"), "0");
     let outbox_id = r.get("outbox_id").to_string();
     assert_eq!(marked(&t, &task), (true, 1));
     let (kind, owner): (String, uuid::Uuid) = {
@@ -99,6 +100,65 @@ fn a_task_is_deleted_once_its_executions_have_ended() {
     assert!(backlog.stdout.contains("| forget"), "{backlog}");
     assert!(backlog.stdout.contains(&task), "{backlog}");
     admin(&t, &["outbox", "requeue", &e]).fails_with("which is being deleted");
+}
+
+/// A queued execution has uploaded nothing, or (requeued after its lease lapsed) has only
+/// what the deletion run takes out anyway: it goes with its task, and from the deletion on
+/// no scanner is handed it, whether it was assigned to one or queued for any of the owner's.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn queued_executions_go_with_the_task_and_no_scanner_claims_them() {
+    use crate::support::{scan, server};
+
+    let t = db::fresh();
+    let o = super::owner(&t, "alice");
+    let sc = admin(&t, &["scanner", "create", "edge-1", "--owner", &o]).ok();
+    let create = |scanner: Option<&str>| {
+        let mut args = vec!["task", "create", "--owner", &o, "--kind", "port_scan"];
+        args.extend(["--target", "198.51.100.0/24"]);
+        args.extend(scanner.map(|s| ["--scanner", s]).into_iter().flatten());
+        let r = admin(&t, &args).ok();
+        (
+            r.get("task_id").to_string(),
+            r.get("execution_id").to_string(),
+        )
+    };
+    // A scanner of no owner in particular takes only what is assigned to it.
+    let unrestricted = admin(&t, &["scanner", "create", "edge-2"]).ok();
+    let (assigned, assigned_execution) = create(Some(sc.get("scanner_id")));
+    let (anyone, anyone_execution) = create(None);
+    let (theirs, theirs_execution) = create(Some(unrestricted.get("scanner_id")));
+    for task in [&assigned, &anyone, &theirs] {
+        let r = admin(&t, &["task", "delete", task]).ok();
+        assert!(
+            r.stdout.starts_with("task deleted (deletion queued)\n"),
+            "{r}"
+        );
+        assert_eq!((r.get("executions"), r.get("queued")), ("1", "1"));
+        assert_eq!(marked(&t, task), (true, 1));
+    }
+    // No Elasticsearch is needed to claim: nothing listens on port 9.
+    let srv = server::TestServer::start(server::config(&t.url, "http://127.0.0.1:9"));
+    for scanner in [&sc, &unrestricted] {
+        let got = scan::claim(&srv.base, scanner.get("token"));
+        assert_eq!(got.status, 204, "{}", got.body);
+    }
+    srv.shutdown();
+    // The deletion run removes them with the task; until then they stay queued, unclaimed.
+    let queued: i64 = t
+        .connect()
+        .query_one(
+            "SELECT count(*) FROM executions
+              WHERE id::text = ANY($1) AND status = 'queued'",
+            &[&vec![
+                assigned_execution,
+                anyone_execution,
+                theirs_execution,
+            ]],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(queued, 3);
 }
 
 #[test]
