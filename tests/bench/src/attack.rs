@@ -132,6 +132,7 @@ pub fn run(
         bulk_max_concurrency: opts.bulk_concurrency,
         lease_seconds: 120,
         heartbeat_seconds: 20,
+        nice: 0,
     };
     let mut server = stack::scanstore(opts, &db, &es_url, &prefix(), &cfg, dir, name)?;
     sampler.watch(Role::Scanstore, server.pid());

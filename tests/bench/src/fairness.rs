@@ -172,6 +172,7 @@ fn run_once(opts: &Opts, backlog: usize, workers: usize, dir: &Path) -> Result<F
         bulk_max_concurrency: opts.bulk_concurrency,
         lease_seconds: 120,
         heartbeat_seconds: 20,
+        nice: 0,
     };
     let label = format!("{name}-upload");
     let mut up = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;

@@ -199,6 +199,7 @@ fn on_fresh_stack<T>(
         bulk_max_concurrency: opts.bulk_concurrency,
         lease_seconds: 60,
         heartbeat_seconds: 10,
+        nice: 0,
     };
     let mut server = stack::scanstore(opts, &db, &es_url, &scenario::prefix(), &cfg, dir, name)?;
     let mut c = db.connect()?;

@@ -221,6 +221,12 @@ pub struct Opts {
     /// a saturated machine); 0 skips it.
     #[arg(long, default_value_t = 0.5)]
     pub sweep_pace: f64,
+    /// Scanners at once: scanstore's nice value, as the systemd unit's `Nice=` sets it where
+    /// scanstore shares its machine with Elasticsearch (README "Deployment"): the emulator's
+    /// bulk writes, which every upload waits for, are then not preempted by scanstore's
+    /// threads, and scanstore runs on the CPU they leave. 0 runs it at the bench's priority.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=19))]
+    pub sweep_nice: u32,
     /// Skip the scanners-at-once scenario.
     #[arg(long)]
     pub no_sweep: bool,

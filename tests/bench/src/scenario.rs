@@ -293,6 +293,7 @@ pub fn size_run(
         bulk_max_concurrency: opts.bulk_concurrency,
         lease_seconds: 120,
         heartbeat_seconds: 20,
+        nice: 0,
     };
     let mut up = stack::scanstore(
         opts,
@@ -691,6 +692,7 @@ pub fn pool_run(opts: &Opts, pool_size: u32, dir: &Path) -> Result<PoolResult, S
         bulk_max_concurrency: (opts.pool_scanners * 2).min(64),
         lease_seconds: 10,
         heartbeat_seconds: 1,
+        nice: 0,
     };
     let mut server = stack::scanstore(opts, &db, &es_url, &prefix(), &cfg, dir, &name)?;
     let mut c = db.connect()?;

@@ -4,6 +4,7 @@
 //! captured to a file. Everything started here is stopped on drop.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -125,6 +126,8 @@ pub struct ServeCfg {
     pub bulk_max_concurrency: usize,
     pub lease_seconds: u64,
     pub heartbeat_seconds: u64,
+    /// The process's nice value (0: the bench's own), as a unit's `Nice=` sets it.
+    pub nice: u32,
 }
 
 pub struct Database {
@@ -347,6 +350,19 @@ pub fn scanstore(
     };
     std::fs::write(&config, text).map_err(|e| format!("{}: {e}", config.display()))?;
     let mut cmd = Command::new(&opts.scanstore_bin);
+    if cfg.nice > 0 {
+        let nice = cfg.nice as libc::c_int;
+        // SAFETY: between fork and exec the child only makes one syscall, which touches
+        // no memory; every thread scanstore starts inherits the value.
+        unsafe {
+            cmd.pre_exec(
+                move || match libc::setpriority(libc::PRIO_PROCESS, 0, nice) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                },
+            );
+        }
+    }
     if let Some(key) = es_api_key() {
         cmd.env("SCANSTORE_ES_API_KEY", key);
     }
