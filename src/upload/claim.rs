@@ -13,13 +13,21 @@ use crate::auth::Scanner;
 use crate::config::Config;
 use crate::db::{Queries, Tx};
 
-// The claim: the oldest execution `next` selects, running under a lease from now.
+// The claim: the oldest queued execution of the scanners `$scanners` admits, running
+// under a lease from now. `SKIP LOCKED`: concurrent claims take different executions. No
+// claim hands out a deleted task's queued executions, which wait for its deletion run (the
+// task's primary key, per candidate row).
 macro_rules! claim {
-    ($next:literal) => {
+    ($scanners:literal) => {
         concat!(
-            "WITH next AS (",
-            $next,
-            ") UPDATE executions e
+            "WITH next AS (
+                SELECT e.id FROM executions e
+                 WHERE e.status = 'queued' AND (",
+            $scanners,
+            ")   AND NOT EXISTS (SELECT 1 FROM tasks d
+                                  WHERE d.id = e.task_id AND d.deleted_at IS NOT NULL)
+                 ORDER BY e.created_at, e.id LIMIT 1 FOR UPDATE OF e SKIP LOCKED)
+             UPDATE executions e
                 SET status = 'running', scanner_id = $1, started_at = now(),
                     attempts = e.attempts + 1,
                     lease_expires_at = now() + make_interval(secs => $2)
@@ -30,26 +38,15 @@ macro_rules! claim {
 }
 
 // An unrestricted scanner takes only what is assigned to it: executions_claim_idx by
-// scanner_id. `SKIP LOCKED`: concurrent claims take different executions. Neither claim
-// hands out a deleted task's queued executions, which wait for its deletion run (the
-// task's primary key, per candidate row).
-const CLAIM_ASSIGNED: &str = claim!(
-    "SELECT e.id FROM executions e
-      WHERE e.scanner_id = $1 AND e.status = 'queued'
-        AND NOT EXISTS (SELECT 1 FROM tasks d WHERE d.id = e.task_id AND d.deleted_at IS NOT NULL)
-      ORDER BY e.created_at, e.id LIMIT 1 FOR UPDATE OF e SKIP LOCKED"
-);
+// scanner_id.
+const CLAIM_ASSIGNED: &str = claim!("e.scanner_id = $1");
 
 // A scanner restricted to owner $3 also takes that owner's unassigned executions; both
 // arms use executions_claim_idx (scanner_id = $1, scanner_id IS NULL).
 const CLAIM_FOR_OWNER: &str = claim!(
-    "SELECT e.id FROM executions e
-      WHERE e.status = 'queued'
-        AND (e.scanner_id = $1
-             OR (e.scanner_id IS NULL
-                 AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = e.task_id AND t.owner_id = $3)))
-        AND NOT EXISTS (SELECT 1 FROM tasks d WHERE d.id = e.task_id AND d.deleted_at IS NOT NULL)
-      ORDER BY e.created_at, e.id LIMIT 1 FOR UPDATE OF e SKIP LOCKED"
+    "e.scanner_id = $1
+     OR (e.scanner_id IS NULL
+         AND EXISTS (SELECT 1 FROM tasks t WHERE t.id = e.task_id AND t.owner_id = $3))"
 );
 
 const TASK: &str = "
