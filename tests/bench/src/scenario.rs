@@ -615,7 +615,7 @@ fn publication_run(
 
 /// Endpoints of one warm-up execution beyond this index: far above any size run's, so a
 /// warm-up never merges into the documents a timed publication writes.
-const WARM_UP_FIRST: usize = 40_000_000;
+pub const WARM_UP_FIRST: usize = 40_000_000;
 
 /// Pages of each warm-up execution: one read ahead and two in flight, as a worker's
 /// pipeline holds them (README "Publication"), so the publisher's heap has grown to what a

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
 use postgres::Client;
 
 use crate::ceiling::{self, Sent};
@@ -244,12 +245,18 @@ fn statements(c: &mut Client) -> Option<i64> {
     c.query_one(STATEMENTS, &[]).ok().map(|r| r.get(0))
 }
 
+/// The warm-up uploads of one round, one after the other.
+type Warm = Vec<Vec<Job>>;
+
 /// Uploads `jobs` through a fresh scanstore into freshly installed indices (every upload
-/// meets the store as the first does), optionally paced (`per_s` endpoints/s in all).
+/// meets the store as the first does), optionally paced (`per_s` endpoints/s in all). The
+/// scanstore is first warmed by `warm` (each uploaded flat out, untimed), as the publication's
+/// publisher is: the ceiling has no process to start, and a deployed scanstore has long
+/// since opened its database sessions, planned its statements and grown its heap.
 fn upload(
     x: &Ctx,
     c: &mut Client,
-    jobs: Vec<Job>,
+    (warm, jobs): (Warm, Vec<Job>),
     label: &str,
     per_s: Option<f64>,
 ) -> Result<Upload, String> {
@@ -266,6 +273,9 @@ fn upload(
     scenario::drop_indices(x.es_url, x.prefix)?;
     let mut up = stack::scanstore(x.opts, x.db, x.es_url, x.prefix, &cfg, x.dir, label)?;
     x.sampler.watch(Role::Scanstore, up.pid());
+    for w in warm {
+        scanner::run(&up.url, w, 0, &ProgressBar::hidden())?;
+    }
     let b = bar(size as u64, label);
     let before = statements(c);
     let outcome = scanner::run_paced(&up.url, jobs, x.opts.retry_every, &b, per_s)?;
@@ -277,9 +287,12 @@ fn upload(
     b.finish_and_clear();
     let rss_kib = up.peak_rss_kib();
     up.stop();
+    // The timed upload's events: the warm-up's were logged before its clock started.
+    let mut events = logs::read(&stack::log_path(x.dir, label));
+    events.retain(|e| e.at.timestamp_micros() as f64 / 1e6 >= span.0);
     Ok(Upload {
         outcome,
-        events: logs::read(&stack::log_path(x.dir, label)),
+        events,
         rss_kib,
         cpu: x.sampler.usage(span.0, span.1),
         statements: ran,
@@ -319,8 +332,20 @@ fn size_sweep(
         dir,
         sampler,
     };
-    let mut new_jobs =
-        |n: usize| scenario::jobs(&mut c, owner, (n, size, 0), opts.batch, opts.dns_every);
+    // Each round's timed executions, beside the two warm-ups' (endpoints of their own): a
+    // tenth of the size in batches a tenth as large, so that every pooled session has
+    // planned every statement, then one full batch per scanner, so that the heap has grown
+    // to what as many batches at once need.
+    let mut new_jobs = |n: usize| -> Result<(Warm, Vec<Job>), String> {
+        let small = (n, (size / 10).max(n), scenario::WARM_UP_FIRST);
+        let full = (n, n * opts.batch, scenario::WARM_UP_FIRST + size);
+        let warm = [(small, (opts.batch / 10).max(1)), (full, opts.batch)]
+            .into_iter()
+            .map(|(w, batch)| scenario::jobs(&mut c, owner, w, batch, opts.dns_every))
+            .collect::<Result<_, _>>()?;
+        let timed = scenario::jobs(&mut c, owner, (n, size, 0), opts.batch, opts.dns_every)?;
+        Ok((warm, timed))
+    };
     let mut points = Vec::new();
     for &n in &opts.sweep_scanners {
         let mut point = Point {
@@ -334,11 +359,11 @@ fn size_sweep(
         };
         let mut events = Vec::new();
         for round in 1..=rounds(opts, size) {
-            let jobs = new_jobs(n)?;
+            let (warm, jobs) = new_jobs(n)?;
             let sent = ceiling::upload(&es_url, &cp, owner, &jobs, opts)?;
             let ceiling_cpu = scenario::usage(sampler, &sent.spans);
             let label = format!("{name}-{n}scanners-round{round}");
-            let u = upload(&x, &mut counter, jobs, &label, None)?;
+            let u = upload(&x, &mut counter, (warm, jobs), &label, None)?;
             point.rss_kib = point.rss_kib.max(u.rss_kib);
             events.extend(u.events);
             point.latencies.merge(&u.outcome.latencies);
@@ -401,7 +426,7 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
     let cpus = crate::report::machine().cpus;
     let _ = writeln!(
         o,
-        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices, every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one full batch each, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
         opts.sweep_scanners,
         opts.pool_size,
         opts.sweep_nice,
