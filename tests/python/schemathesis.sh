@@ -3,7 +3,9 @@
 # ($STORAGE_TEST_DATABASE_URL) and a fresh ES emulator, every operation with its token (an
 # owner's; a scanner's for the scanner operations), twice: with every identifier generated
 # (malformed and unknown ones), then with the ids of a real task and its claimed execution,
-# so that generated queries and bodies reach the handlers behind the lookups. Bounded:
+# so that generated queries and bodies reach the handlers behind the lookups; generated
+# batches get a valid checksum and the task's scope (schemathesis_hooks.py), so that some
+# are stored and their answers checked too (none stored fails the script). Bounded:
 # SCHEMATHESIS_EXAMPLES (default 25) examples per operation, SCHEMATHESIS_SECONDS
 # (default 300) per pass. Exits non-zero on any failed check.
 set -euo pipefail
@@ -83,6 +85,11 @@ TOML
 config >"$work/generated.toml"
 config "$task_id" "$execution_id" >"$work/real.toml"
 
+# Generated batches carry their own checksum and the task's addresses, names and times
+# (tests/python/schemathesis_hooks.py).
+export PYTHONPATH="$PWD/tests/python${PYTHONPATH:+:$PYTHONPATH}"
+export SCHEMATHESIS_HOOKS=schemathesis_hooks
+
 # pass NAME CONFIG: one schemathesis run; a failed one fails the script.
 pass() {
   echo "schemathesis, $1: $url (examples $examples, at most ${seconds}s)"
@@ -94,3 +101,9 @@ pass() {
 }
 pass "generated ids" "$work/generated.toml"
 pass "a real task and its claimed execution" "$work/real.toml"
+# Generated batches that the hooks gave their checksum and the task's scope were stored, so
+# their answers were checked too; none would mean the hooks no longer take effect.
+stored=$(psql "$SCANSTORE_DATABASE_URL" -X -At -c \
+  "SELECT count(*) FROM scan_upload_receipts WHERE status = 'confirmed'")
+echo "schemathesis: $stored generated batches stored"
+[ "$stored" -gt 0 ]

@@ -66,6 +66,37 @@ fn the_documented_limits_are_the_enforced_ones() {
         batch::MAX_DOMAIN + 1,
         "with the trailing dot"
     );
+    // Every DNS name field's pattern admits exactly the names the server takes.
+    let name_patterns = [
+        &dns["name"]["pattern"],
+        &endpoint["hostnames"]["items"]["properties"]["name"]["pattern"],
+        &host["hostnames"]["items"]["properties"]["name"]["pattern"],
+    ];
+    let long_label = "x".repeat(64);
+    for pattern in name_patterns {
+        let pattern = regex::Regex::new(pattern.as_str().expect("a pattern")).unwrap();
+        for name in [
+            "a.b",
+            "*.example.com",
+            "scanstore.test.",
+            "*",
+            "_sip._tcp.example.com",
+            "-a.b",
+            "a..b",
+            ".",
+            "",
+            "a.*",
+            "é.com",
+            "a b.com",
+            &long_label,
+        ] {
+            assert_eq!(
+                pattern.is_match(name),
+                batch::domain(name).is_ok(),
+                "{name:?} against {pattern}"
+            );
+        }
+    }
     assert_eq!(
         s["Batch"]["properties"]["protocol_version"]["enum"][0],
         batch::PROTOCOL_VERSION
