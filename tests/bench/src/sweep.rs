@@ -339,7 +339,11 @@ fn size_sweep(
     // to what as many batches at once need.
     let mut new_jobs = |n: usize| -> Result<(Warm, Vec<Job>), String> {
         let small = (n, (size / 10).max(n), scenario::WARM_UP_FIRST);
-        let full = (n, (n * opts.batch).min(size), scenario::WARM_UP_FIRST + size);
+        let full = (
+            n,
+            (n * opts.batch).min(size),
+            scenario::WARM_UP_FIRST + size,
+        );
         let warm = [(small, (opts.batch / 10).max(1)), (full, opts.batch)]
             .into_iter()
             .map(|(w, batch)| scenario::jobs(&mut c, owner, w, batch, opts.dns_every))
