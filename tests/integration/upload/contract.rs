@@ -36,7 +36,11 @@ fn the_documented_limits_are_the_enforced_ones() {
     let spec = spec();
     let s = &spec["components"]["schemas"];
     let endpoint = &s["Observation"]["oneOf"][0]["properties"];
-    let dns = &s["Observation"]["oneOf"][1]["properties"];
+    assert_eq!(
+        s["Observation"]["oneOf"][1]["$ref"],
+        "#/components/schemas/DnsObservation"
+    );
+    let dns = &s["DnsObservation"]["properties"];
     for field in ["service", "product", "version"] {
         assert_eq!(
             endpoint[field]["maxLength"],
@@ -113,6 +117,90 @@ fn the_documented_limits_are_the_enforced_ones() {
             .unwrap()
             .contains(&format!("the first {}", batch::LISTED_POSITIONS))
     );
+}
+
+/// Whether the server's validation takes a batch of `stream` with `observations`.
+fn takes(stream: &'static str, is_final: bool, observations: Vec<Value>) -> bool {
+    let b = Batch {
+        upload_id: Uuid::new_v4(),
+        stream,
+        index: 0,
+        is_final,
+        observations,
+    };
+    let now = chrono::Utc::now();
+    let window = batch::Window::around(now, chrono::Duration::days(1), chrono::Duration::hours(1));
+    batch::parse(b.body().as_bytes(), 10, window).is_ok()
+}
+
+#[test]
+fn the_schema_states_which_batches_and_dns_values_the_server_takes() {
+    let spec = spec();
+    let s = &spec["components"]["schemas"];
+    let at = scan::t0_plus(0);
+    // A DNS record's value against its record type's variant: a format where the variant
+    // names one, any text otherwise.
+    let variants = s["DnsObservation"]["oneOf"]
+        .as_array()
+        .expect("record-type variants");
+    let mut types = 0;
+    for variant in variants {
+        let format = variant["properties"]["value"]["format"].as_str();
+        for record_type in variant["properties"]["record_type"]["enum"]
+            .as_array()
+            .unwrap()
+        {
+            types += 1;
+            for value in ["192.0.2.1", "2001:db8::1", "mail.example.com"] {
+                let documented = match format {
+                    Some("ipv4") => value.parse::<std::net::Ipv4Addr>().is_ok(),
+                    Some("ipv6") => value.parse::<std::net::Ipv6Addr>().is_ok(),
+                    None => true,
+                    Some(other) => panic!("format {other} is not checked here"),
+                };
+                let mut record = scan::dns("a.example.com", value, &at);
+                record["record_type"] = record_type.clone();
+                assert_eq!(
+                    takes("main", false, vec![record]),
+                    documented,
+                    "{record_type} {value}"
+                );
+            }
+        }
+    }
+    let listed = s["DnsObservation"]["properties"]["record_type"]["enum"].as_array();
+    assert_eq!(
+        Some(types),
+        listed.map(Vec::len),
+        "every record type has a variant"
+    );
+    // A batch's stream against its variant: what it may carry and whether it may be final.
+    for variant in s["Batch"]["oneOf"].as_array().expect("stream variants") {
+        let props = &variant["properties"];
+        let stream = match props["stream"]["enum"][0].as_str() {
+            Some("main") => "main",
+            Some("dns") => "dns",
+            other => panic!("stream {other:?}"),
+        };
+        let only_dns =
+            props["observations"]["items"]["$ref"] == "#/components/schemas/DnsObservation";
+        for is_final in [false, true] {
+            let may_be_final = props["is_final"]["enum"]
+                .as_array()
+                .is_none_or(|allowed| allowed.contains(&Value::Bool(is_final)));
+            let kinds = [
+                (endpoint("10.0.0.1", 443, &at), !only_dns),
+                (scan::dns("a.example.com", "192.0.2.1", &at), true),
+            ];
+            for (observation, carried) in kinds {
+                assert_eq!(
+                    takes(stream, is_final, vec![observation.clone()]),
+                    may_be_final && carried,
+                    "{stream} final={is_final} {observation}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
