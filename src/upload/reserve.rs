@@ -78,10 +78,24 @@ pub const IDENTITY_AND_STREAMS: &str = "
 // batch renews it in INSERT_RECEIPT), unless a renewal within the last hundredth of the
 // lease already did. lease_expires_at is indexed, so each renewal writes a new row version
 // into every index of executions and runs its update trigger; at a batch every few
-// milliseconds that made the receipt insert the write path's costliest statement.
-const RENEW_LEASE: &str = "
-    UPDATE executions SET lease_expires_at = now() + make_interval(secs => $2)
-     WHERE id = $1 AND lease_expires_at < now() + make_interval(secs => $2::float8 * 0.99)";
+// milliseconds that made the receipt insert the write path's costliest statement. `$id`
+// and `$secs` are the parameters holding the execution and the lease in seconds.
+macro_rules! renew_lease {
+    ($id:literal, $secs:literal) => {
+        concat!(
+            "UPDATE executions SET lease_expires_at = now() + make_interval(secs => ",
+            $secs,
+            ")
+              WHERE id = ",
+            $id,
+            " AND lease_expires_at < now() + make_interval(secs => ",
+            $secs,
+            "::float8 * 0.99)"
+        )
+    };
+}
+
+const RENEW_LEASE: &str = renew_lease!("$1", "$2");
 
 pub(super) const REPAIR_STREAM: &str = "SELECT 1 FROM scan_upload_stream_repair($1, $2)";
 
@@ -91,15 +105,16 @@ const STREAM: &str = "
       FROM scan_upload_stream WHERE execution_id = $1 AND upload_id = $2";
 
 // With the lease renewal of RENEW_LEASE, in the same round trip.
-pub const INSERT_RECEIPT: &str = "
-    WITH renewed AS (
-        UPDATE executions SET lease_expires_at = now() + make_interval(secs => $11)
-         WHERE id = $1 AND lease_expires_at < now() + make_interval(secs => $11::float8 * 0.99))
+pub const INSERT_RECEIPT: &str = concat!(
+    "WITH renewed AS (",
+    renew_lease!("$1", "$11"),
+    ")
     INSERT INTO scan_upload_receipts
         (execution_id, upload_id, stream, batch_index, is_final, checksum,
          observation_count, endpoint_count, dns_record_count, storage_references)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-    RETURNING id";
+    RETURNING id"
+);
 
 // Answers of batches confirmed by an older release are only in the facts. Runs once per
 // final over the execution's receipts (identity index, leading execution_id).
