@@ -128,8 +128,9 @@ fn takes(stream: &'static str, is_final: bool, observations: Vec<Value>) -> bool
         is_final,
         observations,
     };
-    let now = chrono::Utc::now();
-    let window = batch::Window::around(now, chrono::Duration::days(1), chrono::Duration::hours(1));
+    // The server's default window, which `scan::t0` lies within.
+    let (age, skew) = (chrono::Duration::days(31), chrono::Duration::seconds(300));
+    let window = batch::Window::around(chrono::Utc::now(), age, skew);
     batch::parse(b.body().as_bytes(), 10, window).is_ok()
 }
 
