@@ -227,6 +227,12 @@ pub struct Opts {
     /// threads, and scanstore runs on the CPU they leave. 0 runs it at the bench's priority.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=19))]
     pub sweep_nice: u32,
+    /// Scanners at once: what every scanner gets the same share of. `endpoints`: a `mixed`
+    /// scanner then sends more than a `port_scan` one (its DNS records and sidecar batches)
+    /// and finishes later; `observations`: a `mixed` scanner gets fewer endpoints, so that
+    /// every scanner sends about as much and all finish together.
+    #[arg(long, value_enum, default_value_t = scenario::Split::Endpoints)]
+    pub sweep_split: scenario::Split,
     /// Skip the scanners-at-once scenario.
     #[arg(long)]
     pub no_sweep: bool,

@@ -193,39 +193,91 @@ pub fn prefix() -> String {
 /// `--prefix-root`, set once at start.
 pub static PREFIX_ROOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-/// Scanner rows and one running execution each; `size` endpoints split over `n` scanners,
-/// numbered from `offset`.
+/// How a round's endpoints are shared among its scanners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Split {
+    /// The same endpoints each.
+    Endpoints,
+    /// The same observations each, about: a `mixed` scanner's endpoints shrink by its DNS
+    /// records and sidecar batches.
+    Observations,
+}
+
+/// Scanner rows and one running execution each; `size` endpoints split evenly over `n`
+/// scanners, numbered from `offset`.
 pub fn jobs(
+    c: &mut Client,
+    owner: Uuid,
+    round: (usize, usize, usize),
+    batch: usize,
+    dns_every: usize,
+) -> Result<Vec<Job>, String> {
+    jobs_split(c, owner, round, batch, dns_every, Split::Endpoints)
+}
+
+/// As `jobs`, the endpoints shared as `split` says; every other scanner is `mixed`.
+pub fn jobs_split(
     c: &mut Client,
     owner: Uuid,
     (n, size, offset): (usize, usize, usize),
     batch: usize,
     dns_every: usize,
+    split: Split,
 ) -> Result<Vec<Job>, String> {
-    let per = size / n.max(1);
+    let mixed = |i: usize| i % 2 == 1;
+    let shares = shares(n, size, |i| match (split, mixed(i)) {
+        (Split::Observations, true) => mixed_observations_per_endpoint(batch, dns_every),
+        _ => 1.0,
+    });
+    let mut first = offset;
     (0..n)
-        .map(|i| {
-            let mixed = i % 2 == 1;
+        .zip(shares)
+        .map(|(i, endpoints)| {
+            let mixed = mixed(i);
             let s = factory::scanner(c)?;
             let e = factory::execution(c, owner, s.id, if mixed { "mixed" } else { "port_scan" })?;
-            let endpoints = if i + 1 == n {
-                size - per * (n - 1)
-            } else {
-                per
+            let plan = ExecutionPlan {
+                first,
+                endpoints,
+                batch,
+                mixed,
+                dns_every,
             };
+            first += endpoints;
             Ok(Job {
                 token: s.token,
                 execution_id: e.execution_id,
-                plan: ExecutionPlan {
-                    first: offset + i * per,
-                    endpoints,
-                    batch,
-                    mixed,
-                    dns_every,
-                },
+                plan,
             })
         })
         .collect()
+}
+
+/// What a `mixed` execution sends per endpoint (a port scan sends one observation): one DNS
+/// record per ten endpoints in its main batches, and a sidecar batch of 50 records after
+/// every `dns_every`-th main batch (`workload::ExecutionPlan`).
+fn mixed_observations_per_endpoint(batch: usize, dns_every: usize) -> f64 {
+    let sidecar = match dns_every {
+        0 => 0.0,
+        n => 50.0 / (n * batch.max(1)) as f64,
+    };
+    1.1 + sidecar
+}
+
+/// `size` endpoints over `n` scanners, scanner `i` getting a share inversely proportional
+/// to `weight(i)` (what it sends per endpoint, to a thousandth); the last takes the
+/// rounding's remainder. Equal weights give `size / n` each.
+fn shares(n: usize, size: usize, weight: impl Fn(usize) -> f64) -> Vec<usize> {
+    let units: Vec<usize> = (0..n)
+        .map(|i| (1000.0 / weight(i)).round() as usize)
+        .collect();
+    let total = units.iter().sum::<usize>().max(1);
+    let mut out: Vec<usize> = units.iter().map(|u| size * u / total).collect();
+    let given: usize = out.iter().sum();
+    if let Some(last) = out.last_mut() {
+        *last += size - given;
+    }
+    out
 }
 
 fn db_now(c: &mut Client) -> Result<DateTime<Utc>, String> {
@@ -744,4 +796,45 @@ pub fn pool_run(opts: &Opts, pool_size: u32, dir: &Path) -> Result<PoolResult, S
         publish_seconds,
         logs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_weights_share_as_before() {
+        assert_eq!(shares(3, 100, |_| 1.0), vec![33, 33, 34]);
+        assert_eq!(shares(16, 100_000, |_| 1.0), vec![6250; 16]);
+    }
+
+    #[test]
+    fn an_observation_split_gives_every_scanner_about_as_much_to_send() {
+        let (n, size, batch, dns_every) = (16, 100_000, 1000, 3);
+        let weight = |i: usize| match i % 2 {
+            1 => mixed_observations_per_endpoint(batch, dns_every),
+            _ => 1.0,
+        };
+        let split = shares(n, size, weight);
+        assert_eq!(split.iter().sum::<usize>(), size);
+        let mut first = 0;
+        let sent: Vec<usize> = split
+            .iter()
+            .enumerate()
+            .map(|(i, &endpoints)| {
+                let plan = ExecutionPlan {
+                    first,
+                    endpoints,
+                    batch,
+                    mixed: i % 2 == 1,
+                    dns_every,
+                };
+                first += endpoints;
+                plan.batches(Uuid::nil()).map(|b| b.endpoints + b.dns).sum()
+            })
+            .collect();
+        let (least, most) = (sent.iter().min().unwrap(), sent.iter().max().unwrap());
+        assert!(split[1] < split[0], "{split:?}");
+        assert!(*most as f64 / *least as f64 <= 1.02, "{sent:?}");
+    }
 }

@@ -14,7 +14,7 @@ use crate::cpu::{Role, Sampler, Usage};
 use crate::logs::{self, pct, LogStats};
 use crate::report::quantiles;
 use crate::scanner::{self, Job, Latencies, UploadOutcome};
-use crate::scenario::{self, bar, watch_postgres};
+use crate::scenario::{self, bar, watch_postgres, Split};
 use crate::stack::{self, Database, ServeCfg};
 use crate::{factory, Opts};
 
@@ -348,7 +348,14 @@ fn size_sweep(
             .into_iter()
             .map(|(w, batch)| scenario::jobs(&mut c, owner, w, batch, opts.dns_every))
             .collect::<Result<_, _>>()?;
-        let timed = scenario::jobs(&mut c, owner, (n, size, 0), opts.batch, opts.dns_every)?;
+        let timed = scenario::jobs_split(
+            &mut c,
+            owner,
+            (n, size, 0),
+            opts.batch,
+            opts.dns_every,
+            opts.sweep_split,
+        )?;
         Ok((warm, timed))
     };
     let mut points = Vec::new();
@@ -431,8 +438,13 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
     let cpus = crate::report::machine().cpus;
     let _ = writeln!(
         o,
-        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution of size ÷ scanners endpoints, half `port_scan`, half `mixed`), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution, half `port_scan`, half `mixed`; {}), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
         opts.sweep_scanners,
+        match opts.sweep_split {
+            Split::Endpoints => "size ÷ scanners endpoints each (`--sweep-split endpoints`)",
+            Split::Observations =>
+                "a `mixed` execution fewer endpoints than a `port_scan` one, by its DNS records and sidecar batches, so that every scanner sends about as many observations (`--sweep-split observations`)",
+        },
         opts.pool_size,
         opts.sweep_nice,
         opts.bulk_concurrency,
