@@ -39,8 +39,8 @@ fn validate(spec: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
         if !fits {
             errors.push(format!("{at}: matches no oneOf"));
         }
-        return;
     }
+    // Keywords beside a `oneOf` apply as well (a batch's common properties).
     let ok = match schema["type"].as_str() {
         Some("object") => value.is_object(),
         Some("array") => value.is_array(),
@@ -93,4 +93,27 @@ pub fn assert_documented(spec: &Value, path: &str, method: &str, status: u16, bo
         errors.is_empty(),
         "{method} {path} {status}: {errors:#?}\n{body}"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keywords_beside_a_one_of_apply_too() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "oneOf": [{"required": ["b"]}, {"required": ["c"]}],
+        });
+        let check = |value: Value| {
+            let mut errors = Vec::new();
+            validate(&json!({}), &schema, &value, "$", &mut errors);
+            errors
+        };
+        assert!(check(json!({"a": "x", "b": 1})).is_empty());
+        assert_eq!(check(json!({"a": 1, "b": 1})).len(), 1);
+        assert_eq!(check(json!({"a": "x"})), vec!["$: matches no oneOf"]);
+    }
 }
