@@ -273,7 +273,7 @@ fn quick_mode_writes_a_sane_report() {
     );
     // Idle, scanstore's threads still wake now and then (publishers polling, the sampler,
     // the lease sweep): at most 2 % of a core over the ceiling's phase, however long the
-    // phase lasts on a busy machine.
+    // phase lasts on a busy machine, plus one 10 ms tick (the kernel's CPU resolution).
     let wall = phases
         .iter()
         .find(|p| p["phase"] == "ceiling upload")
@@ -281,7 +281,7 @@ fn quick_mode_writes_a_sane_report() {
         .as_f64()
         .unwrap_or(1.0);
     assert!(
-        cpu("ceiling upload", "scanstore").unwrap_or(1.0) < 0.02 * wall.max(1.0),
+        cpu("ceiling upload", "scanstore").unwrap_or(1.0) < 0.02 * wall.max(1.0) + 0.01,
         "{summary:#}"
     );
     // One final per scanner and round: the extra round's latencies are counted too.
