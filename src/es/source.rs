@@ -1,8 +1,73 @@
-//! A document's `_source` written straight into its bulk line: its fields in ascending key
-//! order, encoded exactly as serialising the same `serde_json::Value` object would (a map
-//! without `preserve_order` is a `BTreeMap`), without building that tree.
+//! A fact or execution-endpoint document's `_source` written straight into its bulk line:
+//! its fields in ascending key order, encoded exactly as serialising the same
+//! `serde_json::Value` object would (a map without `preserve_order` is a `BTreeMap`),
+//! without building that tree.
 
 use serde_json::Value;
+
+/// Declares [`Key`]: each variant with its field name, in ascending name order.
+macro_rules! keys {
+    ($($key:ident => $name:literal,)*) => {
+        /// Every field those documents have, declared in ascending name order: a field's
+        /// place in a document is its discriminant, so writing one needs no sorting.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Key {
+            $($key,)*
+        }
+
+        impl Key {
+            /// Every key, in declaration (and so name) order.
+            pub const ALL: [Key; [$($name),*].len()] = [$(Key::$key),*];
+
+            /// The field's name in the document.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Key::$key => $name,)*
+                }
+            }
+
+            /// `,"<name>":`, what precedes the field's value in a document (without the
+            /// comma for the first field).
+            fn member(self) -> &'static [u8] {
+                match self {
+                    $(Key::$key => concat!(",\"", $name, "\":").as_bytes(),)*
+                }
+            }
+        }
+    };
+}
+
+keys! {
+    Banner => "banner",
+    BatchIndex => "batch_index",
+    Confidence => "confidence",
+    Cpe => "cpe",
+    DetailsDigest => "details_digest",
+    ExecutionId => "execution_id",
+    ExtraInfo => "extra_info",
+    Hostnames => "hostnames",
+    Ip => "ip",
+    Name => "name",
+    ObservedAt => "observed_at",
+    Os => "os",
+    OwnerId => "owner_id",
+    Port => "port",
+    Product => "product",
+    RecordType => "record_type",
+    ScannerId => "scanner_id",
+    Scripts => "scripts",
+    Service => "service",
+    State => "state",
+    Stream => "stream",
+    Tags => "tags",
+    TaskId => "task_id",
+    Transport => "transport",
+    Tunnel => "tunnel",
+    Type => "type",
+    UploadId => "upload_id",
+    Value => "value",
+    Version => "version",
+}
 
 /// One field's value.
 pub enum Field<'a> {
@@ -18,49 +83,33 @@ pub enum Field<'a> {
     Json(Value),
 }
 
-/// The fields of one document, in any order; keys are distinct, plain identifiers.
-#[derive(Default)]
+/// The fields of one document, pushed in any order.
 pub struct Source<'a> {
-    /// With each key its first eight bytes as a big-endian number, which orders keys as
-    /// their bytes do (ties broken by the whole key): sorting on it costs a fraction of
-    /// comparing strings, about 20 fields per document.
-    fields: Vec<(u64, &'a str, Field<'a>)>,
+    fields: [Option<Field<'a>>; Key::ALL.len()],
 }
 
-fn prefix(key: &str) -> u64 {
-    let mut bytes = [0u8; 8];
-    let n = key.len().min(8);
-    bytes[..n].copy_from_slice(&key.as_bytes()[..n]);
-    u64::from_be_bytes(bytes)
+impl Default for Source<'_> {
+    fn default() -> Self {
+        Source {
+            fields: [const { None }; Key::ALL.len()],
+        }
+    }
 }
 
 impl<'a> Source<'a> {
-    pub fn with_capacity(n: usize) -> Source<'a> {
-        Source {
-            fields: Vec::with_capacity(n),
-        }
-    }
-
-    pub fn push(&mut self, key: &'a str, value: Field<'a>) {
-        self.fields.push((prefix(key), key, value));
+    /// Sets field `key` (a second push of one key replaces the first).
+    pub fn push(&mut self, key: Key, value: Field<'a>) {
+        self.fields[key as usize] = Some(value);
     }
 
     /// Appends the document as one JSON object, keys ascending.
-    pub fn write(self, out: &mut Vec<u8>) {
-        // Sorting positions moves 16 bytes per step instead of a whole field.
-        let mut order: Vec<(u64, usize)> = (self.fields.iter().map(|f| f.0)).zip(0..).collect();
-        order.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then_with(|| self.fields[a.1].1.cmp(self.fields[b.1].1))
-        });
+    pub fn write(&self, out: &mut Vec<u8>) {
         out.push(b'{');
-        for (i, (_, key, value)) in order.iter().map(|o| &self.fields[o.1]).enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.push(b'"');
-            out.extend_from_slice(key.as_bytes());
-            out.extend_from_slice(b"\":");
+        let mut first = true;
+        for (key, value) in Key::ALL.into_iter().zip(&self.fields) {
+            let Some(value) = value else { continue };
+            out.extend_from_slice(&key.member()[usize::from(first)..]);
+            first = false;
             write_value(out, value);
         }
         out.push(b'}');
@@ -94,24 +143,43 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn keys_are_declared_in_name_order() {
+        for (i, k) in Key::ALL.into_iter().enumerate() {
+            assert_eq!(k as usize, i, "{k:?} out of place in ALL");
+            assert_eq!(k.member(), format!(",\"{}\":", k.name()).as_bytes());
+        }
+        for pair in Key::ALL.windows(2) {
+            assert!(
+                pair[0].name() < pair[1].name(),
+                "{:?} before {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+
+    #[test]
     fn fields_are_written_as_the_value_tree_serialises() {
         let tags = vec!["b\"q".to_string(), "ü".to_string()];
         let mut s = Source::default();
-        s.push("type", Field::Plain("endpoint"));
-        s.push("banner", Field::Text("HTTP/1.1 200\r\n\"x\"\u{1}é"));
-        s.push("port", Field::Number(443));
-        s.push("tags", Field::Texts(&tags));
-        s.push("os", Field::Json(json!([{"name": "Linux", "accuracy": 9}])));
-        s.push("empty", Field::Texts(&[]));
-        s.push("extra_info_a", Field::Number(1));
-        s.push("extra_info", Field::Number(2));
-        s.push("e", Field::Number(3));
+        s.push(Key::Type, Field::Plain("endpoint"));
+        s.push(Key::Banner, Field::Text("HTTP/1.1 200\r\n\"x\"\u{1}é"));
+        s.push(Key::Port, Field::Number(443));
+        s.push(Key::Tags, Field::Texts(&tags));
+        s.push(
+            Key::Os,
+            Field::Json(json!([{"name": "Linux", "accuracy": 9}])),
+        );
+        s.push(Key::Hostnames, Field::Texts(&[]));
+        s.push(Key::ExtraInfo, Field::Number(1));
+        s.push(Key::ExecutionId, Field::Number(2));
+        s.push(Key::Value, Field::Number(3));
         let mut out = Vec::new();
         s.write(&mut out);
         let want = json!({
             "type": "endpoint", "banner": "HTTP/1.1 200\r\n\"x\"\u{1}é", "port": 443,
-            "tags": tags, "os": [{"name": "Linux", "accuracy": 9}], "empty": [],
-            "extra_info_a": 1, "extra_info": 2, "e": 3,
+            "tags": tags, "os": [{"name": "Linux", "accuracy": 9}], "hostnames": [],
+            "extra_info": 1, "execution_id": 2, "value": 3,
         });
         assert_eq!(String::from_utf8(out).unwrap(), want.to_string());
     }

@@ -5,6 +5,9 @@
 //! a missing one — is not judged here: the general reading in `batch` decides, with its
 //! exact errors.
 
+use std::fmt;
+
+use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::batch::RawObservation;
@@ -164,8 +167,38 @@ impl Flat<'_> {
 /// The observations of the array text `observations`, when every one is of the common
 /// shape; `None` leaves the array to the general reading.
 pub fn read(observations: &str) -> Option<Vec<RawObservation>> {
-    let flat: Vec<Flat> = serde_json::from_str(observations).ok()?;
-    flat.into_iter().map(Flat::into_raw).collect()
+    serde_json::from_str::<Common>(observations)
+        .ok()
+        .map(|c| c.0)
+}
+
+/// An array of observations all of the common shape, each turned into its `RawObservation`
+/// as soon as it is read: no array of the (large) flat structs is ever held or moved.
+struct Common(Vec<RawObservation>);
+
+impl<'de> Deserialize<'de> for Common {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Common, D::Error> {
+        struct Items;
+        impl<'de> Visitor<'de> for Items {
+            type Value = Common;
+
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array of observations")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Common, A::Error> {
+                let mut out = Vec::new();
+                while let Some(flat) = items.next_element::<Flat>()? {
+                    let raw = flat
+                        .into_raw()
+                        .ok_or_else(|| de::Error::custom("not of the common shape"))?;
+                    out.push(raw);
+                }
+                Ok(Common(out))
+            }
+        }
+        d.deserialize_seq(Items)
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use super::batch::{Batch, Endpoint, Observation};
 use super::details::{Details, DETAIL_FIELDS};
 use crate::es::bulk::{BulkOp, IndexWrites};
 use crate::es::index;
-use crate::es::source::{Field, Source};
+use crate::es::source::{Field, Key, Source};
 use crate::tags::Tags;
 
 /// Who and what a batch belongs to: copied into every document.
@@ -35,7 +35,9 @@ pub struct Ops {
 /// machinery cost more than the rest of the field. Years beyond four digits and leap
 /// seconds, which no batch passes, are left to chrono.
 pub fn es_time(t: &chrono::DateTime<chrono::Utc>) -> String {
-    let (year, nanos) = (t.year(), t.nanosecond());
+    // `DateTime`'s own accessors add the (zero) offset on every call.
+    let n = t.naive_utc();
+    let (year, nanos) = (n.year(), n.nanosecond());
     let Ok(year @ 0..=9999) = u32::try_from(year) else {
         return t.to_rfc3339_opts(SecondsFormat::Millis, true);
     };
@@ -50,11 +52,11 @@ pub fn es_time(t: &chrono::DateTime<chrono::Utc>) -> String {
         out.push(after);
     };
     put(year, 4, '-');
-    put(t.month(), 2, '-');
-    put(t.day(), 2, 'T');
-    put(t.hour(), 2, ':');
-    put(t.minute(), 2, ':');
-    put(t.second(), 2, '.');
+    put(n.month(), 2, '-');
+    put(n.day(), 2, 'T');
+    put(n.hour(), 2, ':');
+    put(n.minute(), 2, ':');
+    put(n.second(), 2, '.');
     put(nanos / 1_000_000, 3, 'Z');
     out
 }
@@ -93,7 +95,7 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
     .map(|id| id.to_string());
     let mut months = Months::default();
     let mut facts = Vec::with_capacity(batch.observations.len());
-    let mut newest = Newest::default();
+    let mut newest = Newest::with_capacity(batch.endpoint_count());
     for (position, o) in batch.observations.iter().enumerate() {
         let observed_at = es_time(o.observed_at());
         let (kind, tags) = match o {
@@ -101,42 +103,42 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
             Observation::Host(h) => ("host", tags.for_ip(&h.ip)),
             Observation::Dns(d) => ("dns", tags.for_name(&d.name)),
         };
-        let mut doc = Source::with_capacity(24);
+        let mut doc = Source::default();
         for (key, id) in [
-            "execution_id",
-            "task_id",
-            "owner_id",
-            "scanner_id",
-            "upload_id",
+            Key::ExecutionId,
+            Key::TaskId,
+            Key::OwnerId,
+            Key::ScannerId,
+            Key::UploadId,
         ]
         .into_iter()
         .zip(&ids)
         {
             doc.push(key, Field::Plain(id));
         }
-        doc.push("stream", Field::Plain(stream));
-        doc.push("batch_index", Field::Number(batch.batch_index.into()));
-        doc.push("observed_at", Field::Plain(&observed_at));
-        doc.push("type", Field::Plain(kind));
-        doc.push("tags", Field::Texts(&tags));
+        doc.push(Key::Stream, Field::Plain(stream));
+        doc.push(Key::BatchIndex, Field::Number(batch.batch_index.into()));
+        doc.push(Key::ObservedAt, Field::Plain(&observed_at));
+        doc.push(Key::Type, Field::Plain(kind));
+        doc.push(Key::Tags, Field::Texts(&tags));
         match o {
             Observation::Endpoint(e) => {
                 endpoint_fields(&mut doc, e);
                 newest.keep(e);
             }
             Observation::Host(h) => {
-                doc.push("ip", Field::Plain(&h.ip));
+                doc.push(Key::Ip, Field::Plain(&h.ip));
                 if !h.os.is_empty() {
-                    doc.push("os", Field::Json(json!(h.os)));
+                    doc.push(Key::Os, Field::Json(json!(h.os)));
                 }
                 if !h.hostnames.is_empty() {
-                    doc.push("hostnames", Field::Json(json!(h.hostnames)));
+                    doc.push(Key::Hostnames, Field::Json(json!(h.hostnames)));
                 }
             }
             Observation::Dns(d) => {
-                doc.push("name", Field::Text(&d.name));
-                doc.push("record_type", Field::Text(&d.record_type));
-                doc.push("value", Field::Text(&d.value));
+                doc.push(Key::Name, Field::Text(&d.name));
+                doc.push(Key::RecordType, Field::Text(&d.record_type));
+                doc.push(Key::Value, Field::Text(&d.value));
             }
         }
         let id = index::fact_id(
@@ -167,7 +169,7 @@ struct Months(Vec<((i32, u32), IndexWrites)>);
 
 impl Months {
     fn of(&mut self, prefix: &str, at: &chrono::DateTime<chrono::Utc>) -> &IndexWrites {
-        let month = (at.year(), at.month());
+        let month = (at.naive_utc().year(), at.naive_utc().month());
         let i = match self.0.iter().position(|(m, _)| *m == month) {
             Some(i) => i,
             None => {
@@ -201,15 +203,15 @@ impl EndpointDocs {
     /// The write of endpoint `e`'s document, with the tags it has.
     pub fn op(&self, e: &Endpoint, tags: &[String]) -> BulkOp {
         let observed_at = es_time(&e.observed_at);
-        let mut doc = Source::with_capacity(20);
-        for (key, id) in ["execution_id", "task_id", "owner_id"]
+        let mut doc = Source::default();
+        for (key, id) in [Key::ExecutionId, Key::TaskId, Key::OwnerId]
             .into_iter()
             .zip(&self.ids)
         {
             doc.push(key, Field::Plain(id));
         }
-        doc.push("observed_at", Field::Plain(&observed_at));
-        doc.push("tags", Field::Texts(tags));
+        doc.push(Key::ObservedAt, Field::Plain(&observed_at));
+        doc.push(Key::Tags, Field::Texts(tags));
         endpoint_fields(&mut doc, e);
         let id = index::execution_endpoint_id(self.execution_id, &e.ip, &e.transport, e.port);
         self.writes.op(id, |out| doc.write(out))
@@ -258,28 +260,43 @@ pub fn newer(a: &Endpoint, b: &Endpoint) -> bool {
     rank(a) > rank(b)
 }
 
+/// The keys of [`DETAIL_FIELDS`], in its order.
+const DETAIL_KEYS: [Key; 7] = [
+    Key::State,
+    Key::Hostnames,
+    Key::Cpe,
+    Key::ExtraInfo,
+    Key::Tunnel,
+    Key::Confidence,
+    Key::Scripts,
+];
+
 fn endpoint_fields<'a>(doc: &mut Source<'a>, e: &'a Endpoint) {
-    doc.push("ip", Field::Plain(&e.ip));
-    doc.push("port", Field::Number(e.port.into()));
-    doc.push("transport", Field::Plain(&e.transport));
+    doc.push(Key::Ip, Field::Plain(&e.ip));
+    doc.push(Key::Port, Field::Number(e.port.into()));
+    doc.push(Key::Transport, Field::Plain(&e.transport));
     for (k, v) in [
-        ("service", &e.service),
-        ("product", &e.product),
-        ("version", &e.version),
-        ("banner", &e.banner),
+        (Key::Service, &e.service),
+        (Key::Product, &e.product),
+        (Key::Version, &e.version),
+        (Key::Banner, &e.banner),
     ] {
         if let Some(v) = v {
             doc.push(k, Field::Text(v));
         }
     }
-    if let (Value::Object(mut d), Some(digest)) = (json!(e.details), e.details.digest()) {
-        for k in DETAIL_FIELDS {
-            if let Some(v) = d.remove(k) {
-                doc.push(k, Field::Json(v));
+    // Most observations have no details: no tree is built for them.
+    let Some(digest) = e.details.digest() else {
+        return;
+    };
+    if let Value::Object(mut d) = json!(e.details) {
+        for (name, key) in DETAIL_FIELDS.into_iter().zip(DETAIL_KEYS) {
+            if let Some(v) = d.remove(name) {
+                doc.push(key, Field::Json(v));
             }
         }
-        doc.push("details_digest", Field::Json(Value::String(digest)));
     }
+    doc.push(Key::DetailsDigest, Field::Json(Value::String(digest)));
 }
 
 /// The order deciding which observation of one endpoint wins: newest time, then the
@@ -309,7 +326,6 @@ fn rank(
 
 /// One document per endpoint within a batch: the newest observation of each, in the order
 /// the endpoints first appear.
-#[derive(Default)]
 struct Newest<'a> {
     endpoints: Vec<&'a Endpoint>,
     /// Position in `endpoints` by (ip, port, transport).
@@ -317,6 +333,13 @@ struct Newest<'a> {
 }
 
 impl<'a> Newest<'a> {
+    fn with_capacity(n: usize) -> Self {
+        Newest {
+            endpoints: Vec::with_capacity(n),
+            slots: HashMap::with_capacity(n),
+        }
+    }
+
     fn keep(&mut self, e: &'a Endpoint) {
         match self.slots.entry((&e.ip, e.port, &e.transport)) {
             Entry::Occupied(slot) => {

@@ -198,3 +198,9 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn detail_keys_name_the_detail_fields() {
+    let names = DETAIL_KEYS.map(Key::name);
+    assert_eq!(names, DETAIL_FIELDS);
+}
