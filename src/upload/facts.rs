@@ -4,7 +4,7 @@
 
 use std::collections::hash_map::{Entry, HashMap};
 
-use chrono::{Datelike, SecondsFormat, Timelike};
+use chrono::Datelike;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -12,7 +12,7 @@ use super::batch::{Batch, Endpoint, Observation};
 use super::details::{Details, DETAIL_FIELDS};
 use crate::es::bulk::{BulkOp, IndexWrites};
 use crate::es::index;
-use crate::es::source::{Field, Key, Source};
+use crate::es::source::{self, Field, Key, Source};
 use crate::tags::Tags;
 
 /// Who and what a batch belongs to: copied into every document.
@@ -30,35 +30,13 @@ pub struct Ops {
     pub endpoints: Vec<BulkOp>,
 }
 
-/// RFC 3339 UTC with milliseconds: the one time format of every document. Written digit by
-/// digit, as chrono writes it: every observation's document has one, and chrono's `fmt`
-/// machinery cost more than the rest of the field. Years beyond four digits and leap
-/// seconds, which no batch passes, are left to chrono.
+/// RFC 3339 UTC with milliseconds: the one time format of every document (see
+/// [`source::write_time`]).
 pub fn es_time(t: &chrono::DateTime<chrono::Utc>) -> String {
-    // `DateTime`'s own accessors add the (zero) offset on every call.
-    let n = t.naive_utc();
-    let (year, nanos) = (n.year(), n.nanosecond());
-    let Ok(year @ 0..=9999) = u32::try_from(year) else {
-        return t.to_rfc3339_opts(SecondsFormat::Millis, true);
-    };
-    if nanos >= 1_000_000_000 {
-        return t.to_rfc3339_opts(SecondsFormat::Millis, true);
-    }
-    let mut out = String::with_capacity(24);
-    let mut put = |n: u32, width: u32, after: char| {
-        for place in (0..width).rev() {
-            out.push(char::from(b'0' + (n / 10u32.pow(place) % 10) as u8));
-        }
-        out.push(after);
-    };
-    put(year, 4, '-');
-    put(n.month(), 2, '-');
-    put(n.day(), 2, 'T');
-    put(n.hour(), 2, ':');
-    put(n.minute(), 2, ':');
-    put(n.second(), 2, '.');
-    put(nanos / 1_000_000, 3, 'Z');
-    out
+    let mut out = Vec::with_capacity(24);
+    source::write_time(&mut out, t);
+    // Only ASCII digits and separators are written.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The ES indices a batch writes, sorted and unique: its fact months, plus the execution
@@ -97,7 +75,6 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
     let mut facts = Vec::with_capacity(batch.observations.len());
     let mut newest = Newest::with_capacity(batch.endpoint_count());
     for (position, o) in batch.observations.iter().enumerate() {
-        let observed_at = es_time(o.observed_at());
         let (kind, tags) = match o {
             Observation::Endpoint(e) => ("endpoint", tags.for_ip(&e.ip)),
             Observation::Host(h) => ("host", tags.for_ip(&h.ip)),
@@ -118,7 +95,7 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
         }
         doc.push(Key::Stream, Field::Plain(stream));
         doc.push(Key::BatchIndex, Field::Number(batch.batch_index.into()));
-        doc.push(Key::ObservedAt, Field::Plain(&observed_at));
+        doc.push(Key::ObservedAt, Field::Time(o.observed_at()));
         doc.push(Key::Type, Field::Plain(kind));
         doc.push(Key::Tags, Field::Texts(&tags));
         match o {
@@ -202,7 +179,6 @@ impl EndpointDocs {
 
     /// The write of endpoint `e`'s document, with the tags it has.
     pub fn op(&self, e: &Endpoint, tags: &[String]) -> BulkOp {
-        let observed_at = es_time(&e.observed_at);
         let mut doc = Source::default();
         for (key, id) in [Key::ExecutionId, Key::TaskId, Key::OwnerId]
             .into_iter()
@@ -210,7 +186,7 @@ impl EndpointDocs {
         {
             doc.push(key, Field::Plain(id));
         }
-        doc.push(Key::ObservedAt, Field::Plain(&observed_at));
+        doc.push(Key::ObservedAt, Field::Time(&e.observed_at));
         doc.push(Key::Tags, Field::Texts(tags));
         endpoint_fields(&mut doc, e);
         let id = index::execution_endpoint_id(self.execution_id, &e.ip, &e.transport, e.port);

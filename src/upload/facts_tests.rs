@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::upload::batch::{self, tests::body_with, Window};
-use chrono::{TimeZone, Utc};
+use chrono::{SecondsFormat, TimeZone, Utc};
 
 /// The reference time format: chrono's own RFC 3339 writer.
 fn chrono_time(t: &chrono::DateTime<Utc>) -> String {
