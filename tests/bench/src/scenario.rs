@@ -226,7 +226,7 @@ pub fn jobs_split(
 ) -> Result<Vec<Job>, String> {
     let mixed = |i: usize| i % 2 == 1;
     let shares = shares(n, size, |i| match (split, mixed(i)) {
-        (Split::Observations, true) => mixed_observations_per_endpoint(batch, dns_every),
+        (Split::Observations, true) => workload::mixed_observations_per_endpoint(batch, dns_every),
         _ => 1.0,
     });
     let mut first = offset;
@@ -251,17 +251,6 @@ pub fn jobs_split(
             })
         })
         .collect()
-}
-
-/// What a `mixed` execution sends per endpoint (a port scan sends one observation): one DNS
-/// record per ten endpoints in its main batches, and a sidecar batch of 50 records after
-/// every `dns_every`-th main batch (`workload::ExecutionPlan`).
-fn mixed_observations_per_endpoint(batch: usize, dns_every: usize) -> f64 {
-    let sidecar = match dns_every {
-        0 => 0.0,
-        n => 50.0 / (n * batch.max(1)) as f64,
-    };
-    1.1 + sidecar
 }
 
 /// `size` endpoints over `n` scanners, scanner `i` getting a share inversely proportional
@@ -812,7 +801,7 @@ mod tests {
     fn an_observation_split_gives_every_scanner_about_as_much_to_send() {
         let (n, size, batch, dns_every) = (16, 100_000, 1000, 3);
         let weight = |i: usize| match i % 2 {
-            1 => mixed_observations_per_endpoint(batch, dns_every),
+            1 => workload::mixed_observations_per_endpoint(batch, dns_every),
             _ => 1.0,
         };
         let split = shares(n, size, weight);

@@ -60,6 +60,22 @@ pub fn body(upload_id: Uuid, stream: &str, index: u32, is_final: bool, obs: &[Va
     .into_bytes()
 }
 
+/// A mixed execution's main batches carry one DNS record per this many endpoints.
+const ENDPOINTS_PER_DNS_RECORD: usize = 10;
+/// DNS records in each sidecar batch of a mixed execution.
+const SIDECAR_RECORDS: usize = 50;
+
+/// What a `mixed` execution sends per endpoint (a port scan sends one observation): the
+/// endpoint, its share of a DNS record in the main batches, and its share of the sidecar
+/// batch sent after every `dns_every`-th main batch of `batch` endpoints.
+pub fn mixed_observations_per_endpoint(batch: usize, dns_every: usize) -> f64 {
+    let sidecar = match dns_every {
+        0 => 0.0,
+        n => SIDECAR_RECORDS as f64 / (n * batch.max(1)) as f64,
+    };
+    1.0 + 1.0 / ENDPOINTS_PER_DNS_RECORD as f64 + sidecar
+}
+
 /// What one execution uploads: `endpoints` endpoints from `first`, in main batches of
 /// `batch` observations; the last main batch is the final. When `batch` does not divide
 /// `endpoints`, the short batch is the first, so that every final carries a full batch and
@@ -91,7 +107,7 @@ impl ExecutionPlan {
             let mut obs: Vec<Value> = (from..to).map(endpoint).collect();
             let mut dns_n = 0;
             if self.mixed {
-                for j in (from..to).step_by(10) {
+                for j in (from..to).step_by(ENDPOINTS_PER_DNS_RECORD) {
                     obs.push(dns(j));
                     dns_n += 1;
                 }
@@ -108,7 +124,9 @@ impl ExecutionPlan {
             let sidecar =
                 (self.mixed && !is_final && self.dns_every > 0 && (k + 1) % self.dns_every == 0)
                     .then(|| {
-                        let recs: Vec<Value> = (0..50).map(|j| dns(from + j * 7 + 1)).collect();
+                        let recs: Vec<Value> = (0..SIDECAR_RECORDS)
+                            .map(|j| dns(from + j * 7 + 1))
+                            .collect();
                         Batch {
                             stream: "dns",
                             index: k as u32,
@@ -170,5 +188,25 @@ mod tests {
             .collect();
         assert_eq!(covered, (0..25).map(endpoint).collect::<Vec<_>>());
         assert!(b.iter().filter(|x| x.stream == "dns").all(|x| x.index < 2));
+    }
+
+    #[test]
+    fn a_mixed_plan_sends_what_its_estimate_says() {
+        let (batch, dns_every, endpoints) = (1000, 3, 30_000);
+        let p = ExecutionPlan {
+            first: 0,
+            endpoints,
+            batch,
+            mixed: true,
+            dns_every,
+        };
+        let sent: usize = p.batches(Uuid::nil()).map(|b| b.endpoints + b.dns).sum();
+        let estimate = mixed_observations_per_endpoint(batch, dns_every) * endpoints as f64;
+        // The final sends no sidecar: at most one sidecar fewer than the estimate.
+        let gap = estimate - sent as f64;
+        assert!(
+            (0.0..=SIDECAR_RECORDS as f64).contains(&gap),
+            "{sent} sent, {estimate} estimated"
+        );
     }
 }
