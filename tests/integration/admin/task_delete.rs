@@ -1,7 +1,8 @@
 //! `task delete`: refused (nothing written) while an execution is running or a child task
 //! hangs off the task; otherwise the task is marked and its deletion run queued in one
 //! transaction, once however often it is asked, and its queued executions are withdrawn
-//! from the scanners; usage errors exit 2.
+//! from the scanners; a deletion racing a claim waits for it instead of deadlocking; usage
+//! errors exit 2.
 
 use super::outbox::{outbox_row, succeed};
 use super::{admin, admin_without_url, count, queued_execution};
@@ -159,6 +160,61 @@ fn queued_executions_go_with_the_task_and_no_scanner_claims_them() {
         .unwrap()
         .get(0);
     assert_eq!(queued, 3);
+}
+
+/// A claim locks its execution, then its task; a deletion the task's executions, then the
+/// task. A deletion arriving while a claim holds only the execution (a trigger holds the
+/// claim there for a second) waits for the claim and is then refused, the execution being
+/// running: neither deadlocks, as they would if the deletion took the task first.
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_deletion_racing_a_claim_waits_for_it_instead_of_deadlocking() {
+    use crate::support::{scan, server};
+    use std::time::Duration;
+
+    let t = db::fresh();
+    let o = super::owner(&t, "alice");
+    let sc = admin(&t, &["scanner", "create", "edge-1", "--owner", &o]).ok();
+    let r = admin(
+        &t,
+        &[
+            "task",
+            "create",
+            "--owner",
+            &o,
+            "--kind",
+            "port_scan",
+            "--target",
+            "198.51.100.0/24",
+            "--scanner",
+            sc.get("scanner_id"),
+        ],
+    )
+    .ok();
+    let (task, execution) = (
+        r.get("task_id").to_string(),
+        r.get("execution_id").to_string(),
+    );
+    t.connect()
+        .batch_execute(
+            "CREATE FUNCTION hold_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_sleep(1); RETURN NEW; END $$;
+             CREATE TRIGGER hold_claim BEFORE UPDATE ON executions FOR EACH ROW
+               WHEN (OLD.status = 'queued' AND NEW.status = 'running')
+               EXECUTE FUNCTION hold_claim();",
+        )
+        .unwrap();
+    // No Elasticsearch is needed to claim: nothing listens on port 9.
+    let srv = server::TestServer::start(server::config(&t.url, "http://127.0.0.1:9"));
+    let (base, token) = (srv.base.clone(), sc.get("token").to_string());
+    let claim = std::thread::spawn(move || scan::claim(&base, &token));
+    std::thread::sleep(Duration::from_millis(300));
+    admin(&t, &["task", "delete", &task]).fails_with("1 running execution(s)");
+    let got = claim.join().unwrap();
+    srv.shutdown();
+    assert_eq!(got.status, 200, "{}", got.body);
+    assert_eq!(got.body["execution_id"], execution.as_str(), "{}", got.body);
+    assert_eq!(marked(&t, &task), (false, 0), "a refusal writes nothing");
 }
 
 #[test]
