@@ -146,7 +146,8 @@ struct Months(Vec<((i32, u32), IndexWrites)>);
 
 impl Months {
     fn of(&mut self, prefix: &str, at: &chrono::DateTime<chrono::Utc>) -> &IndexWrites {
-        let month = (at.naive_utc().year(), at.naive_utc().month());
+        let utc = at.naive_utc();
+        let month = (utc.year(), utc.month());
         let i = match self.0.iter().position(|(m, _)| *m == month) {
             Some(i) => i,
             None => {
