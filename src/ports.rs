@@ -18,6 +18,16 @@ pub enum Transport {
 }
 
 impl Transport {
+    /// The transport named `name` as documents write it (`tcp`, `udp`, `sctp`).
+    pub fn from_name(name: &str) -> Option<Transport> {
+        match name {
+            "tcp" => Some(Transport::Tcp),
+            "udp" => Some(Transport::Udp),
+            "sctp" => Some(Transport::Sctp),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Transport::Tcp => "tcp",
@@ -111,6 +121,13 @@ fn port(text: &str) -> Result<u16, BadScope> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transports_by_name() {
+        assert_eq!(Transport::from_name("udp"), Some(Transport::Udp));
+        assert_eq!(Transport::from_name("TCP"), None);
+        assert_eq!(Transport::from_name("icmp"), None);
+    }
 
     fn r(transport: Transport, first: u16, last: u16) -> PortRange {
         PortRange {

@@ -61,29 +61,40 @@ pub fn facts_template(prefix: &str) -> String {
     format!("{prefix}-facts")
 }
 
-/// Id of one raw fact: the batch identity plus the observation's position in the batch,
-/// so a retried batch overwrites its own facts instead of adding new ones. Built by hand,
-/// as [`global_asset_id`] is: every observation of every batch has one.
-pub fn fact_id(
-    execution_id: Uuid,
-    upload_id: Uuid,
-    stream: &str,
-    batch_index: u32,
-    position: usize,
-) -> String {
-    let (mut execution, mut upload) = (Uuid::encode_buffer(), Uuid::encode_buffer());
-    let (mut batch, mut at) = (itoa::Buffer::new(), itoa::Buffer::new());
-    [
-        execution_id.simple().encode_lower(&mut execution),
-        "-",
-        upload_id.simple().encode_lower(&mut upload),
-        "-",
-        &stream[..1],
-        batch.format(batch_index),
-        "-",
-        at.format(position),
-    ]
-    .concat()
+/// Ids of one batch's raw facts: the batch identity plus the observation's position in
+/// the batch, so a retried batch overwrites its own facts instead of adding new ones. The
+/// identity part is encoded once per batch: every observation of every batch has an id.
+pub struct FactIds {
+    /// `<execution>-<upload>-<stream initial><batch index>-`.
+    batch: String,
+}
+
+impl FactIds {
+    pub fn new(execution_id: Uuid, upload_id: Uuid, stream: &str, batch_index: u32) -> FactIds {
+        let (mut execution, mut upload) = (Uuid::encode_buffer(), Uuid::encode_buffer());
+        let mut index = itoa::Buffer::new();
+        let batch = [
+            execution_id.simple().encode_lower(&mut execution),
+            "-",
+            upload_id.simple().encode_lower(&mut upload),
+            "-",
+            &stream[..1],
+            index.format(batch_index),
+            "-",
+        ]
+        .concat();
+        FactIds { batch }
+    }
+
+    /// The id of the fact at `position`.
+    pub fn at(&self, position: usize) -> String {
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(position);
+        let mut id = String::with_capacity(self.batch.len() + digits.len());
+        id.push_str(&self.batch);
+        id.push_str(digits);
+        id
+    }
 }
 
 /// Id of one endpoint in the execution projection: an endpoint seen twice in one
@@ -144,7 +155,7 @@ mod tests {
         let e = Uuid::nil();
         let u = Uuid::from_u128(1);
         assert_eq!(
-            fact_id(e, u, "main", 3, 7),
+            FactIds::new(e, u, "main", 3).at(7),
             "00000000000000000000000000000000-00000000000000000000000000000001-m3-7"
         );
         assert_eq!(

@@ -3,14 +3,14 @@
 //! when items failed, so nothing is taken on trust.
 
 use std::borrow::Cow;
+use std::fmt;
 
-use serde::de::IgnoredAny;
-use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::bulk::{BulkOp, OpKind};
-use super::client;
 use super::error::{item_class, ErrorClass, EsError};
 
 /// What a verified bulk did.
@@ -22,18 +22,8 @@ pub struct Verified {
     pub es_took_ms: u64,
 }
 
-/// The parts of a bulk response that verification reads, borrowed from the body where
-/// possible; absent fields stay `None` so that their absence is reported, not defaulted.
-#[derive(Deserialize)]
-struct BulkResponse<'a> {
-    took: Option<u64>,
-    errors: Option<bool>,
-    #[serde(borrow)]
-    items: Option<Vec<BulkItem<'a>>>,
-}
-
 /// One item: an object keyed by the operation it answers (serde's external tagging, so an
-/// item is one small value and a 10 000-item response is not a vector of four options each).
+/// item is one small value).
 #[derive(Deserialize)]
 #[serde(rename_all = "lowercase")]
 enum BulkItem<'a> {
@@ -63,65 +53,69 @@ impl<'a> BulkItem<'a> {
     }
 }
 
+/// The fields of an item that verification reads; the texts are borrowed from the body
+/// unless they hold escapes. Absent fields stay `None` so that their absence is reported,
+/// not defaulted.
 #[derive(Deserialize)]
 struct ItemResult<'a> {
-    #[serde(rename = "_index", borrow)]
+    #[serde(rename = "_index", borrow, default, deserialize_with = "text")]
     index: Option<Cow<'a, str>>,
-    #[serde(rename = "_id", borrow)]
+    #[serde(rename = "_id", borrow, default, deserialize_with = "text")]
     id: Option<Cow<'a, str>>,
     status: Option<u64>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "text")]
     result: Option<Cow<'a, str>>,
     /// Parsed only for a failed item.
     #[serde(borrow)]
     error: Option<&'a RawValue>,
 }
 
-/// Checks every item; the first structural mismatch or the failed items become an error.
-pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
-    let bad = |m: String| Err(EsError::BadResponse(m));
-    let response: BulkResponse = client::parse(body)
-        .map_err(|e| EsError::BadResponse(format!("unreadable bulk response: {e}")))?;
-    let Some(items) = response.items else {
-        return bad("bulk response has no items array".into());
-    };
-    if items.len() != ops.len() {
-        return bad(format!(
-            "bulk response has {} items for {} operations",
-            items.len(),
-            ops.len()
-        ));
-    }
-    let mut verified = Verified {
-        items: items.len(),
-        noops: 0,
-        es_took_ms: response.took.unwrap_or(0),
-    };
-    let mut failed: Vec<(u16, String, String)> = Vec::new();
-    // Deletes answered with an error that says the document is not there.
-    let mut excused = 0;
-    for (n, (op, item)) in ops.iter().zip(&items).enumerate() {
+/// An optional string, borrowed where it has no escapes (serde borrows a `Cow` only as a
+/// field of its own, not inside an `Option`).
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Text<'de>>::deserialize(d)?.map(|t| t.0))
+}
+
+/// What the items said, tallied as they are read: no array of items is ever held.
+#[derive(Default)]
+struct Tally {
+    /// Items read, whether or not they matched an operation.
+    items: usize,
+    noops: usize,
+    /// Failed items: status, error type, reason.
+    failed: Vec<(u16, String, String)>,
+    /// Deletes answered with an error that says the document is not there.
+    excused: usize,
+    /// The first item that does not answer its operation.
+    mismatch: Option<String>,
+}
+
+impl Tally {
+    /// Checks item `n` against the operation it answers.
+    fn check(&mut self, n: usize, op: &BulkOp, item: &BulkItem) -> Result<(), String> {
         let Some(result) = item.result(op.kind) else {
-            return bad(format!(
+            return Err(format!(
                 "item {n}: expected a {:?} result, got {}",
                 op.kind.as_str(),
                 item.answered()
             ));
         };
         if result.id.as_deref() != Some(op.id.as_str()) {
-            return bad(format!(
+            return Err(format!(
                 "item {n}: _id {:?} instead of {}",
                 result.id, op.id
             ));
         }
         if result.index.as_deref() != Some(&*op.index) {
-            return bad(format!(
+            return Err(format!(
                 "item {n}: _index {:?} instead of {}",
                 result.index, op.index
             ));
         }
         let Some(status) = result.status.and_then(|s| u16::try_from(s).ok()) else {
-            return bad(format!("item {n}: no status"));
+            return Err(format!("item {n}: no status"));
         };
         let ok = match op.kind {
             OpKind::Index => status == 200 || status == 201,
@@ -139,17 +133,17 @@ pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
             _ => false,
         };
         match (&result.error, ok) {
-            (error, true) if gone => excused += usize::from(error.is_some()),
+            (error, true) if gone => self.excused += usize::from(error.is_some()),
             (None, true) => {
                 if result.result.as_deref() == Some("noop") {
-                    verified.noops += 1;
+                    self.noops += 1;
                 }
             }
             (error, _) => {
                 let error: Value = error
                     .and_then(|e| serde_json::from_str(e.get()).ok())
                     .unwrap_or_default();
-                failed.push((
+                self.failed.push((
                     status,
                     error["type"].as_str().unwrap_or("unknown").to_string(),
                     error["reason"]
@@ -161,24 +155,167 @@ pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
                 ));
             }
         }
+        Ok(())
     }
-    if response.errors != Some(!failed.is_empty() || excused > 0) {
+}
+
+/// The `items` array, each item checked against its operation as it is read.
+struct Items<'o> {
+    ops: &'o [BulkOp],
+    tally: &'o mut Tally,
+}
+
+impl<'de> DeserializeSeed<'de> for Items<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Items<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of bulk items")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        loop {
+            let n = self.tally.items;
+            let op = self.ops.get(n).filter(|_| self.tally.mismatch.is_none());
+            let read = match op {
+                Some(op) => items.next_element::<BulkItem>()?.map(|item| {
+                    if let Err(m) = self.tally.check(n, op, &item) {
+                        self.tally.mismatch = Some(m);
+                    }
+                }),
+                // Past the operations, or after a mismatch: only counted.
+                None => items.next_element::<IgnoredAny>()?.map(drop),
+            };
+            if read.is_none() {
+                return Ok(());
+            }
+            self.tally.items += 1;
+        }
+    }
+}
+
+/// The response object: `took`, `errors` and the items (checked as read); other fields
+/// are skipped.
+struct Response<'o> {
+    ops: &'o [BulkOp],
+    tally: &'o mut Tally,
+}
+
+/// What the response object held besides the items.
+struct Head {
+    took: Option<u64>,
+    errors: Option<bool>,
+    has_items: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Response<'_> {
+    type Value = Head;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Head, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Response<'_> {
+    type Value = Head;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a bulk response object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Head, A::Error> {
+        let mut head = Head {
+            took: None,
+            errors: None,
+            has_items: false,
+        };
+        #[derive(Default)]
+        struct Seen {
+            took: bool,
+            errors: bool,
+        }
+        let mut seen = Seen::default();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match &*key {
+                "took" if seen.took => return Err(de::Error::duplicate_field("took")),
+                "took" => (seen.took, head.took) = (true, map.next_value()?),
+                "errors" if seen.errors => return Err(de::Error::duplicate_field("errors")),
+                "errors" => (seen.errors, head.errors) = (true, map.next_value()?),
+                "items" if head.has_items => return Err(de::Error::duplicate_field("items")),
+                "items" => {
+                    map.next_value_seed(Items {
+                        ops: self.ops,
+                        tally: &mut *self.tally,
+                    })?;
+                    head.has_items = true;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(head)
+    }
+}
+
+/// Checks every item; the first structural mismatch or the failed items become an error.
+pub fn verify(ops: &[BulkOp], body: &[u8]) -> Result<Verified, EsError> {
+    let bad = |m: String| Err(EsError::BadResponse(m));
+    let mut tally = Tally::default();
+    let head = std::str::from_utf8(body)
+        .map_err(|e| e.to_string())
+        .and_then(|text| {
+            let mut d = serde_json::Deserializer::from_str(text);
+            let head = Response {
+                ops,
+                tally: &mut tally,
+            }
+            .deserialize(&mut d)
+            .and_then(|head| d.end().map(|()| head));
+            head.map_err(|e| e.to_string())
+        })
+        .map_err(|e| EsError::BadResponse(format!("unreadable bulk response: {e}")))?;
+    if !head.has_items {
+        return bad("bulk response has no items array".into());
+    }
+    if tally.items != ops.len() {
         return bad(format!(
-            "bulk response says errors={:?} but {} items failed",
-            response.errors,
-            failed.len()
+            "bulk response has {} items for {} operations",
+            tally.items,
+            ops.len()
         ));
     }
-    if let Some((status, error_type, reason)) = worst(&failed) {
+    if let Some(m) = tally.mismatch {
+        return bad(m);
+    }
+    if head.errors != Some(!tally.failed.is_empty() || tally.excused > 0) {
+        return bad(format!(
+            "bulk response says errors={:?} but {} items failed",
+            head.errors,
+            tally.failed.len()
+        ));
+    }
+    if let Some((status, error_type, reason)) = worst(&tally.failed) {
         return Err(EsError::ItemsFailed {
-            failed: failed.len(),
+            failed: tally.failed.len(),
             total: ops.len(),
             status,
             error_type,
             reason,
         });
     }
-    Ok(verified)
+    Ok(Verified {
+        items: tally.items,
+        noops: tally.noops,
+        es_took_ms: head.took.unwrap_or(0),
+    })
 }
 
 /// The failure that decides the class: a permanent one if any, else the first.

@@ -209,7 +209,7 @@ impl ForgetRun {
         for ((key, copy, last, _), runs) in closable.iter().zip(runs) {
             let (owner, (ip, transport, port)) = key;
             let Some(run) = runs.into_iter().find(|r| {
-                let scoped = transport_of(transport)
+                let scoped = Transport::from_name(transport)
                     .zip(r.scope.as_ref())
                     .is_some_and(|(t, s)| s.covers(t, *port));
                 scoped && *last < r.at.as_str() && !copy.seen_by.contains(&r.execution_id)
@@ -233,12 +233,6 @@ impl ForgetRun {
         }
         Ok(ops)
     }
-}
-
-fn transport_of(name: &str) -> Option<Transport> {
-    [Transport::Tcp, Transport::Udp, Transport::Sctp]
-        .into_iter()
-        .find(|t| t.as_str() == name)
 }
 
 #[cfg(test)]
@@ -271,11 +265,5 @@ mod tests {
         c.add(&obs("2026-01-03T00:00:00.000Z", "", 4), true);
         assert_eq!(c.closable(), None);
         assert!(c.seen_by.contains(&Uuid::from_u128(4)));
-    }
-
-    #[test]
-    fn transports_by_name() {
-        assert_eq!(transport_of("udp"), Some(Transport::Udp));
-        assert_eq!(transport_of("icmp"), None);
     }
 }

@@ -122,7 +122,7 @@ impl Missed {
                     .and_then(|s| PortScope::parse(&s).ok())
             });
             let (_, transport, port) = docs[*doc].source.endpoint_key();
-            let covered = transport_of(&transport)
+            let covered = Transport::from_name(&transport)
                 .zip(scope.as_ref())
                 .is_some_and(|(t, scope)| scope.covers(t, port));
             if !covered {
@@ -219,12 +219,6 @@ impl Missed {
     }
 }
 
-fn transport_of(name: &str) -> Option<Transport> {
-    [Transport::Tcp, Transport::Udp, Transport::Sctp]
-        .into_iter()
-        .find(|t| t.as_str() == name)
-}
-
 /// The owner's documents of `ids` in `index` as they stand (the state fields and
 /// `last_seen`), after a refresh: a rebuild writes its version without refreshing it, and
 /// a document written but not yet visible would be read as absent.
@@ -296,11 +290,5 @@ mod tests {
         let legacy = json!({"last_seen": t(9), "state": "filtered"});
         assert!(with_observation(Some(&legacy), &t(10)).0);
         assert!(!with_observation(Some(&legacy), &t(8)).0);
-    }
-
-    #[test]
-    fn transports_by_name() {
-        assert_eq!(transport_of("udp"), Some(Transport::Udp));
-        assert_eq!(transport_of("TCP"), None);
     }
 }

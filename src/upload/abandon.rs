@@ -158,9 +158,8 @@ pub fn clean(
     let by_index: Vec<(String, Vec<String>)> = pending
         .iter()
         .flat_map(|p| {
-            let ids: Vec<String> = (0..p.observations)
-                .map(|i| index::fact_id(execution_id, upload_id, &p.stream, p.batch_index, i))
-                .collect();
+            let batch = index::FactIds::new(execution_id, upload_id, &p.stream, p.batch_index);
+            let ids: Vec<String> = (0..p.observations).map(|i| batch.at(i)).collect();
             p.indices
                 .iter()
                 .filter(|i| **i != endpoints_index)
@@ -372,7 +371,7 @@ fn endpoint_repairs(
         let Some((e, tags)) = facts::endpoint_of_fact(&source) else {
             continue;
         };
-        let key = (e.ip.clone(), e.port, e.transport.clone());
+        let key = (e.ip.clone(), e.port, e.transport.as_str().to_string());
         match newest.get(&key) {
             Some((held, _)) if !facts::newer(&e, held) => {}
             _ => {

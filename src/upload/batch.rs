@@ -2,6 +2,7 @@
 //! the exact bytes of the `observations` array, and every observation. Pure; touches
 //! neither PostgreSQL nor Elasticsearch, so bad input never reaches either.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 use chrono::{DateTime, Duration as ChronoDuration, SubsecRound, Timelike, Utc};
@@ -13,6 +14,7 @@ use uuid::Uuid;
 use super::batch_fast;
 use super::details::{self, Details, Hostname, OsGuess, RawDetails, Script};
 use super::error::UploadError;
+use crate::ports::Transport;
 
 pub const PROTOCOL_VERSION: u32 = 2;
 
@@ -45,7 +47,7 @@ pub struct Endpoint {
     /// Canonical text form (IPv6 compressed, lower case).
     pub ip: String,
     pub port: u16,
-    pub transport: String,
+    pub transport: Transport,
     pub service: Option<String>,
     pub product: Option<String>,
     pub version: Option<String>,
@@ -184,21 +186,25 @@ struct Envelope<'a> {
 }
 
 /// An observation as sent, before validation: what the general reading deserialises each
-/// one into, and what `batch_fast` reads the common shape into.
+/// one into, and what `batch_fast` reads the common shape into. The texts that validation
+/// only reads are borrowed from the body where they hold no escapes.
 #[allow(clippy::large_enum_variant)]
 #[derive(Deserialize)]
 #[cfg_attr(test, derive(Debug, PartialEq, Clone))]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
-pub(super) enum RawObservation {
+pub(super) enum RawObservation<'a> {
     Endpoint {
-        ip: String,
+        #[serde(borrow)]
+        ip: Cow<'a, str>,
         port: i64,
-        transport: String,
+        #[serde(borrow)]
+        transport: Cow<'a, str>,
         service: Option<String>,
         product: Option<String>,
         version: Option<String>,
         banner: Option<String>,
-        observed_at: String,
+        #[serde(borrow)]
+        observed_at: Cow<'a, str>,
         state: Option<String>,
         hostnames: Option<Vec<Hostname>>,
         cpe: Option<Vec<String>>,
@@ -208,16 +214,22 @@ pub(super) enum RawObservation {
         scripts: Option<Vec<Script>>,
     },
     Host {
-        ip: String,
+        #[serde(borrow)]
+        ip: Cow<'a, str>,
         os: Option<Vec<OsGuess>>,
         hostnames: Option<Vec<Hostname>>,
-        observed_at: String,
+        #[serde(borrow)]
+        observed_at: Cow<'a, str>,
     },
     Dns {
-        name: String,
-        record_type: String,
-        value: String,
-        observed_at: String,
+        #[serde(borrow)]
+        name: Cow<'a, str>,
+        #[serde(borrow)]
+        record_type: Cow<'a, str>,
+        #[serde(borrow)]
+        value: Cow<'a, str>,
+        #[serde(borrow)]
+        observed_at: Cow<'a, str>,
     },
 }
 
@@ -304,43 +316,39 @@ pub fn parse(body: &[u8], max_observations: usize, window: Window) -> Result<Bat
     }
     let text = env.observations.get();
     let checksum = verify_checksum(&env.checksum, text.as_bytes())?;
-    // The common shape in one pass; anything else item by item, so that the first item
-    // that cannot be read is named.
-    let items: Box<dyn ExactSizeIterator<Item = Result<RawObservation, serde_json::Error>>> =
-        match batch_fast::read(text) {
-            Some(read) => Box::new(read.into_iter().map(Ok)),
-            None => {
-                let raw: Vec<&RawValue> = serde_json::from_str(text)
-                    .map_err(|_| invalid("bad_field", "observations must be an array"))?;
-                Box::new(raw.into_iter().map(|r| serde_json::from_str(r.get())))
+    // The common shape of valid observations in one pass; anything else item by item, so
+    // that the first item that cannot be read or accepted is named.
+    let observations = match batch_fast::read(text, max_observations, |o| accept(o, stream).ok()) {
+        Some(observations) => observations,
+        None => {
+            let raw: Vec<&RawValue> = serde_json::from_str(text)
+                .map_err(|_| invalid("bad_field", "observations must be an array"))?;
+            if raw.len() > max_observations {
+                return Err(invalid(
+                    "too_many_observations",
+                    format!(
+                        "{} observations in one batch; at most {max_observations}",
+                        raw.len()
+                    ),
+                ));
             }
-        };
-    if items.len() > max_observations {
-        return Err(invalid(
-            "too_many_observations",
-            format!(
-                "{} observations in one batch; at most {max_observations}",
-                items.len()
-            ),
-        ));
-    }
-    let mut observations = Vec::with_capacity(items.len());
-    let mut out_of_window = Vec::new();
-    for (i, o) in items.enumerate() {
-        let o = o.map_err(|e| invalid("bad_field", format!("observations[{i}]: {e}")))?;
-        let o =
-            observation(o).map_err(|m| invalid("bad_field", format!("observations[{i}]: {m}")))?;
-        if !window.contains(o.observed_at()) {
-            out_of_window.push(i);
+            raw.into_iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    serde_json::from_str(r.get())
+                        .map_err(|e| e.to_string())
+                        .and_then(|o| accept(o, stream))
+                        .map_err(|m| invalid("bad_field", format!("observations[{i}]: {m}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?
         }
-        if stream == Stream::Dns && !matches!(o, Observation::Dns(_)) {
-            return Err(invalid(
-                "bad_field",
-                format!("observations[{i}]: the dns stream carries only dns records"),
-            ));
-        }
-        observations.push(o);
-    }
+    };
+    let out_of_window = observations
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !window.contains(o.observed_at()))
+        .map(|(i, _)| i)
+        .collect();
     Ok(Batch {
         protocol_version: PROTOCOL_VERSION,
         upload_id,
@@ -432,6 +440,15 @@ fn time(v: &str) -> Result<DateTime<Utc>, String> {
     Ok(t.trunc_subsecs(3))
 }
 
+/// One observation of a batch on `stream`, validated; the error names what is wrong.
+fn accept(o: RawObservation, stream: Stream) -> Result<Observation, String> {
+    let o = observation(o)?;
+    if stream == Stream::Dns && !matches!(o, Observation::Dns(_)) {
+        return Err("the dns stream carries only dns records".into());
+    }
+    Ok(o)
+}
+
 fn observation(o: RawObservation) -> Result<Observation, String> {
     match o {
         RawObservation::Endpoint {
@@ -456,9 +473,8 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
                 .ok()
                 .filter(|p| *p > 0)
                 .ok_or_else(|| format!("port {port} is not in 1..=65535"))?;
-            if !matches!(transport.as_str(), "tcp" | "udp" | "sctp") {
-                return Err(format!("transport {transport:?} is not tcp, udp or sctp"));
-            }
+            let transport = Transport::from_name(&transport)
+                .ok_or_else(|| format!("transport {transport:?} is not tcp, udp or sctp"))?;
             let details = RawDetails {
                 state,
                 hostnames,
@@ -512,7 +528,7 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
             let value = match record_type.as_str() {
                 "A" => canonical_ip(&value, true)?,
                 "AAAA" => canonical_ip(&value, false)?,
-                _ => value,
+                _ => value.into_owned(),
             };
             Ok(Observation::Dns(DnsRecord {
                 name,
@@ -526,10 +542,10 @@ fn observation(o: RawObservation) -> Result<Observation, String> {
 
 /// An endpoint's or host's address in canonical text form. An IPv4-mapped IPv6 address
 /// is the IPv4 host it maps, one endpoint either way.
-fn address(ip: String) -> Result<String, String> {
+fn address(ip: Cow<str>) -> Result<String, String> {
     match ip.parse::<IpAddr>() {
         // Dotted quads parse only in their one text form (no leading zeros): kept as sent.
-        Ok(IpAddr::V4(_)) => Ok(ip),
+        Ok(IpAddr::V4(_)) => Ok(ip.into_owned()),
         Ok(a) => Ok(a.to_canonical().to_string()),
         Err(_) => Err(format!("ip {ip:?} is not an IP address")),
     }

@@ -1,13 +1,15 @@
 //! The one-pass reading of a batch's observations array in its common shape: every
 //! object read straight into one flat struct (no buffering of each object until its
-//! `type` is found, as an internally tagged enum must), then checked to hold exactly the
-//! fields its type allows. Anything else — a syntax error, an unknown or misplaced field,
-//! a missing one — is not judged here: the general reading in `batch` decides, with its
-//! exact errors.
+//! `type` is found, as an internally tagged enum must), checked to hold exactly the
+//! fields its type allows, and handed on as it is read. Anything else — a syntax error, an
+//! unknown or misplaced field, a missing one, one the caller does not accept — is not
+//! judged here: the general reading in `batch` decides, with its exact errors.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 
-use serde::de::{self, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::batch::RawObservation;
@@ -27,6 +29,11 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Sent<T> {
         Ok(Option::<T>::deserialize(d)?.map_or(Sent::Null, Sent::Value))
     }
 }
+
+/// A text borrowed from the body where it holds no escapes (serde borrows a `Cow` only as
+/// a field of its own).
+#[derive(Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 impl<T> Sent<T> {
     fn sent(&self) -> bool {
@@ -48,14 +55,17 @@ impl<T> Sent<T> {
 struct Flat<'a> {
     #[serde(rename = "type", borrow)]
     kind: &'a str,
-    ip: Sent<String>,
+    #[serde(borrow)]
+    ip: Sent<Text<'a>>,
     port: Sent<i64>,
-    transport: Sent<String>,
+    #[serde(borrow)]
+    transport: Sent<Text<'a>>,
     service: Sent<String>,
     product: Sent<String>,
     version: Sent<String>,
     banner: Sent<String>,
-    observed_at: Sent<String>,
+    #[serde(borrow)]
+    observed_at: Sent<Text<'a>>,
     state: Sent<String>,
     hostnames: Sent<Vec<Hostname>>,
     cpe: Sent<Vec<String>>,
@@ -64,9 +74,12 @@ struct Flat<'a> {
     confidence: Sent<i64>,
     scripts: Sent<Vec<Script>>,
     os: Sent<Vec<OsGuess>>,
-    name: Sent<String>,
-    record_type: Sent<String>,
-    value: Sent<String>,
+    #[serde(borrow)]
+    name: Sent<Text<'a>>,
+    #[serde(borrow)]
+    record_type: Sent<Text<'a>>,
+    #[serde(borrow)]
+    value: Sent<Text<'a>>,
 }
 
 const ENDPOINT_FIELDS: &[&str] = &[
@@ -89,7 +102,7 @@ const ENDPOINT_FIELDS: &[&str] = &[
 const HOST_FIELDS: &[&str] = &["ip", "os", "hostnames", "observed_at"];
 const DNS_FIELDS: &[&str] = &["name", "record_type", "value", "observed_at"];
 
-impl Flat<'_> {
+impl<'a> Flat<'a> {
     /// `Some(())` when every field sent (even as `null`) is one of `allowed`.
     fn only(&self, allowed: &[&str]) -> Option<()> {
         let sent = [
@@ -119,19 +132,19 @@ impl Flat<'_> {
     }
 
     /// The observation as the general reading reads it, when this is one it accepts.
-    fn into_raw(self) -> Option<RawObservation> {
+    fn into_raw(self) -> Option<RawObservation<'a>> {
         match self.kind {
             "endpoint" => {
                 self.only(ENDPOINT_FIELDS)?;
                 Some(RawObservation::Endpoint {
-                    ip: self.ip.value()?,
+                    ip: self.ip.value()?.0,
                     port: self.port.value()?,
-                    transport: self.transport.value()?,
+                    transport: self.transport.value()?.0,
                     service: self.service.value(),
                     product: self.product.value(),
                     version: self.version.value(),
                     banner: self.banner.value(),
-                    observed_at: self.observed_at.value()?,
+                    observed_at: self.observed_at.value()?.0,
                     state: self.state.value(),
                     hostnames: self.hostnames.value(),
                     cpe: self.cpe.value(),
@@ -144,19 +157,19 @@ impl Flat<'_> {
             "host" => {
                 self.only(HOST_FIELDS)?;
                 Some(RawObservation::Host {
-                    ip: self.ip.value()?,
+                    ip: self.ip.value()?.0,
                     os: self.os.value(),
                     hostnames: self.hostnames.value(),
-                    observed_at: self.observed_at.value()?,
+                    observed_at: self.observed_at.value()?.0,
                 })
             }
             "dns" => {
                 self.only(DNS_FIELDS)?;
                 Some(RawObservation::Dns {
-                    name: self.name.value()?,
-                    record_type: self.record_type.value()?,
-                    value: self.value.value()?,
-                    observed_at: self.observed_at.value()?,
+                    name: self.name.value()?.0,
+                    record_type: self.record_type.value()?.0,
+                    value: self.value.value()?.0,
+                    observed_at: self.observed_at.value()?.0,
                 })
             }
             _ => None,
@@ -164,40 +177,73 @@ impl Flat<'_> {
     }
 }
 
-/// The observations of the array text `observations`, when every one is of the common
-/// shape; `None` leaves the array to the general reading.
-pub fn read(observations: &str) -> Option<Vec<RawObservation>> {
-    serde_json::from_str::<Common>(observations)
-        .ok()
-        .map(|c| c.0)
+/// Bytes of the smallest observation a scanner typically sends: the array's length over
+/// this bounds its count, so that the observations' vector is allocated once.
+const SMALL_OBSERVATION_BYTES: usize = 96;
+
+/// What `accept` makes of each observation of the array text `observations`, when every
+/// one is of the common shape, at most `max` are sent and `accept` takes them all; `None`
+/// leaves the array to the general reading.
+pub fn read<'a, T>(
+    observations: &'a str,
+    max: usize,
+    accept: impl FnMut(RawObservation<'a>) -> Option<T>,
+) -> Option<Vec<T>> {
+    let mut d = serde_json::Deserializer::from_str(observations);
+    let items = Items {
+        max,
+        capacity: max.min(observations.len() / SMALL_OBSERVATION_BYTES + 1),
+        accept,
+        read: PhantomData,
+    };
+    let read = items.deserialize(&mut d).ok()?;
+    d.end().ok()?;
+    Some(read)
 }
 
-/// An array of observations all of the common shape, each turned into its `RawObservation`
-/// as soon as it is read: no array of the (large) flat structs is ever held or moved.
-struct Common(Vec<RawObservation>);
+/// The array, each observation handed to `accept` as soon as it is read: no array of the
+/// (large) flat structs is ever held or moved.
+struct Items<'a, F, T> {
+    max: usize,
+    capacity: usize,
+    accept: F,
+    read: PhantomData<fn(RawObservation<'a>) -> T>,
+}
 
-impl<'de> Deserialize<'de> for Common {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Common, D::Error> {
-        struct Items;
-        impl<'de> Visitor<'de> for Items {
-            type Value = Common;
+impl<'a, F, T> DeserializeSeed<'a> for Items<'a, F, T>
+where
+    F: FnMut(RawObservation<'a>) -> Option<T>,
+{
+    type Value = Vec<T>;
 
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an array of observations")
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<Vec<T>, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'a, F, T> Visitor<'a> for Items<'a, F, T>
+where
+    F: FnMut(RawObservation<'a>) -> Option<T>,
+{
+    type Value = Vec<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of observations")
+    }
+
+    fn visit_seq<A: SeqAccess<'a>>(mut self, mut items: A) -> Result<Vec<T>, A::Error> {
+        let mut out = Vec::with_capacity(self.capacity);
+        while let Some(flat) = items.next_element::<Flat>()? {
+            if out.len() == self.max {
+                return Err(de::Error::custom("too many observations"));
             }
-
-            fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Common, A::Error> {
-                let mut out = Vec::new();
-                while let Some(flat) = items.next_element::<Flat>()? {
-                    let raw = flat
-                        .into_raw()
-                        .ok_or_else(|| de::Error::custom("not of the common shape"))?;
-                    out.push(raw);
-                }
-                Ok(Common(out))
-            }
+            let accepted = flat
+                .into_raw()
+                .and_then(&mut self.accept)
+                .ok_or_else(|| de::Error::custom("not of the common shape"))?;
+            out.push(accepted);
         }
-        d.deserialize_seq(Items)
+        Ok(out)
     }
 }
 
@@ -208,7 +254,7 @@ mod tests {
     use serde_json::value::RawValue;
 
     /// The general reading of each item, as `batch::parse` does it.
-    fn general(observations: &str) -> Option<Vec<Result<RawObservation, String>>> {
+    fn general(observations: &str) -> Option<Vec<Result<RawObservation<'_>, String>>> {
         let raw: Vec<&RawValue> = serde_json::from_str(observations).ok()?;
         Some(
             raw.into_iter()
@@ -219,7 +265,7 @@ mod tests {
 
     /// What the one-pass reading accepts, the general one reads the same way.
     fn agrees(observations: &str) -> bool {
-        let fast = read(observations);
+        let fast = read(observations, usize::MAX, Some);
         if let Some(fast) = &fast {
             let general = general(observations).expect("an array the general reading reads");
             assert_eq!(

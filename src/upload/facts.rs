@@ -13,6 +13,7 @@ use super::details::{Details, DETAIL_FIELDS};
 use crate::es::bulk::{BulkOp, IndexWrites};
 use crate::es::index;
 use crate::es::source::{self, Field, Key, Source};
+use crate::ports::Transport;
 use crate::tags::Tags;
 
 /// Who and what a batch belongs to: copied into every document.
@@ -74,6 +75,12 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
     let mut months = Months::default();
     let mut facts = Vec::with_capacity(batch.observations.len());
     let mut newest = Newest::with_capacity(batch.endpoint_count());
+    let fact_ids = index::FactIds::new(
+        owning.execution_id,
+        batch.upload_id,
+        stream,
+        batch.batch_index,
+    );
     for (position, o) in batch.observations.iter().enumerate() {
         let (kind, tags) = match o {
             Observation::Endpoint(e) => ("endpoint", tags.for_ip(&e.ip)),
@@ -118,13 +125,7 @@ pub fn build(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Ops {
                 doc.push(Key::Value, Field::Text(&d.value));
             }
         }
-        let id = index::fact_id(
-            owning.execution_id,
-            batch.upload_id,
-            stream,
-            batch.batch_index,
-            position,
-        );
+        let id = fact_ids.at(position);
         let writes = months.of(prefix, o.observed_at());
         facts.push(writes.op(id, |out| doc.write(out)));
     }
@@ -190,7 +191,8 @@ impl EndpointDocs {
         doc.push(Key::ObservedAt, Field::Time(&e.observed_at));
         doc.push(Key::Tags, Field::Texts(tags));
         endpoint_fields(&mut doc, e);
-        let id = index::execution_endpoint_id(self.execution_id, &e.ip, &e.transport, e.port);
+        let id =
+            index::execution_endpoint_id(self.execution_id, &e.ip, e.transport.as_str(), e.port);
         self.writes.op(id, |out| doc.write(out))
     }
 }
@@ -201,7 +203,7 @@ pub fn endpoint_of_fact(source: &Value) -> Option<(Endpoint, Vec<String>)> {
     let endpoint = Endpoint {
         ip: text("ip")?,
         port: u16::try_from(source["port"].as_u64()?).ok()?,
-        transport: text("transport")?,
+        transport: Transport::from_name(source["transport"].as_str()?)?,
         service: text("service"),
         product: text("product"),
         version: text("version"),
@@ -251,7 +253,7 @@ const DETAIL_KEYS: [Key; 7] = [
 fn endpoint_fields<'a>(doc: &mut Source<'a>, e: &'a Endpoint) {
     doc.push(Key::Ip, Field::Plain(&e.ip));
     doc.push(Key::Port, Field::Number(e.port.into()));
-    doc.push(Key::Transport, Field::Plain(&e.transport));
+    doc.push(Key::Transport, Field::Plain(e.transport.as_str()));
     for (k, v) in [
         (Key::Service, &e.service),
         (Key::Product, &e.product),
@@ -306,7 +308,7 @@ fn rank(
 struct Newest<'a> {
     endpoints: Vec<&'a Endpoint>,
     /// Position in `endpoints` by (ip, port, transport).
-    slots: HashMap<(&'a str, u16, &'a str), usize>,
+    slots: HashMap<(&'a str, u16, Transport), usize>,
 }
 
 impl<'a> Newest<'a> {
@@ -318,7 +320,7 @@ impl<'a> Newest<'a> {
     }
 
     fn keep(&mut self, e: &'a Endpoint) {
-        match self.slots.entry((&e.ip, e.port, &e.transport)) {
+        match self.slots.entry((&e.ip, e.port, e.transport)) {
             Entry::Occupied(slot) => {
                 let held = &mut self.endpoints[*slot.get()];
                 if rank(e) > rank(held) {

@@ -18,7 +18,7 @@ fn reference(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Vec<V
     let mut newest: Vec<&Endpoint> = Vec::new();
     let endpoint_fields = |doc: &mut Value, e: &Endpoint| {
         let mut fields = json!({
-            "ip": e.ip, "port": e.port, "transport": e.transport, "service": e.service,
+            "ip": e.ip, "port": e.port, "transport": e.transport.as_str(), "service": e.service,
             "product": e.product, "version": e.version, "banner": e.banner,
         });
         let fields = fields.as_object_mut().unwrap();
@@ -79,13 +79,13 @@ fn reference(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Vec<V
                 doc["value"] = json!(d.value);
             }
         }
-        let id = index::fact_id(
+        let id = index::FactIds::new(
             owning.execution_id,
             batch.upload_id,
             stream,
             batch.batch_index,
-            position,
-        );
+        )
+        .at(position);
         out.push(line(&index::facts_index(prefix, o.observed_at()), id, &doc));
     }
     for e in newest {
@@ -97,7 +97,8 @@ fn reference(prefix: &str, owning: &Owning, batch: &Batch, tags: &Tags) -> Vec<V
             "tags": tags.for_ip(&e.ip),
         });
         endpoint_fields(&mut doc, e);
-        let id = index::execution_endpoint_id(owning.execution_id, &e.ip, &e.transport, e.port);
+        let id =
+            index::execution_endpoint_id(owning.execution_id, &e.ip, e.transport.as_str(), e.port);
         out.push(line(&index::execution_endpoints(prefix), id, &doc));
     }
     out
