@@ -10,6 +10,7 @@ pub mod load;
 pub mod request;
 pub mod router;
 pub mod server;
+mod spare;
 pub mod tls;
 
 pub use error::ApiError;

@@ -28,6 +28,7 @@ use super::error::ApiError;
 use super::load::HttpLoad;
 use super::request::{read_body, Reply, Req};
 use super::router::{self, BodyPolicy};
+use super::spare::Spares;
 use super::tls::ServerTls;
 use crate::app::App;
 use crate::telemetry;
@@ -62,6 +63,10 @@ const FAILURE_LOG_PERIOD: Duration = Duration::from_secs(1);
 
 /// Stack of a thread that only reads one body or writes one reply.
 const BODY_THREAD_STACK: usize = 256 * 1024;
+
+/// How long a body reader or reply writer whose job is done waits for the next one: as
+/// long as tiny_http keeps an idle connection thread.
+const SPARE_THREAD_KEEP: Duration = Duration::from_secs(5);
 
 /// Replies larger than this are written off the worker. Linux gives a TCP socket 16 KiB
 /// of send buffer to start with (`tcp_wmem`), overhead included, so a reply this small is
@@ -138,12 +143,15 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
     // so waiting requests stay in tiny_http's queue.
     let (incoming_tx, incoming) = crossbeam_channel::bounded::<Admitted>(0);
     let (ready_tx, ready) = crossbeam_channel::unbounded::<Admitted>();
+    let writers = Spares::new("http-write", BODY_THREAD_STACK, SPARE_THREAD_KEEP);
     let admission = Admission {
         app: app.clone(),
         routes,
         incoming: incoming_tx,
         ready: ready_tx,
         large_reads: Permits::new(cfg.max_body_reads),
+        readers: Spares::new("http-body", BODY_THREAD_STACK, SPARE_THREAD_KEEP),
+        writers: writers.clone(),
     };
     let acceptor_stop = stop.clone();
     std::thread::Builder::new()
@@ -154,9 +162,17 @@ pub fn start(app: Arc<App>, routes: Routes) -> io::Result<HttpServer> {
     for n in 0..cfg.worker_threads {
         let (incoming, ready) = (incoming.clone(), ready.clone());
         let (app, stop, done_tx) = (app.clone(), stop.clone(), done_tx.clone());
+        let writers = writers.clone();
         let worker = std::thread::Builder::new()
             .name(format!("http-{n}"))
-            .spawn(move || work(&incoming, &ready, &app, routes.handle, &stop, done_tx))?;
+            .spawn(move || {
+                let serving = Serving {
+                    app: &app,
+                    handler: routes.handle,
+                    writers: &writers,
+                };
+                work(&incoming, &ready, &serving, &stop, done_tx)
+            })?;
         workers.push(worker);
     }
     Line::new("HttpServerStarted")
@@ -272,6 +288,9 @@ struct Admission {
     incoming: Sender<Admitted>,
     ready: Sender<Admitted>,
     large_reads: Permits,
+    /// Threads that read bodies, and that write the large replies of requests refused there.
+    readers: Spares,
+    writers: Spares,
 }
 
 /// A counting semaphore: permits to read a large body.
@@ -397,18 +416,16 @@ fn admit(
         large: chunked || declared.is_some_and(|n| n as u64 > cfg.preauth_body_bytes),
     };
     let (app, ready, permits) = (a.app.clone(), a.ready.clone(), a.large_reads.clone());
-    let spawned = std::thread::Builder::new()
-        .name("http-body".into())
-        .stack_size(BODY_THREAD_STACK)
-        .spawn(move || {
-            let _serving = telemetry::context::enter(&job.req.request_id);
-            let read = catch_unwind(AssertUnwindSafe(|| {
-                read_body_of(job, &app, &permits, &ready)
-            }));
-            if read.is_err() {
-                Line::new("HttpBodyReaderRecovered").warn();
-            }
-        });
+    let writers = a.writers.clone();
+    let spawned = a.readers.run(move || {
+        let _serving = telemetry::context::enter(&job.req.request_id);
+        let read = catch_unwind(AssertUnwindSafe(|| {
+            read_body_of(job, &app, &permits, &ready, &writers)
+        }));
+        if read.is_err() {
+            Line::new("HttpBodyReaderRecovered").warn();
+        }
+    });
     // The request went down with the closure: tiny_http answers 500 and closes.
     if let Err(e) = spawned {
         spawn_failures.record(&e);
@@ -445,13 +462,19 @@ fn is_upgrade(request: &tiny_http::Request) -> bool {
 /// On a body's own thread: verifies the scanner's token before a large body, waits (at
 /// most `header_timeout`) for a permit to read it, reads it and queues the request for the
 /// workers. A stalled client holds only this thread, bounded by the connection cap.
-fn read_body_of(job: BodyJob, app: &App, permits: &Permits, ready: &Sender<Admitted>) {
+fn read_body_of(
+    job: BodyJob,
+    app: &App,
+    permits: &Permits,
+    ready: &Sender<Admitted>,
+    writers: &Spares,
+) {
     let cfg = &app.config.server;
     let _reading = app.http_load.body_reads.enter();
     let _permit = if job.large {
         if job.policy == BodyPolicy::Scanner {
             if let Err(e) = upload::authenticate(app, &job.req) {
-                return queue(job_refused(job, e.into()), ready, &app.http_load);
+                return queue(job_refused(job, e.into()), ready, app, writers);
             }
         }
         match permits.acquire(cfg.header_timeout) {
@@ -460,14 +483,15 @@ fn read_body_of(job: BodyJob, app: &App, permits: &Permits, ready: &Sender<Admit
                 return queue(
                     job_refused(job, ApiError::BodyReadersBusy),
                     ready,
-                    &app.http_load,
+                    app,
+                    writers,
                 )
             }
         }
     } else {
         None
     };
-    queue_with_body(job, app, ready);
+    queue_with_body(job, app, ready, writers);
 }
 
 fn job_refused(job: BodyJob, e: ApiError) -> Admitted {
@@ -482,7 +506,7 @@ fn job_refused(job: BodyJob, e: ApiError) -> Admitted {
 
 /// Reads the job's body within the limit and deadline and queues the request for the
 /// workers; a body that fails is answered with the connection closed.
-fn queue_with_body(job: BodyJob, app: &App, ready: &Sender<Admitted>) {
+fn queue_with_body(job: BodyJob, app: &App, ready: &Sender<Admitted>, writers: &Spares) {
     let (limit, deadline) = (
         app.config.server.max_body_bytes,
         app.config.server.body_deadline,
@@ -519,28 +543,45 @@ fn queue_with_body(job: BodyJob, app: &App, ready: &Sender<Admitted>) {
             refused: Some(e),
         },
     };
-    queue(pending, ready, &app.http_load);
+    queue(pending, ready, app, writers);
 }
 
 /// Hands a request to the workers; answers it here when they are gone.
-fn queue(pending: Admitted, ready: &Sender<Admitted>, load: &HttpLoad) {
+fn queue(pending: Admitted, ready: &Sender<Admitted>, app: &App, writers: &Spares) {
     if let Err(crossbeam_channel::SendError(p)) = ready.send(pending) {
+        let answering = Answering {
+            load: &app.http_load,
+            writers,
+        };
         answer(
             p.request,
             &p.req,
             p.started,
             Err(ApiError::ShuttingDown),
             true,
-            load,
+            &answering,
         );
     }
+}
+
+/// What a worker serves requests with.
+struct Serving<'a> {
+    app: &'a App,
+    handler: Handler,
+    writers: &'a Spares,
+}
+
+/// What answering a request takes besides the request.
+struct Answering<'a> {
+    load: &'a HttpLoad,
+    /// Threads for replies too large to write on the worker.
+    writers: &'a Spares,
 }
 
 fn work(
     incoming: &Receiver<Admitted>,
     ready: &Receiver<Admitted>,
-    app: &App,
-    handler: Handler,
+    serving: &Serving,
     stop: &AtomicBool,
     done: Sender<()>,
 ) {
@@ -548,8 +589,8 @@ fn work(
         // Nothing a request does may take the worker down with it.
         let served = catch_unwind(AssertUnwindSafe(|| {
             crossbeam_channel::select! {
-                recv(ready) -> p => if let Ok(p) = p { dispatch(app, handler, p) },
-                recv(incoming) -> p => if let Ok(p) = p { dispatch(app, handler, p) },
+                recv(ready) -> p => if let Ok(p) = p { dispatch(serving, p) },
+                recv(incoming) -> p => if let Ok(p) = p { dispatch(serving, p) },
                 default(POLL) => {}
             }
         }));
@@ -561,7 +602,8 @@ fn work(
 }
 
 /// Runs the handler on a complete request (or takes its refusal), and answers.
-fn dispatch(app: &App, handler: Handler, p: Admitted) {
+fn dispatch(serving: &Serving, p: Admitted) {
+    let (app, handler) = (serving.app, serving.handler);
     let _busy = app.http_load.busy_workers.enter();
     let _serving = telemetry::context::enter(&p.req.request_id);
     let outcome = match p.refused {
@@ -569,14 +611,11 @@ fn dispatch(app: &App, handler: Handler, p: Admitted) {
         None => catch_unwind(AssertUnwindSafe(|| handler(app, &p.req)))
             .unwrap_or_else(|_| Err(ApiError::Internal("handler panicked".into()))),
     };
-    answer(
-        p.request,
-        &p.req,
-        p.started,
-        outcome,
-        p.close,
-        &app.http_load,
-    );
+    let answering = Answering {
+        load: &app.http_load,
+        writers: serving.writers,
+    };
+    answer(p.request, &p.req, p.started, outcome, p.close, &answering);
 }
 
 /// Logs the request and sends the reply (or the error's envelope); with `close`, the
@@ -587,7 +626,7 @@ fn answer(
     started: Instant,
     outcome: Result<Reply, ApiError>,
     close: bool,
-    load: &HttpLoad,
+    answering: &Answering,
 ) {
     let (reply, failure) = match outcome {
         Ok(reply) => (reply, None),
@@ -622,16 +661,13 @@ fn answer(
     // A client that reads nothing would block this write once the socket's send buffer is
     // full: a large reply is written by a thread of its own (inline if none can start).
     let (handoff, take) = crossbeam_channel::bounded(1);
-    let writing = load.answer_writes.enter();
-    let writer = std::thread::Builder::new()
-        .name("http-write".into())
-        .stack_size(BODY_THREAD_STACK)
-        .spawn(move || {
-            let _writing = writing;
-            if let Ok((request, response, close)) = take.recv() {
-                send(request, response, close);
-            }
-        });
+    let writing = answering.load.answer_writes.enter();
+    let writer = answering.writers.run(move || {
+        let _writing = writing;
+        if let Ok((request, response, close)) = take.recv() {
+            send(request, response, close);
+        }
+    });
     match writer {
         Ok(_) => {
             let _ = handoff.send((request, response, close));
