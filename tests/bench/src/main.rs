@@ -153,7 +153,8 @@ pub struct Opts {
     /// the first round and its publication more rounds (fresh executions of the same size,
     /// publication off) follow until this many finals were timed; they add latency samples
     /// only, throughput and memory stay the first round's. Fewer than 100 finals make their
-    /// "p99" the slowest one. [default: 100; with `--quick`, one round]
+    /// "p99" the slowest one. Paced sweep points below 1 M also run enough rounds for as
+    /// many finals at each scanner count. [default: 100; with `--quick`, one round]
     #[arg(long)]
     pub finals: Option<usize>,
     /// A size whose first publication lasts under 2 s is published this many times in all:
@@ -328,14 +329,15 @@ impl Opts {
         self.attack_connections = Some(self.attack_connections.unwrap_or(hostile));
     }
 
-    /// Upload rounds per size: enough for `finals` finals, one per scanner and round
-    /// (by default 100, or one round in quick mode).
-    pub fn upload_rounds(&self) -> usize {
-        let default = if self.quick { self.scanners } else { 100 };
+    /// Finals to time: `--finals`, by default 100, or one round's in quick mode.
+    pub fn finals(&self) -> usize {
         self.finals
-            .unwrap_or(default)
-            .div_ceil(self.scanners.max(1))
-            .max(1)
+            .unwrap_or(if self.quick { self.scanners } else { 100 })
+    }
+
+    /// Upload rounds per size: enough for `finals` finals, one per scanner and round.
+    pub fn upload_rounds(&self) -> usize {
+        self.finals().div_ceil(self.scanners.max(1)).max(1)
     }
 }
 
