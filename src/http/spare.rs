@@ -112,6 +112,17 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Instant;
 
+    /// Runs a job and waits for it: the name of the thread it ran on.
+    fn ran_on(spares: &Spares) -> Option<String> {
+        let (done_tx, done) = crossbeam_channel::bounded(1);
+        spares
+            .run(move || {
+                let _ = done_tx.send(std::thread::current().name().map(str::to_string));
+            })
+            .unwrap();
+        done.recv_timeout(Duration::from_secs(5)).unwrap()
+    }
+
     fn wait_until(what: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(5);
         while !what() {
@@ -148,13 +159,7 @@ mod tests {
             })
             .unwrap();
         wait_until(|| spares.idle() == 0);
-        let (done_tx, done) = crossbeam_channel::bounded(1);
-        spares
-            .run(move || {
-                let _ = done_tx.send(());
-            })
-            .unwrap();
-        done.recv_timeout(Duration::from_secs(5)).unwrap();
+        ran_on(&spares);
         release.send(()).unwrap();
         wait_until(|| spares.idle() == 2);
     }
@@ -164,14 +169,7 @@ mod tests {
         let spares = Spares::new("spare-test", 64 * 1024, Duration::from_secs(5));
         spares.run(|| panic!("job failed")).unwrap();
         wait_until(|| spares.idle() == 1);
-        let (done_tx, done) = crossbeam_channel::bounded(1);
-        spares
-            .run(move || {
-                let _ = done_tx.send(std::thread::current().name().map(str::to_string));
-            })
-            .unwrap();
-        let name = done.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert_eq!(name.as_deref(), Some("spare-test"));
+        assert_eq!(ran_on(&spares).as_deref(), Some("spare-test"));
         wait_until(|| spares.idle() == 1);
         assert_eq!(
             Arc::strong_count(&spares.shared),
@@ -187,12 +185,6 @@ mod tests {
             spares.run(|| {}).unwrap();
         }
         wait_until(|| spares.idle() == 0 && Arc::strong_count(&spares.shared) == 1);
-        let (done_tx, done) = crossbeam_channel::bounded(1);
-        spares
-            .run(move || {
-                let _ = done_tx.send(());
-            })
-            .unwrap();
-        done.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(ran_on(&spares).as_deref(), Some("spare-test"));
     }
 }
