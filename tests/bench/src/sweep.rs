@@ -205,10 +205,10 @@ fn rounds(opts: &Opts, size: usize) -> usize {
 /// Paced rounds per point: as many as flat out and, below 1 M (whose rounds are long), at
 /// least enough for `--finals` finals (one per scanner and round), so that the final p99
 /// the latency target compares across scanner counts is a p99 at the fewest scanners too,
-/// not their slowest final.
+/// not their slowest final. A quick run keeps its one round.
 fn paced_rounds(opts: &Opts, size: usize, scanners: usize) -> usize {
     let rounds = rounds(opts, size);
-    if size < 1_000_000 {
+    if size < 1_000_000 && !opts.quick {
         rounds.max(opts.finals().div_ceil(scanners.max(1)))
     } else {
         rounds
