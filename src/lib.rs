@@ -28,6 +28,7 @@ pub mod db;
 pub mod es;
 pub mod forget;
 pub mod http;
+pub mod json;
 pub mod periodic;
 pub mod ports;
 pub mod projection;

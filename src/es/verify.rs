@@ -2,7 +2,6 @@
 //! count, order, operation, `_index`, `_id` and status of every item. ES answers 200 even
 //! when items failed, so nothing is taken on trust.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -12,6 +11,7 @@ use serde_json::Value;
 
 use super::bulk::{BulkOp, OpKind};
 use super::error::{item_class, ErrorClass, EsError};
+use crate::json::Text;
 
 /// What a verified bulk did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,24 +58,16 @@ impl<'a> BulkItem<'a> {
 /// not defaulted.
 #[derive(Deserialize)]
 struct ItemResult<'a> {
-    #[serde(rename = "_index", borrow, default, deserialize_with = "text")]
-    index: Option<Cow<'a, str>>,
-    #[serde(rename = "_id", borrow, default, deserialize_with = "text")]
-    id: Option<Cow<'a, str>>,
+    #[serde(rename = "_index", borrow)]
+    index: Option<Text<'a>>,
+    #[serde(rename = "_id", borrow)]
+    id: Option<Text<'a>>,
     status: Option<u64>,
-    #[serde(borrow, default, deserialize_with = "text")]
-    result: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    result: Option<Text<'a>>,
     /// Parsed only for a failed item.
     #[serde(borrow)]
     error: Option<&'a RawValue>,
-}
-
-/// An optional string, borrowed where it has no escapes (serde borrows a `Cow` only as a
-/// field of its own, not inside an `Option`).
-fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
-    #[derive(Deserialize)]
-    struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
-    Ok(Option::<Text<'de>>::deserialize(d)?.map(|t| t.0))
 }
 
 /// What the items said, tallied as they are read: no array of items is ever held.
@@ -105,13 +97,15 @@ impl Tally {
         if result.id.as_deref() != Some(op.id.as_str()) {
             return Err(format!(
                 "item {n}: _id {:?} instead of {}",
-                result.id, op.id
+                result.id.as_deref(),
+                op.id
             ));
         }
         if result.index.as_deref() != Some(&*op.index) {
             return Err(format!(
                 "item {n}: _index {:?} instead of {}",
-                result.index, op.index
+                result.index.as_deref(),
+                op.index
             ));
         }
         let Some(status) = result.status.and_then(|s| u16::try_from(s).ok()) else {
@@ -242,7 +236,7 @@ impl<'de> Visitor<'de> for Response<'_> {
             errors: bool,
         }
         let mut seen = Seen::default();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(Text(key)) = map.next_key()? {
             match &*key {
                 "took" if seen.took => return Err(de::Error::duplicate_field("took")),
                 "took" => (seen.took, head.took) = (true, map.next_value()?),

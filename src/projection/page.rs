@@ -5,6 +5,7 @@
 //! For a tags row, each of the owner's asset documents in scope gets its current tags.
 
 use crate::es::index::Indices;
+use crate::json::Text;
 use crate::tags::{TagScope, TargetKind};
 use std::borrow::Cow;
 use std::fmt;
@@ -118,10 +119,6 @@ impl<'de: 'a, 'a> Deserialize<'de> for Source<'a> {
 
 struct SourceVisitor<'a>(PhantomData<Source<'a>>);
 
-/// An object key, borrowed unless it has escapes.
-#[derive(Deserialize)]
-struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
-
 impl<'de: 'a, 'a> Visitor<'de> for SourceVisitor<'a> {
     type Value = Source<'a>;
 
@@ -131,7 +128,7 @@ impl<'de: 'a, 'a> Visitor<'de> for SourceVisitor<'a> {
 
     fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Source<'a>, M::Error> {
         let mut source = Source::default();
-        while let Some(Key(key)) = map.next_key()? {
+        while let Some(Text(key)) = map.next_key()? {
             match READ.iter().position(|f| *f == key) {
                 Some(i) => {
                     let raw: &'de RawValue = map.next_value()?;

@@ -5,7 +5,6 @@
 //! unknown or misplaced field, a missing one, one the caller does not accept — is not
 //! judged here: the general reading in `batch` decides, with its exact errors.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -14,6 +13,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::batch::RawObservation;
 use super::details::{Hostname, OsGuess, Script};
+use crate::json::Text;
 
 /// A field as sent: absent, `null`, or a value.
 #[derive(Default)]
@@ -29,11 +29,6 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Sent<T> {
         Ok(Option::<T>::deserialize(d)?.map_or(Sent::Null, Sent::Value))
     }
 }
-
-/// A text borrowed from the body where it holds no escapes (serde borrows a `Cow` only as
-/// a field of its own).
-#[derive(Deserialize)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 impl<T> Sent<T> {
     fn sent(&self) -> bool {
