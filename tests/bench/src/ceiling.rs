@@ -43,6 +43,9 @@ pub struct Sent {
     pub runs: Vec<f64>,
     /// When each run began and ended (seconds since the Unix epoch), for its CPU.
     pub spans: Vec<(f64, f64)>,
+    /// Seconds the emulator's store lock was held during the runs, in all (`None`: a real
+    /// cluster).
+    pub lock_held: Option<f64>,
 }
 
 impl Sent {
@@ -52,8 +55,15 @@ impl Sent {
         Sent {
             runs: [before.runs.as_slice(), after.runs.as_slice()].concat(),
             spans: [before.spans.as_slice(), after.spans.as_slice()].concat(),
+            lock_held: before.lock_held.zip(after.lock_held).map(|(a, b)| a + b),
             ..before
         }
+    }
+
+    /// The share of the runs' wall time the emulator's store lock was held.
+    pub fn lock_share(&self) -> Option<f64> {
+        self.lock_held
+            .map(|held| held / self.runs.iter().sum::<f64>().max(1e-9))
     }
 
     /// The mean time of the runs.
@@ -244,6 +254,7 @@ pub fn delete(es_url: &str, prefix: &str, written: &[String]) {
 pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String> {
     let next = AtomicUsize::new(0);
     let url = format!("{}/_bulk", es_url.trim_end_matches('/'));
+    let held = crate::stack::store_lock_held(es_url);
     let (started, from) = (Instant::now(), crate::cpu::now());
     let results: Vec<Result<(), String>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads.max(1))
@@ -293,13 +304,17 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
             .map_err(|e| format!("refresh: {e}"))?;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let to = crate::cpu::now();
     Ok(Sent {
         ops: req.ops,
         endpoints: req.endpoints,
         requests: req.bodies.len(),
         bytes: req.bodies.iter().map(Vec::len).sum(),
         runs: vec![seconds],
-        spans: vec![(from, crate::cpu::now())],
+        spans: vec![(from, to)],
+        lock_held: held
+            .zip(crate::stack::store_lock_held(es_url))
+            .map(|(before, after)| after - before),
     })
 }
 

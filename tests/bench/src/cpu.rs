@@ -31,6 +31,9 @@ const PERIOD: Duration = Duration::from_millis(50);
 pub struct Usage {
     pub wall: f64,
     pub roles: [Option<f64>; ROLES],
+    /// CPU seconds the whole machine spent busy (`/proc/stat`: every process, the kernel's
+    /// own threads and interrupts), where `/proc/stat` can be read.
+    pub machine: Option<f64>,
 }
 
 impl Usage {
@@ -44,6 +47,9 @@ impl Usage {
         let mut out = Usage::default();
         for u in all {
             out.wall += u.wall / n;
+            if let Some(m) = u.machine {
+                out.machine = Some(out.machine.unwrap_or(0.0) + m / n);
+            }
             for (o, r) in out.roles.iter_mut().zip(u.roles) {
                 if let Some(r) = r {
                     *o = Some(o.unwrap_or(0.0) + r / n);
@@ -59,6 +65,8 @@ impl Usage {
 struct Sample {
     at: f64,
     ticks: [u64; ROLES],
+    /// The machine's busy ticks, all CPUs (`None`: `/proc/stat` unreadable).
+    machine: Option<u64>,
 }
 
 #[derive(Default)]
@@ -87,22 +95,26 @@ impl State {
             }
             ticks[*role as usize] += self.last.get(pid).copied().unwrap_or(0);
         }
-        self.samples.push(Sample { at, ticks });
+        self.samples.push(Sample {
+            at,
+            ticks,
+            machine: machine_ticks(),
+        });
     }
 
-    /// A role's ticks at `at`, interpolated between the samples around it.
-    fn ticks_at(&self, role: usize, at: f64) -> f64 {
+    /// What `of` reads from each sample at `at`, interpolated between the samples around it.
+    fn at(&self, at: f64, of: impl Fn(&Sample) -> f64) -> f64 {
         let i = self.samples.partition_point(|s| s.at < at);
         match (
-            i.checked_sub(1).map(|j| self.samples[j]),
+            i.checked_sub(1).map(|j| &self.samples[j]),
             self.samples.get(i),
         ) {
             (Some(a), Some(b)) if b.at > a.at => {
                 let f = (at - a.at) / (b.at - a.at);
-                a.ticks[role] as f64 + f * (b.ticks[role] as f64 - a.ticks[role] as f64)
+                of(a) + f * (of(b) - of(a))
             }
-            (_, Some(b)) => b.ticks[role] as f64,
-            (Some(a), None) => a.ticks[role] as f64,
+            (_, Some(b)) => of(b),
+            (Some(a), None) => of(a),
             (None, None) => 0.0,
         }
     }
@@ -111,11 +123,17 @@ impl State {
         let mut u = Usage {
             wall: to - from,
             roles: [None; ROLES],
+            machine: None,
         };
+        let seconds =
+            |of: &dyn Fn(&Sample) -> f64| ((self.at(to, of) - self.at(from, of)) / hz).max(0.0);
         for (r, slot) in u.roles.iter_mut().enumerate() {
             if self.watched.iter().any(|(role, _, _)| *role as usize == r) {
-                *slot = Some(((self.ticks_at(r, to) - self.ticks_at(r, from)) / hz).max(0.0));
+                *slot = Some(seconds(&|s| s.ticks[r] as f64));
             }
+        }
+        if self.samples.iter().all(|s| s.machine.is_some()) {
+            u.machine = Some(seconds(&|s| s.machine.unwrap_or(0) as f64));
         }
         u
     }
@@ -239,6 +257,21 @@ impl Stat {
 /// direct children too (PostgreSQL's backends; the process a wrapper script started).
 /// The bench counts only its own: the scanstore processes it reaps are counted as
 /// scanstore already.
+/// Busy ticks of all CPUs from `/proc/stat`'s `cpu` line: user, nice, system, irq, softirq
+/// and steal (idle and iowait are not busy).
+fn machine_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    busy_ticks(stat.lines().next()?)
+}
+
+fn busy_ticks(line: &str) -> Option<u64> {
+    let mut fields = line.split_whitespace();
+    (fields.next()? == "cpu").then_some(())?;
+    let v: Vec<u64> = fields.map_while(|f| f.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal
+    (v.len() >= 8).then(|| v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
+}
+
 fn process_ticks(pid: u32, family: bool) -> Option<u64> {
     let mut total = 0;
     if family {
@@ -262,6 +295,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn machine_busy_leaves_out_idle_and_iowait() {
+        let line = "cpu  100 5 30 9000 40 2 3 1 0 0";
+        assert_eq!(busy_ticks(line), Some(100 + 5 + 30 + 2 + 3 + 1));
+        assert_eq!(busy_ticks("cpu0 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(busy_ticks("cpu 1 2 3"), None);
+    }
+
+    #[test]
     fn stat_line_with_a_strange_name() {
         let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 30 7 3 20 0 1 0 5 0 0";
         let stat = Stat::parse(line).unwrap();
@@ -283,12 +324,16 @@ mod tests {
             watched: vec![(Role::Emulator, 1, false), (Role::Bench, 2, false)],
             ..State::default()
         };
-        for (at, ticks) in [
-            (10.0, [100, 0, 0, 5]),
-            (11.0, [300, 0, 0, 5]),
-            (12.0, [300, 0, 0, 25]),
+        for (at, ticks, machine) in [
+            (10.0, [100, 0, 0, 5], 1000),
+            (11.0, [300, 0, 0, 5], 1250),
+            (12.0, [300, 0, 0, 25], 1400),
         ] {
-            s.samples.push(Sample { at, ticks });
+            s.samples.push(Sample {
+                at,
+                ticks,
+                machine: Some(machine),
+            });
         }
         let u = s.usage(10.5, 12.0, 100.0);
         assert_eq!(u.wall, 1.5);
@@ -300,15 +345,22 @@ mod tests {
         assert_eq!(u.roles[Role::Scanstore as usize], None, "not watched");
         assert_eq!(u.roles[Role::Bench as usize], Some(0.2));
         assert!((u.total() - 1.2).abs() < 1e-9);
+        let machine = u.machine.unwrap();
+        assert!(
+            (machine - 2.75).abs() < 1e-9,
+            "1125 → 1400 ticks: {machine}"
+        );
         let m = Usage::mean(&[
             u,
             Usage {
                 wall: 0.5,
                 roles: [Some(3.0), None, None, Some(0.0)],
+                machine: Some(1.25),
             },
         ]);
         assert_eq!(m.wall, 1.0);
         assert_eq!(m.roles[0], Some(2.0));
+        assert_eq!(m.machine, Some(2.0));
     }
 
     #[test]
@@ -326,5 +378,6 @@ mod tests {
         // Ticks are 10 ms; a busy 300 ms shows as most of that (and never as nothing).
         assert!(bench > 0.1, "{u:?}");
         assert_eq!(u.roles[Role::Emulator as usize], None);
+        assert!(u.machine.unwrap() >= bench, "{u:?}");
     }
 }

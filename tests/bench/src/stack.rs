@@ -108,6 +108,18 @@ pub fn es_client(url: &str, timeout: Duration) -> Result<EsClient, String> {
     ))
 }
 
+/// Seconds the emulator's store lock has been held since it started (`GET
+/// /_emulator/store`); `None` from a real cluster, which has no such lock.
+pub fn store_lock_held(es_url: &str) -> Option<f64> {
+    let es = es_client(es_url, Duration::from_secs(10)).ok()?;
+    let r = es
+        .request("GET", "/_emulator/store", None)
+        .ok()?
+        .ok()
+        .ok()?;
+    r.body["lock_held_ns"].as_u64().map(|ns| ns as f64 / 1e9)
+}
+
 /// The `Authorization` header of the bench's own Elasticsearch requests, if any.
 pub fn es_authorization() -> Option<String> {
     es_api_key().map(|k| format!("ApiKey {k}"))

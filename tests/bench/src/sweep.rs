@@ -31,6 +31,8 @@ pub struct Round {
     /// Statements this database ran during the upload (`pg_stat_statements`), when the
     /// extension can be read.
     pub statements: Option<i64>,
+    /// Seconds the emulator's store lock was held during the upload (`None`: a real cluster).
+    pub lock_held: Option<f64>,
 }
 
 impl Round {
@@ -62,6 +64,8 @@ pub struct Point {
     pub rss_kib: Option<u64>,
     /// The paced uploads (`paced_rounds`); none with `--sweep-pace 0`.
     pub paced: Option<Paced>,
+    /// The ceiling's client threads, as many as scanstore's bulk permits.
+    pub ceiling_threads: usize,
 }
 
 /// Uploads paced to the same offered load at every scanner count.
@@ -149,6 +153,45 @@ impl Point {
             None => cpus as f64 * 1e6 / machine,
         };
         per_s / self.ceiling_per_s().0.max(1e-9)
+    }
+
+    /// The share of the wall time the emulator's store lock was held, in the upload
+    /// (`ceiling`: in the ceiling's runs), the median round's.
+    pub fn lock_share(&self, ceiling: bool) -> Option<f64> {
+        let share = |r: &Round| match ceiling {
+            true => r.ceiling.lock_share(),
+            false => r.lock_held.map(|held| held / r.seconds.max(1e-9)),
+        };
+        self.rounds
+            .iter()
+            .all(|r| share(r).is_some())
+            .then(|| median_of(&self.rounds, |r| share(r).unwrap_or(0.0)).0)
+    }
+
+    /// Bulk request time per operation carried, µs: scanstore's (`ElasticsearchBulkCompleted`,
+    /// every round) and the ceiling's (its client threads, never idle, over its wall time;
+    /// the median round's). With as many requests in flight on both sides, their ratio is
+    /// the throughput ratio.
+    pub fn in_flight_us_per_op(&self) -> (f64, f64) {
+        let threads = self.ceiling_threads;
+        let ops: f64 = self.logs.upload_bulk_ops.iter().sum();
+        let upload = self.logs.bulk_request_ms.iter().sum::<f64>() * 1e3 / ops.max(1.0);
+        let ceiling = median_of(&self.rounds, |r| {
+            threads as f64 * r.ceiling.seconds() * 1e6 / r.ceiling.ops.max(1) as f64
+        });
+        (upload, ceiling.0)
+    }
+
+    /// Cores the whole machine kept busy (`/proc/stat`), the median round's.
+    pub fn machine_cores(&self, ceiling: bool) -> Option<f64> {
+        let cores = |r: &Round| {
+            let u = if ceiling { &r.ceiling_cpu } else { &r.cpu };
+            u.machine.map(|m| m / u.wall.max(1e-9))
+        };
+        self.rounds
+            .iter()
+            .all(|r| cores(r).is_some())
+            .then(|| median_of(&self.rounds, |r| cores(r).unwrap_or(0.0)).0)
     }
 
     /// Cores busy (every watched process), the median round's.
@@ -245,6 +288,7 @@ struct Upload {
     rss_kib: Option<u64>,
     cpu: Usage,
     statements: Option<i64>,
+    lock_held: Option<f64>,
 }
 
 // Every statement this database has run, as `pg_stat_statements` counts them (BEGIN and
@@ -291,7 +335,11 @@ fn upload(
     }
     let b = bar(size as u64, label);
     let before = statements(c);
+    let held = stack::store_lock_held(x.es_url);
     let outcome = scanner::run_paced(&up.url, jobs, x.opts.retry_every, &b, per_s)?;
+    let lock_held = held
+        .zip(stack::store_lock_held(x.es_url))
+        .map(|(before, after)| after - before);
     let span = outcome.span;
     // Less this reading's own statement.
     let ran = statements(c)
@@ -309,6 +357,7 @@ fn upload(
         rss_kib,
         cpu: x.sampler.usage(span.0, span.1),
         statements: ran,
+        lock_held,
     })
 }
 
@@ -381,6 +430,7 @@ fn size_sweep(
             logs: LogStats::default(),
             rss_kib: None,
             paced: None,
+            ceiling_threads: opts.bulk_concurrency,
         };
         let mut events = Vec::new();
         for round in 1..=rounds(opts, size) {
@@ -400,6 +450,7 @@ fn size_sweep(
                 cpu: u.cpu,
                 requests: u.outcome.requests,
                 statements: u.statements,
+                lock_held: u.lock_held,
             });
         }
         point.logs = LogStats::from_events(&events);
@@ -441,6 +492,14 @@ fn fmt_range((m, lo, hi): (f64, f64, f64), digits: usize) -> String {
     format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})")
 }
 
+fn cores(v: Option<f64>) -> String {
+    v.map_or("–".into(), |c| format!("{c:.2}"))
+}
+
+fn share(v: Option<f64>) -> String {
+    v.map_or("–".into(), |s| format!("{:.0} %", s * 100.0))
+}
+
 fn us(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format!("{v:.1}"))
 }
@@ -451,7 +510,7 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
     let cpus = crate::report::machine().cpus;
     let _ = writeln!(
         o,
-        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution, half `port_scan`, half `mixed`; {}), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution, half `port_scan`, half `mixed`; {}), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. *Whole machine* cores busy is every CPU's busy time from `/proc/stat` (every process, the kernel's threads, interrupts) over the wall time: where it stays under the CPU count, neither run was bound by the CPU alone. *Emulator store lock held* is the share of the wall time the emulator's single store lock, under which it applies every write, was held (`GET /_emulator/store`, read before and after each run; a real cluster has none, –): a run that keeps it held all the time is bound by it. *ES bulk permit wait* is how long scanstore's bulk requests waited for one of the `bulk_max_concurrency` permits (`ElasticsearchBulkCompleted`, every round): where it is long, the permits were never idle and as many requests were in flight as the ceiling's client threads keep. *ES µs in flight per operation* is then what decides the ratio: scanstore's bulk requests' time on the wire over the operations they carried, against the ceiling's threads × its wall time over its operations. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
         opts.sweep_scanners,
         match opts.sweep_split {
             Split::Endpoints => "size ÷ scanners endpoints each (`--sweep-split endpoints`)",
@@ -465,13 +524,14 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
         opts.sweep_large_rounds,
         cpus
     );
-    let _ = writeln!(o, "| endpoints | scanners | upload endpoints/s | ceiling endpoints/s | ratio | cores busy, upload / ceiling | machine µs/endpoint, upload / ceiling | ratio the CPU allows | scanstore µs/endpoint | PostgreSQL µs/endpoint | ceiling client µs/endpoint | emulator µs/endpoint, upload / ceiling | normal p99 ms | final p99 ms (finals) | PostgreSQL statements per request | pool wait p99 ms | ES requests sent holding a connection | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "| endpoints | scanners | upload endpoints/s | ceiling endpoints/s | ratio | cores busy, upload / ceiling | whole machine cores busy, upload / ceiling | emulator store lock held, upload / ceiling | machine µs/endpoint, upload / ceiling | ratio the CPU allows | scanstore µs/endpoint | PostgreSQL µs/endpoint | ceiling client µs/endpoint | emulator µs/endpoint, upload / ceiling | ES bulk permit wait p50 ms | ES µs in flight per operation, upload / ceiling | normal p99 ms | final p99 ms (finals) | PostgreSQL statements per request | pool wait p99 ms | ES requests sent holding a connection | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &s.points {
         let (normal, _) = p.p99("normal");
         let (fin, finals) = p.p99("final");
+        let in_flight = p.in_flight_us_per_op();
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {:.2} / {:.2} | {:.1} / {:.1} | {:.2} | {} | {} | {} | {} / {} | {normal:.1} | {fin:.1} ({finals}) | {} | {:.1} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.2} / {:.2} | {} / {} | {} / {} | {:.1} / {:.1} | {:.2} | {} | {} | {} | {} / {} | {:.1} | {:.1} / {:.1} | {normal:.1} | {fin:.1} ({finals}) | {} | {:.1} | {} | {} |",
             p.size,
             p.scanners,
             fmt_range(p.endpoints_per_s(), 0),
@@ -479,6 +539,10 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
             fmt_range(p.ratio(), 2),
             p.cores(false),
             p.cores(true),
+            cores(p.machine_cores(false)),
+            cores(p.machine_cores(true)),
+            share(p.lock_share(false)),
+            share(p.lock_share(true)),
             p.machine_us(false),
             p.machine_us(true),
             p.cpu_bound_ratio(cpus),
@@ -487,6 +551,9 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
             us(p.cpu_us(Role::Bench, true)),
             us(p.cpu_us(Role::Emulator, false)),
             us(p.cpu_us(Role::Emulator, true)),
+            pct(&p.logs.bulk_queue_wait_ms, 50.0),
+            in_flight.0,
+            in_flight.1,
             us(p.statements_per_request()),
             pct(&p.logs.all_waits(), 99.0),
             p.logs.es_requests_with_connection_held,
@@ -543,12 +610,18 @@ pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
             t.push((
                 format!("upload ≥ 0.8 × ceiling ({size} endpoints, 16 scanners)"),
                 format!(
-                    "{m:.2} × (median of {} rounds, {lo:.2}–{hi:.2}); scanstore {} µs CPU per endpoint, the ceiling client {}; the machine's CPU allows {:.2} × ({:.2} cores busy uploading)",
+                    "{m:.2} × (median of {} rounds, {lo:.2}–{hi:.2}); scanstore {} µs CPU per endpoint, the ceiling client {}; the machine's CPU allows {:.2} × ({:.2} cores busy uploading, {} of the whole machine's); the emulator's store lock held {} of the upload's wall time, {} of the ceiling's; bulk permits waited for {:.0} ms (p50), ES µs in flight per operation {:.1} against the ceiling's {:.1}",
                     p.rounds.len(),
                     us(p.cpu_us(Role::Scanstore, false)),
                     us(p.cpu_us(Role::Bench, true)),
                     p.cpu_bound_ratio(cpus),
-                    p.cores(false)
+                    p.cores(false),
+                    cores(p.machine_cores(false)),
+                    share(p.lock_share(false)),
+                    share(p.lock_share(true)),
+                    pct(&p.logs.bulk_queue_wait_ms, 50.0),
+                    p.in_flight_us_per_op().0,
+                    p.in_flight_us_per_op().1,
                 ),
                 Some(m >= 0.8),
             ));

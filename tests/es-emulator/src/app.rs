@@ -1,10 +1,11 @@
 //! Shared emulator state (store, faults, request log) behind poison-tolerant locks, the
 //! periodic refresher, and `refresh=wait_for` waiting.
 
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::faults::Faults;
 use crate::ranked::RankedCache;
@@ -35,6 +36,10 @@ pub struct App {
     store: Mutex<Store>,
     /// Requests waiting for the store lock (see [`App::lock_store`]).
     store_waiters: AtomicUsize,
+    /// Nanoseconds the store lock has been held in all (`GET /_emulator/store`): every
+    /// write is applied under it, so a run that kept it held for all its wall time was
+    /// bounded by it, not by the CPU.
+    store_held_ns: AtomicU64,
     /// Notified after every refresh that published documents.
     pub refreshed: Condvar,
     pub faults: Mutex<Faults>,
@@ -68,6 +73,7 @@ impl App {
         Arc::new(App {
             store: Mutex::new(Store::default()),
             store_waiters: AtomicUsize::new(0),
+            store_held_ns: AtomicU64::new(0),
             refreshed: Condvar::new(),
             faults: Mutex::new(Faults::default()),
             released: Condvar::new(),
@@ -113,11 +119,20 @@ impl App {
     /// of items only while someone waits (on a real node a small request never waits for a
     /// big bulk); yielding after every slice regardless handed the CPU to whatever else was
     /// runnable, a quarter of a bulk's time when nobody waited.
-    pub fn lock_store(&self) -> MutexGuard<'_, Store> {
+    pub fn lock_store(&self) -> StoreGuard<'_> {
         self.store_waiters.fetch_add(1, Ordering::SeqCst);
         let store = lock(&self.store);
         self.store_waiters.fetch_sub(1, Ordering::SeqCst);
-        store
+        StoreGuard {
+            guard: Some(store),
+            since: Instant::now(),
+            held_ns: &self.store_held_ns,
+        }
+    }
+
+    /// Nanoseconds the store lock has been held since the emulator started.
+    pub fn store_held_ns(&self) -> u64 {
+        self.store_held_ns.load(Ordering::Relaxed)
     }
 
     /// Whether a request waits in [`App::lock_store`].
@@ -178,13 +193,66 @@ impl App {
             if !pending {
                 return;
             }
-            store = match self
-                .refreshed
-                .wait_timeout(store, Duration::from_millis(100))
-            {
+            store = store.wait(&self.refreshed, Duration::from_millis(100));
+        }
+    }
+}
+
+/// The locked store; adds how long it was held to [`App::store_held_ns`] when released.
+pub struct StoreGuard<'a> {
+    /// `None` only inside [`StoreGuard::wait`], which releases the lock meanwhile.
+    guard: Option<MutexGuard<'a, Store>>,
+    since: Instant,
+    held_ns: &'a AtomicU64,
+}
+
+impl<'a> StoreGuard<'a> {
+    /// Waits on `cv` for at most `timeout`, the lock released meanwhile (and not counted).
+    fn wait(mut self, cv: &Condvar, timeout: Duration) -> StoreGuard<'a> {
+        self.count();
+        let guard = self
+            .guard
+            .take()
+            .map(|g| match cv.wait_timeout(g, timeout) {
                 Ok((g, _)) => g,
                 Err(e) => e.into_inner().0,
-            };
+            });
+        StoreGuard {
+            guard,
+            since: Instant::now(),
+            held_ns: self.held_ns,
+        }
+    }
+
+    fn count(&self) {
+        let ns = u64::try_from(self.since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.held_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+impl Deref for StoreGuard<'_> {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        match &self.guard {
+            Some(g) => g,
+            None => unreachable!("a store guard is read only while it holds the lock"),
+        }
+    }
+}
+
+impl DerefMut for StoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Store {
+        match &mut self.guard {
+            Some(g) => g,
+            None => unreachable!("a store guard is written only while it holds the lock"),
+        }
+    }
+}
+
+impl Drop for StoreGuard<'_> {
+    fn drop(&mut self) {
+        if self.guard.is_some() {
+            self.count();
         }
     }
 }
@@ -246,5 +314,39 @@ mod tests {
         assert!(idx.dirty.is_empty());
         assert_eq!(idx.published, idx.queued);
         assert_eq!(idx.queued, (3 * REFRESH_SLICE + 200) as u64);
+    }
+
+    #[test]
+    fn the_store_lock_counts_the_time_it_was_held_not_the_time_a_waiter_released_it() {
+        let app = App::new(Limits::default(), false, None);
+        let body = json!({"settings": {"index": {"refresh_interval": "-1"}}});
+        assert!(app.lock_store().create_index("r", Some(&body)).is_ok());
+        let start = app.store_held_ns();
+        let store = app.lock_store();
+        thread::sleep(Duration::from_millis(30));
+        drop(store);
+        let held = app.store_held_ns() - start;
+        assert!(held >= 30_000_000, "held {held} ns");
+
+        // A `wait_for` waiter releases the lock while it waits for the refresh (here 300 ms
+        // away): its wait is not counted.
+        let queued = {
+            let mut store = app.lock_store();
+            let idx = store.indices.get_mut("r").expect("index r");
+            idx.put("d", Some(json!({"n": 1})), 1, None);
+            idx.queued
+        };
+        let before = app.store_held_ns();
+        thread::scope(|s| {
+            s.spawn(|| {
+                thread::sleep(Duration::from_millis(300));
+                app.refresh_sliced("r");
+                app.refreshed.notify_all();
+            });
+            app.wait_for_refresh(&[("r".to_string(), queued)]);
+        });
+        let waited = app.store_held_ns() - before;
+        assert!(waited < 150_000_000, "held {waited} ns over a 300 ms wait");
+        assert!(visible(&app, "d"));
     }
 }

@@ -330,6 +330,7 @@ pub fn control(app: &App, req: &Req) -> HandlerResult {
         }
         // Proves panic isolation: the handler panics, the server answers 500 and lives on.
         ("POST", ["panic"]) => panic!("panic requested through /_emulator/panic"),
+        ("GET", ["store"]) => Ok(Reply::ok(&json!({"lock_held_ns": app.store_held_ns()}))),
         ("GET", ["paused"]) => Ok(Reply::ok(&json!({"paused": lock(&app.faults).paused_now}))),
         ("GET", ["requests"]) => Ok(Reply::ok(
             &lock(&app.log).query(req.param("method"), req.param("path")),
