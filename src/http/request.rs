@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::error::ApiError;
+use crate::auth::Scanner;
 use crate::telemetry::Secret;
 
 #[derive(Debug, Clone)]
@@ -21,6 +22,9 @@ pub struct Req {
     pub body: Vec<u8>,
     /// Per-request id for logs and error bodies.
     pub request_id: String,
+    /// The scanner whose token the body reader verified before reading a large body: the
+    /// handler takes it rather than asking the database a second time.
+    pub scanner: Option<Scanner>,
 }
 
 impl Req {
@@ -40,6 +44,7 @@ impl Req {
                 .collect(),
             body,
             request_id: uuid::Uuid::new_v4().simple().to_string(),
+            scanner: None,
         }
     }
 

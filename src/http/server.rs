@@ -463,7 +463,7 @@ fn is_upgrade(request: &tiny_http::Request) -> bool {
 /// most `header_timeout`) for a permit to read it, reads it and queues the request for the
 /// workers. A stalled client holds only this thread, bounded by the connection cap.
 fn read_body_of(
-    job: BodyJob,
+    mut job: BodyJob,
     app: &App,
     permits: &Permits,
     ready: &Sender<Admitted>,
@@ -473,8 +473,9 @@ fn read_body_of(
     let _reading = app.http_load.body_reads.enter();
     let _permit = if job.large {
         if job.policy == BodyPolicy::Scanner {
-            if let Err(e) = upload::authenticate(app, &job.req) {
-                return queue(job_refused(job, e.into()), ready, app, writers);
+            match upload::authenticate(app, &job.req) {
+                Ok(scanner) => job.req.scanner = Some(scanner),
+                Err(e) => return queue(job_refused(job, e.into()), ready, app, writers),
             }
         }
         match permits.acquire(cfg.header_timeout) {

@@ -50,8 +50,12 @@ pub const BULK_BACKOFF: Backoff = Backoff {
     cap: Duration::from_secs(2),
 };
 
-/// Authenticates the scanner of a request in its own short checkout.
+/// Authenticates the scanner of a request in its own short checkout, unless the body
+/// reader already did before reading its body.
 pub fn authenticate(app: &App, req: &Req) -> Result<Scanner, UploadError> {
+    if let Some(scanner) = req.scanner {
+        return Ok(scanner);
+    }
     let token = req.bearer_token().ok_or(UploadError::Unauthorized)?;
     let mut conn = app.db.checkout(Stage::Auth)?;
     auth::scanner(&mut conn, &token)?.ok_or(UploadError::Unauthorized)

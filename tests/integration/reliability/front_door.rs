@@ -13,6 +13,7 @@ use super::child::{ChildConfig, Serve};
 use crate::support::emulator;
 use crate::support::logs;
 use crate::support::read;
+use crate::support::scan::{self, t0, Batch};
 use crate::support::server::got;
 use crate::support::stack::Stack;
 use crate::support::wait_for;
@@ -225,6 +226,39 @@ fn large_bodies_without_a_valid_scanner_token_are_refused_unread() {
         || serve.threads() <= threads_before + 4,
     );
     assert_serving(&serve.base);
+}
+
+// Scanner lookups by token run in this test's database (`pg_stat_statements`, shared by
+// the cluster, so counted per database).
+const SCANNER_LOOKUPS: &str = "
+    SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND query LIKE '%FROM scanners WHERE token_sha256%'";
+
+#[test]
+#[ignore = "needs PostgreSQL"]
+fn a_large_batch_looks_its_scanner_up_once() {
+    // Every body is large: the body reader verifies the token before reading it, and the
+    // batch's handler takes that scanner instead of looking it up again.
+    let s = stack(|c| c.server.preauth_body_bytes = 0);
+    let mut sql = s.sql();
+    sql.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .unwrap();
+    let Ok(row) = sql.query_one(SCANNER_LOOKUPS, &[]) else {
+        println!("SKIP: pg_stat_statements is not preloaded in this cluster");
+        return;
+    };
+    let before: i64 = row.get(0);
+    let up = Uuid::new_v4();
+    let batch = Batch::main(up, 0, scan::endpoints(0, 3, t0()));
+    let r = scan::post(s.base(), &s.scanner.token, s.execution(), &batch);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let after: i64 = sql.query_one(SCANNER_LOOKUPS, &[]).unwrap().get(0);
+    assert_eq!(after - before, 1, "scanner lookups for one large batch");
+    assert_eq!(s.fact_count(), 3);
+    // A token that names no scanner is still refused before the body is read.
+    let r = scan::post(s.base(), "scn_unknown", s.execution(), &batch);
+    assert_eq!(r.status, 401);
 }
 
 #[test]
