@@ -304,14 +304,13 @@ pub fn send(es_url: &str, req: &Requests, threads: usize) -> Result<Sent, String
             .map_err(|e| format!("refresh: {e}"))?;
     }
     let seconds = started.elapsed().as_secs_f64();
-    let to = crate::cpu::now();
     Ok(Sent {
         ops: req.ops,
         endpoints: req.endpoints,
         requests: req.bodies.len(),
         bytes: req.bodies.iter().map(Vec::len).sum(),
         runs: vec![seconds],
-        spans: vec![(from, to)],
+        spans: vec![(from, crate::cpu::now())],
         lock_held: held
             .zip(crate::stack::store_lock_held(es_url))
             .map(|(before, after)| after - before),

@@ -253,10 +253,6 @@ impl Stat {
     }
 }
 
-/// A process's CPU ticks. With `family`, those of its reaped children and of its live
-/// direct children too (PostgreSQL's backends; the process a wrapper script started).
-/// The bench counts only its own: the scanstore processes it reaps are counted as
-/// scanstore already.
 /// Busy ticks of all CPUs from `/proc/stat`'s `cpu` line: user, nice, system, irq, softirq
 /// and steal (idle and iowait are not busy).
 fn machine_ticks() -> Option<u64> {
@@ -272,6 +268,10 @@ fn busy_ticks(line: &str) -> Option<u64> {
     (v.len() >= 8).then(|| v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
 }
 
+/// A process's CPU ticks. With `family`, those of its reaped children and of its live
+/// direct children too (PostgreSQL's backends; the process a wrapper script started).
+/// The bench counts only its own: the scanstore processes it reaps are counted as
+/// scanstore already.
 fn process_ticks(pid: u32, family: bool) -> Option<u64> {
     let mut total = 0;
     if family {

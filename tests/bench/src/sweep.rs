@@ -90,6 +90,14 @@ fn p99_of(l: &Latencies, class: &str) -> (f64, u64) {
     (quantiles(h)[2], h.len())
 }
 
+/// The median of `f` over the rounds, where every round has it.
+fn median_where_all(rounds: &[Round], f: impl Fn(&Round) -> Option<f64>) -> Option<f64> {
+    rounds
+        .iter()
+        .all(|r| f(r).is_some())
+        .then(|| median_of(rounds, |r| f(r).unwrap_or(0.0)).0)
+}
+
 /// The median of `f` over the rounds, with its range.
 fn median_of(rounds: &[Round], f: impl Fn(&Round) -> f64) -> (f64, f64, f64) {
     let mut v: Vec<f64> = rounds.iter().map(f).collect();
@@ -117,14 +125,10 @@ impl Point {
     /// CPU µs per endpoint of `role` in the upload (`ceiling`: in the ceiling's run), the
     /// median round's.
     pub fn cpu_us(&self, role: Role, ceiling: bool) -> Option<f64> {
-        let per = |r: &Round| {
+        median_where_all(&self.rounds, |r| {
             let u = if ceiling { &r.ceiling_cpu } else { &r.cpu };
             u.roles[role as usize].map(|s| s * 1e6 / r.endpoints.max(1) as f64)
-        };
-        self.rounds
-            .iter()
-            .all(|r| per(r).is_some())
-            .then(|| median_of(&self.rounds, |r| per(r).unwrap_or(0.0)).0)
+        })
     }
 
     /// The whole machine's CPU (every watched process) per endpoint, µs, in the upload
@@ -158,20 +162,16 @@ impl Point {
     /// The share of the wall time the emulator's store lock was held, in the upload
     /// (`ceiling`: in the ceiling's runs), the median round's.
     pub fn lock_share(&self, ceiling: bool) -> Option<f64> {
-        let share = |r: &Round| match ceiling {
+        median_where_all(&self.rounds, |r| match ceiling {
             true => r.ceiling.lock_share(),
             false => r.lock_held.map(|held| held / r.seconds.max(1e-9)),
-        };
-        self.rounds
-            .iter()
-            .all(|r| share(r).is_some())
-            .then(|| median_of(&self.rounds, |r| share(r).unwrap_or(0.0)).0)
+        })
     }
 
     /// Bulk request time per operation carried, µs: scanstore's (`ElasticsearchBulkCompleted`,
-    /// every round) and the ceiling's (its client threads, never idle, over its wall time;
-    /// the median round's). With as many requests in flight on both sides, their ratio is
-    /// the throughput ratio.
+    /// every round) and the ceiling's (its client threads × its wall time, the median
+    /// round's). With as many requests in flight on both sides, the throughput ratio follows
+    /// theirs, less the time either side has fewer in flight.
     pub fn in_flight_us_per_op(&self) -> (f64, f64) {
         let threads = self.ceiling_threads;
         let ops: f64 = self.logs.upload_bulk_ops.iter().sum();
@@ -184,14 +184,10 @@ impl Point {
 
     /// Cores the whole machine kept busy (`/proc/stat`), the median round's.
     pub fn machine_cores(&self, ceiling: bool) -> Option<f64> {
-        let cores = |r: &Round| {
+        median_where_all(&self.rounds, |r| {
             let u = if ceiling { &r.ceiling_cpu } else { &r.cpu };
             u.machine.map(|m| m / u.wall.max(1e-9))
-        };
-        self.rounds
-            .iter()
-            .all(|r| cores(r).is_some())
-            .then(|| median_of(&self.rounds, |r| cores(r).unwrap_or(0.0)).0)
+        })
     }
 
     /// Cores busy (every watched process), the median round's.
@@ -205,10 +201,7 @@ impl Point {
 
     /// PostgreSQL statements per request, the median round's.
     pub fn statements_per_request(&self) -> Option<f64> {
-        self.rounds
-            .iter()
-            .all(|r| r.statements.is_some())
-            .then(|| median_of(&self.rounds, |r| r.statements_per_request().unwrap_or(0.0)).0)
+        median_where_all(&self.rounds, Round::statements_per_request)
     }
 
     /// (p99 ms, requests) of a latency class over every round.
@@ -510,7 +503,7 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
     let cpus = crate::report::machine().cpus;
     let _ = writeln!(
         o,
-        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution, half `port_scan`, half `mixed`; {}), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. *Whole machine* cores busy is every CPU's busy time from `/proc/stat` (every process, the kernel's threads, interrupts) over the wall time: where it stays under the CPU count, neither run was bound by the CPU alone. *Emulator store lock held* is the share of the wall time the emulator's single store lock, under which it applies every write, was held (`GET /_emulator/store`, read before and after each run; a real cluster has none, –): a run that keeps it held all the time is bound by it. *ES bulk permit wait* is how long scanstore's bulk requests waited for one of the `bulk_max_concurrency` permits (`ElasticsearchBulkCompleted`, every round): where it is long, the permits were never idle and as many requests were in flight as the ceiling's client threads keep. *ES µs in flight per operation* is then what decides the ratio: scanstore's bulk requests' time on the wire over the operations they carried, against the ceiling's threads × its wall time over its operations. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution, half `port_scan`, half `mixed`; {}), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. *Whole machine* cores busy is every CPU's busy time from `/proc/stat` (every process, the kernel's threads, interrupts) over the wall time: where it stays under the CPU count, neither run was bound by the CPU alone. *Emulator store lock held* is the share of the wall time the emulator's single store lock, under which it applies every write, was held (`GET /_emulator/store`, read before and after each run; a real cluster has none, –): a run that keeps it held all the time is bound by it. *ES bulk permit wait* is how long scanstore's bulk requests waited for one of the `bulk_max_concurrency` permits (`ElasticsearchBulkCompleted`, every round): where it is long, the permits were never idle and as many requests were in flight as the ceiling's client threads keep. *ES µs in flight per operation* is then what the ratio follows, less the time either side has fewer requests in flight (a round's start and end, the ceiling's final refresh): scanstore's bulk requests' time on the wire over the operations they carried, against the ceiling's threads × its wall time over its operations. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
         opts.sweep_scanners,
         match opts.sweep_split {
             Split::Endpoints => "size ÷ scanners endpoints each (`--sweep-split endpoints`)",
@@ -607,6 +600,7 @@ pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
     for &size in &sizes {
         if let Some(p) = s.at(size, 16) {
             let (m, lo, hi) = p.ratio();
+            let in_flight = p.in_flight_us_per_op();
             t.push((
                 format!("upload ≥ 0.8 × ceiling ({size} endpoints, 16 scanners)"),
                 format!(
@@ -620,8 +614,8 @@ pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
                     share(p.lock_share(false)),
                     share(p.lock_share(true)),
                     pct(&p.logs.bulk_queue_wait_ms, 50.0),
-                    p.in_flight_us_per_op().0,
-                    p.in_flight_us_per_op().1,
+                    in_flight.0,
+                    in_flight.1,
                 ),
                 Some(m >= 0.8),
             ));
