@@ -57,6 +57,11 @@ pub enum StartError {
     Http(#[from] std::io::Error),
 }
 
+/// Upload sender threads per bulk permit: a thread that has just had its answer checks it
+/// (and reports) after giving its permit back, and with one thread per permit that permit
+/// would stay idle meanwhile; the permits alone bound the requests in flight.
+const UPLOAD_SENDERS_PER_PERMIT: usize = 2;
+
 impl App {
     pub fn new(config: Config) -> Result<App, StartError> {
         let db = Db::new(&config.database)?;
@@ -69,8 +74,10 @@ impl App {
         let es = EsClient::with_access(&es_cfg.url, es_cfg.request_timeout, auth, roots, pin);
         let es_probe = EsClient::with_access(&es_cfg.url, PROBE_TIMEOUT, auth, roots, pin);
         let limiter = Limiter::new(config.elasticsearch.bulk_max_concurrency);
-        let upload_senders =
-            Senders::start("upload-send", config.elasticsearch.bulk_max_concurrency);
+        let upload_senders = Senders::start(
+            "upload-send",
+            UPLOAD_SENDERS_PER_PERMIT * config.elasticsearch.bulk_max_concurrency,
+        );
         Ok(App {
             config,
             db,
