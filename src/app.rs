@@ -26,6 +26,11 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(30);
 /// Timeout of the readiness probe's Elasticsearch ping.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Upload sender threads per bulk permit: a thread that has just had its answer checks it
+/// (and reports) after giving its permit back, and with one thread per permit that permit
+/// would stay idle meanwhile; the permits alone bound the requests in flight.
+const UPLOAD_SENDERS_PER_PERMIT: usize = 2;
+
 /// What every handler and worker shares.
 pub struct App {
     pub config: Config,
@@ -56,11 +61,6 @@ pub enum StartError {
     #[error("http listener: {0}")]
     Http(#[from] std::io::Error),
 }
-
-/// Upload sender threads per bulk permit: a thread that has just had its answer checks it
-/// (and reports) after giving its permit back, and with one thread per permit that permit
-/// would stay idle meanwhile; the permits alone bound the requests in flight.
-const UPLOAD_SENDERS_PER_PERMIT: usize = 2;
 
 impl App {
     pub fn new(config: Config) -> Result<App, StartError> {
