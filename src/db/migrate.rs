@@ -62,6 +62,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "migrate_task_networks.sql",
         include_str!("../../schema/migrate_task_networks.sql"),
     ),
+    (
+        "migrate_backlog_count.sql",
+        include_str!("../../schema/migrate_backlog_count.sql"),
+    ),
 ];
 
 /// Markers a current schema carries; readiness fails until all are present.
@@ -78,6 +82,7 @@ pub const CURRENT_MARKERS: &[&str] = &[
     "close_lookup",
     "task_freshness",
     "task_networks",
+    "backlog_count",
 ];
 
 /// The schema generation this binary writes (legacy_v1 = 1).

@@ -61,7 +61,7 @@ SELECT pg_temp.check_eq((SELECT count(*) FROM execution_dns_answers), 0::bigint,
 
 -- Bookkeeping.
 SELECT pg_temp.check_eq((SELECT string_agg(name, ',' ORDER BY name) FROM schema_marker),
-                        'asset_lifecycle,close_lookup,execution_dns_answers,execution_lifecycle,retention,scan_projection_v2,scan_upload_stream_backfill,search_target_ip,task_delete,task_freshness,task_networks,task_ports',
+                        'asset_lifecycle,backlog_count,close_lookup,execution_dns_answers,execution_lifecycle,retention,scan_projection_v2,scan_upload_stream_backfill,search_target_ip,task_delete,task_freshness,task_networks,task_ports',
                         'markers: every current marker');
 SELECT pg_temp.check_eq((SELECT version FROM schema_version), 3, 'schema_version = 3');
 

@@ -37,7 +37,7 @@ prefix=scanstore_schema_test
 failures=0
 created_dbs=()
 
-MIGRATIONS=(migrate_scan_projection.sql migrate_scan_upload_stream.sql migrate_search_target_ip.sql migrate_execution_dns_answers.sql migrate_execution_lifecycle.sql migrate_task_ports.sql migrate_asset_lifecycle.sql migrate_retention.sql migrate_task_delete.sql migrate_close_lookup.sql migrate_task_freshness.sql migrate_task_networks.sql)
+MIGRATIONS=(migrate_scan_projection.sql migrate_scan_upload_stream.sql migrate_search_target_ip.sql migrate_execution_dns_answers.sql migrate_execution_lifecycle.sql migrate_task_ports.sql migrate_asset_lifecycle.sql migrate_retention.sql migrate_task_delete.sql migrate_close_lookup.sql migrate_task_freshness.sql migrate_task_networks.sql migrate_backlog_count.sql)
 
 log()  { printf '%s\n' "$*"; }
 pass() { printf 'PASS  %s\n' "$*"; }
@@ -118,8 +118,8 @@ section_fresh() {
     [[ "$(scalar "$db" "SELECT string_agg(name || '@' || applied_at, ',' ORDER BY name) FROM schema_marker")" == "$markers_before" ]] \
         && pass "fresh: markers unchanged" || fail "fresh: markers changed"
     [[ "$(scalar "$db" "SELECT string_agg(name, ',' ORDER BY name) FROM schema_marker")" == \
-        "asset_lifecycle,close_lookup,execution_dns_answers,execution_lifecycle,retention,scan_projection_v2,scan_upload_stream_backfill,search_target_ip,task_delete,task_freshness,task_networks,task_ports" ]] \
-        && pass "fresh: init.sql inserts the twelve markers" || fail "fresh: markers"
+        "asset_lifecycle,backlog_count,close_lookup,execution_dns_answers,execution_lifecycle,retention,scan_projection_v2,scan_upload_stream_backfill,search_target_ip,task_delete,task_freshness,task_networks,task_ports" ]] \
+        && pass "fresh: init.sql inserts the thirteen markers" || fail "fresh: markers"
     [[ "$(scalar "$db" "SELECT version FROM schema_version")" == 3 ]] \
         && pass "fresh: schema_version = 3" || fail "fresh: schema_version"
     # The upload-stream block must be byte-identical in init.sql and the migration, since
