@@ -151,7 +151,8 @@ pub struct Opts {
     pub peer_script: PathBuf,
     /// Finals to time per size. Each upload round gives one final per scanner, so after
     /// the first round and its publication more rounds (fresh executions of the same size,
-    /// publication off) follow until this many finals were timed; they add latency samples
+    /// publication off; a repeated publication's upload is one) follow until this many
+    /// finals were timed; they add latency samples
     /// only, throughput and memory stay the first round's. Fewer than 100 finals make their
     /// "p99" the slowest one. Paced sweep points below 1 M also run enough rounds for as
     /// many finals at each scanner count. [default: 100; with `--quick`, one round]
@@ -165,6 +166,11 @@ pub struct Opts {
     /// median of 11 moves by a few hundredths between runs, the median of 5 by twice that.
     #[arg(long, default_value_t = 11)]
     pub short_publication_runs: usize,
+    /// A size whose first publication lasts 2 s or more but under 10 s is published this
+    /// many times in all, as above: a run of a few seconds still moves by several
+    /// hundredths with the machine's drift (one 100 k run's ratio: 0.75–0.87 on the VM).
+    #[arg(long, default_value_t = 5)]
+    pub publication_runs: usize,
     /// Skip the Python peer.
     #[arg(long)]
     pub no_peer: bool,
@@ -216,8 +222,13 @@ pub struct Opts {
     /// Scanners at once: rounds per scanner count from 1 M endpoints up.
     #[arg(long, default_value_t = 5)]
     pub sweep_large_rounds: usize,
-    /// Scanners at once: after the flat-out rounds, as many again per scanner count paced to
-    /// this share of what the fewest scanners reached flat out (the same offered load at
+    /// Scanners at once: paced rounds per scanner count from 1 M endpoints up (each a
+    /// thousand batches per scanner count and more, enough for their p99s in fewer rounds
+    /// than the throughput's median needs).
+    #[arg(long, default_value_t = 3)]
+    pub sweep_paced_large_rounds: usize,
+    /// Scanners at once: after the flat-out rounds, as many again per scanner count (from
+    /// 1 M up `--sweep-paced-large-rounds`) paced to this share of what the fewest scanners reached flat out (the same offered load at
     /// every count, so latency shows the cost of concurrency rather than of queueing behind
     /// a saturated machine); 0 skips it.
     #[arg(long, default_value_t = 0.5)]
@@ -286,6 +297,7 @@ impl Opts {
             self.pool_endpoints = 500;
             self.pool_batch = 250;
             self.short_publication_runs = self.short_publication_runs.min(3);
+            self.publication_runs = self.publication_runs.min(3);
             self.attack_endpoints = self.attack_endpoints.min(500);
         }
         self.import_ports =

@@ -527,13 +527,14 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
     if !opts.no_publication {
         let _ = writeln!(o, "- the publication ceiling is sent twice, right before scanstore's publication and right after it; its throughput is the mean of the two runs' times (each run's time is in the notes under the table)");
     }
-    if !opts.no_publication && opts.short_publication_runs > 1 {
-        let _ = writeln!(o, "- a size whose first publication lasted under {:.0} s is published {} times in all: each time fresh executions of that size (new endpoints) are uploaded with publication off and published between two runs of their own ceiling; the table and the targets take the run with the median ratio to its ceiling, and every run is listed under the table",
-            crate::scenario::SHORT_PUBLICATION_S, opts.short_publication_runs);
+    if !opts.no_publication && opts.short_publication_runs.max(opts.publication_runs) > 1 {
+        let _ = writeln!(o, "- a size whose first publication lasted under {:.0} s is published {} times in all, one under {:.0} s {} times: each time fresh executions of that size (new endpoints) are uploaded with publication off (one of the size's upload rounds) and published between two runs of their own ceiling; the table and the targets take the run with the median ratio to its ceiling, and every run is listed under the table",
+            crate::scenario::SHORT_PUBLICATION_S, opts.short_publication_runs,
+            crate::scenario::NOISY_PUBLICATION_S, opts.publication_runs);
     }
     let rounds = opts.upload_rounds();
     if rounds > 1 {
-        let _ = writeln!(o, "- {rounds} upload rounds per size, for {} finals per size (one per scanner and round): after the first round and its publication, {} more sets of executions of the same size were uploaded (publication off), each into fresh indices (scanstore's indices are deleted before a round and installed again by its scanstore, so every round meets the store as the first did); latency tables and server-side stages count every round, throughput and memory are the first round's", rounds * opts.scanners, rounds - 1);
+        let _ = writeln!(o, "- {rounds} upload rounds per size, for {} finals per size (one per scanner and round): after the first round and its publication, {} more sets of executions of the same size were uploaded (publication off; a repeated publication's upload is one of them while they last), each into fresh indices (scanstore's indices are deleted before a round and installed again by its scanstore, so every round meets the store as the first did); latency tables and server-side stages count every round, throughput and memory are the first round's", rounds * opts.scanners, rounds - 1);
     }
     if opts.quick {
         let _ = writeln!(o, "- **quick mode**: 10 k endpoints only, small pool comparison; this checks the tool, not the product's limits");

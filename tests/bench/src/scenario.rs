@@ -27,6 +27,9 @@ use scanstore::es::{index, setup};
 /// A publication shorter than this is repeated (`--short-publication-runs`): one run of a
 /// few tenths of a second is at the mercy of the machine's moment.
 pub const SHORT_PUBLICATION_S: f64 = 2.0;
+/// One shorter than this is repeated too (`--publication-runs`): a run of a few seconds
+/// still moves by several hundredths with the machine's drift.
+pub const NOISY_PUBLICATION_S: f64 = 10.0;
 
 /// One publication of a size's backlog between two runs of its ceiling.
 pub struct PublicationRun {
@@ -430,7 +433,8 @@ pub fn size_run(
     let mut upload_events = logs::read(&stack::log_path(dir, &format!("{name}-upload")));
 
     // Publication of the backlog; a short one again (fresh executions of the same size,
-    // new endpoints) until there are `short_publication_runs`.
+    // new endpoints) until there are `short_publication_runs` (`publication_runs`). A
+    // repeat's upload is one of the size's upload rounds while they last.
     let ctx = PublishCtx {
         opts,
         db: &db,
@@ -452,6 +456,8 @@ pub fn size_run(
         (publish_logs, rss_publish_kib) = (logs, rss);
         let repeats = if run.seconds < SHORT_PUBLICATION_S {
             opts.short_publication_runs
+        } else if run.seconds < NOISY_PUBLICATION_S {
+            opts.publication_runs
         } else {
             1
         };
@@ -468,9 +474,13 @@ pub fn size_run(
             let label = format!("{name}-upload-run{n}");
             let mut more = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;
             let b = bar(size as u64, &format!("upload {size}, run {n}"));
-            scanner::run(&more.url, jobs, opts.retry_every, &b)?;
+            let outcome = scanner::run(&more.url, jobs, opts.retry_every, &b)?;
             b.finish_and_clear();
             more.stop();
+            if n <= opts.upload_rounds() {
+                upload.latencies.merge(&outcome.latencies);
+                upload_events.extend(logs::read(&stack::log_path(dir, &label)));
+            }
             cfg.workers = opts.workers;
             let label = format!("{name}-publish-run{n}");
             publications.push(publication_run(&ctx, &mut c, &cfg, &reqs, size, (n, &label))?.0);
@@ -497,9 +507,9 @@ pub fn size_run(
         }
     }
     // More latency samples: each round is another set of executions of this size, uploaded
-    // with publication off into fresh indices.
+    // with publication off into fresh indices, as the repeated publications' uploads were.
     cfg.workers = 0;
-    for round in 2..=opts.upload_rounds() {
+    for round in publications.len().max(1) + 1..=opts.upload_rounds() {
         drop_indices(&es_url, &prefix)?;
         let label = format!("{name}-upload-round{round}");
         let mut more = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;

@@ -238,13 +238,16 @@ fn rounds(opts: &Opts, size: usize) -> usize {
     }
 }
 
-/// Paced rounds per point: as many as flat out and, below 1 M (whose rounds are long), at
-/// least enough for `--finals` finals (one per scanner and round), so that the final p99
-/// the latency target compares across scanner counts is a p99 at the fewest scanners too,
-/// not their slowest final. A quick run keeps its one round.
+/// Paced rounds per point: from 1 M up (whose rounds are long) `--sweep-paced-large-rounds`;
+/// below, as many as flat out and at least enough for `--finals` finals (one per scanner
+/// and round), so that the final p99 the latency target compares across scanner counts is
+/// a p99 at the fewest scanners too, not their slowest final. A quick run keeps its one
+/// round.
 fn paced_rounds(opts: &Opts, size: usize, scanners: usize) -> usize {
     let rounds = rounds(opts, size);
-    if size < 1_000_000 && !opts.quick {
+    if size >= 1_000_000 {
+        opts.sweep_paced_large_rounds.max(1)
+    } else if !opts.quick {
         rounds.max(opts.finals().div_ceil(scanners.max(1)))
     } else {
         rounds
@@ -562,7 +565,7 @@ fn paced_table(o: &mut String, s: &SweepResult) {
     if s.points.iter().all(|p| p.paced.is_none()) {
         return;
     }
-    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count (below 1 M at least as many as `--finals` finals need at that count, so that the final p99s compared are p99s at every count), the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each: a scanner's main batch k is due k batch intervals after its own start, whatever the batch's size, and the starts are staggered over one interval, so the crowd's batches arrive evenly; every scanner builds its batches before the clock starts), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs, the server-side column how much of it is spent inside scanstore (from its `ScanResultUpload` events), the ES bulk columns how much of that waited for one of the `bulk_max_concurrency` permits and how long the requests themselves took (`ElasticsearchBulkCompleted`), the pool column for a pooled connection. The latency targets use these. Where an execution is not a whole number of batches its first batch is the short one, so with few batches per execution (100 k among 64 scanners: 562 + a final of 1 000) the normal batches are smaller than at 4 scanners; the finals are full batches at every count.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | server-side p99 ms, normal / final | ES bulk p99 ms, permit wait / request | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count (below 1 M at least as many as `--finals` finals need at that count, so that the final p99s compared are p99s at every count; from 1 M up `--sweep-paced-large-rounds`), the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each: a scanner's main batch k is due k batch intervals after its own start, whatever the batch's size, and the starts are staggered over one interval, so the crowd's batches arrive evenly; every scanner builds its batches before the clock starts), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs, the server-side column how much of it is spent inside scanstore (from its `ScanResultUpload` events), the ES bulk columns how much of that waited for one of the `bulk_max_concurrency` permits and how long the requests themselves took (`ElasticsearchBulkCompleted`), the pool column for a pooled connection. The latency targets use these. Where an execution is not a whole number of batches its first batch is the short one, so with few batches per execution (100 k among 64 scanners: 562 + a final of 1 000) the normal batches are smaller than at 4 scanners; the finals are full batches at every count.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | server-side p99 ms, normal / final | ES bulk p99 ms, permit wait / request | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &s.points {
         let Some(x) = &p.paced else { continue };
         let q = |c: &str| quantiles(&x.latencies.0[c]);

@@ -125,14 +125,15 @@ fn quick_mode_writes_a_sane_report() {
         .as_f64()
         .unwrap();
     assert!((rate - mean).abs() < 1e-6 * mean, "{rate} vs {mean}");
-    // A publication under 2 s is repeated: quick mode publishes three times in all (fresh
+    // A publication under 10 s is repeated: quick mode publishes three times in all (fresh
     // executions each time) and reports the run with the median ratio to its ceiling. (A
-    // slow debug build may take longer than that: then there is one run.)
+    // slow debug build may take longer than that: then there is one run.) The repeats'
+    // uploads are the size's upload rounds, no more finals than asked for (below).
     let publications = size["publication_runs"]
         .as_array()
         .expect("publication_runs");
     let first_seconds = publications[0]["seconds"].as_f64().unwrap_or(0.0);
-    let expected = if first_seconds < 2.0 { 3 } else { 1 };
+    let expected = if first_seconds < 10.0 { 3 } else { 1 };
     assert_eq!(publications.len(), expected, "{summary:#}");
     let mut sorted: Vec<f64> = publications
         .iter()
