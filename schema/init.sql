@@ -741,8 +741,9 @@ CREATE INDEX scan_projection_outbox_close_owner_idx ON scan_projection_outbox (o
 --     AND (claim_token IS NULL OR lease_expires_at <= now())
 --   ORDER BY available_at, id ... FOR UPDATE SKIP LOCKED
 -- partial so finished rows (the bulk of the table) are not in the index. created_at is
--- carried so that the backlog query (count and oldest of the unprocessed rows) reads the
--- index alone, not a heap the processed history spreads out. Also created by
+-- carried so that the backlog query (count and oldest of the unprocessed rows) is an
+-- index-only scan: it visits the heap, which the processed history spreads out, only for
+-- pages not marked all-visible. Also created by
 -- migrate_backlog_count.sql.
 CREATE INDEX scan_projection_outbox_claim_idx ON scan_projection_outbox (available_at, id)
     INCLUDE (created_at) WHERE processed_at IS NULL;

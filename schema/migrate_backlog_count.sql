@@ -1,8 +1,9 @@
 -- Upgrade step (schema version 3, no version change): the claim index also carries each
 -- row's creation time. The backlog query (the sampler's and /readyz's: how many rows wait,
--- and since when) then reads the waiting rows from the index alone; without it, every
--- waiting row is fetched from the heap, whose pages the processed history spreads out, so
--- the query slowed down as the history grew.
+-- and since when) is then an index-only scan; without it, every waiting row is fetched
+-- from the heap, whose pages the processed history spreads out, so the query slowed down
+-- as the history grew. Pages that claims and releases have just rewritten (not yet marked
+-- all-visible by a vacuum) are still visited.
 --
 -- Runs after migrate_task_networks.sql (the Rust runner, under pg_advisory_lock). A fresh
 -- database gets init.sql instead, which already has the index and the marker.

@@ -14,8 +14,9 @@ use super::Line;
 use crate::db::{Db, DbError, Queries, Stage};
 use crate::periodic::{Periodic, Schedule};
 
-// Bounded by the backlog itself: read from the partial claim index alone, which holds only
-// unprocessed rows and carries created_at, so the processed history is never touched.
+// Bounded by the backlog itself: the partial claim index holds only unprocessed rows and
+// carries created_at, so this is an index-only scan; it visits a row's heap page only where
+// the visibility map does not mark it all-visible (claims and releases clear the mark).
 pub const BACKLOG: &str = "
     SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8
       FROM scan_projection_outbox WHERE processed_at IS NULL";

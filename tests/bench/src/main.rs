@@ -152,8 +152,8 @@ pub struct Opts {
     /// Finals to time per size. Each upload round gives one final per scanner, so after
     /// the first round and its publication more rounds (fresh executions of the same size,
     /// publication off; a repeated publication's upload is one) follow until this many
-    /// finals were timed; they add latency samples
-    /// only, throughput and memory stay the first round's. Fewer than 100 finals make their
+    /// finals were timed; they add latency samples only, throughput and memory stay the
+    /// first round's. Fewer than 100 finals make their
     /// "p99" the slowest one. Paced sweep points below 1 M also run enough rounds for as
     /// many finals at each scanner count. [default: 100; with `--quick`, one round]
     #[arg(long)]
@@ -168,7 +168,7 @@ pub struct Opts {
     pub short_publication_runs: usize,
     /// A size whose first publication lasts 2 s or more but under 10 s is published this
     /// many times in all, as above: a run of a few seconds still moves by several
-    /// hundredths with the machine's drift (one 100 k run's ratio: 0.75–0.87 on the VM).
+    /// hundredths with the machine's drift.
     #[arg(long, default_value_t = 5)]
     pub publication_runs: usize,
     /// Skip the Python peer.
@@ -228,9 +228,9 @@ pub struct Opts {
     #[arg(long, default_value_t = 3)]
     pub sweep_paced_large_rounds: usize,
     /// Scanners at once: after the flat-out rounds, as many again per scanner count (from
-    /// 1 M up `--sweep-paced-large-rounds`) paced to this share of what the fewest scanners reached flat out (the same offered load at
-    /// every count, so latency shows the cost of concurrency rather than of queueing behind
-    /// a saturated machine); 0 skips it.
+    /// 1 M up `--sweep-paced-large-rounds`) paced to this share of what the fewest scanners
+    /// reached flat out (the same offered load at every count, so latency shows the cost of
+    /// concurrency rather than of queueing behind a saturated machine); 0 skips it.
     #[arg(long, default_value_t = 0.5)]
     pub sweep_pace: f64,
     /// Scanners at once: scanstore's nice value, as the systemd unit's `Nice=` sets it where
