@@ -158,6 +158,11 @@ pub struct Opts {
     /// many finals at each scanner count. [default: 100; with `--quick`, one round]
     #[arg(long)]
     pub finals: Option<usize>,
+    /// Finals to time at sizes from 1 M endpoints up, whose extra rounds are the size runs'
+    /// longest (with fewer than 100, their "p99" is the slowest, which only makes the
+    /// comparison with the smaller sizes stricter). [default: 40; with `--quick`, one round]
+    #[arg(long)]
+    pub large_finals: Option<usize>,
     /// A size whose first publication lasts under 2 s is published this many times in all:
     /// each time fresh executions of the size (new endpoints) are uploaded with publication
     /// off, then published between two runs of their ceiling. The report takes the run with
@@ -219,9 +224,14 @@ pub struct Opts {
     /// below 1 M endpoints; throughput is the median round's. [default: 5; with `--quick`, 1]
     #[arg(long)]
     pub sweep_rounds: Option<usize>,
-    /// Scanners at once: rounds per scanner count from 1 M endpoints up.
+    /// Scanners at once: rounds at 16 scanners (the upload target's count) from 1 M
+    /// endpoints up.
     #[arg(long, default_value_t = 5)]
     pub sweep_large_rounds: usize,
+    /// Scanners at once: rounds at the other scanner counts from 1 M endpoints up, whose
+    /// throughput is reported beside the target's, not judged.
+    #[arg(long, default_value_t = 1)]
+    pub sweep_large_side_rounds: usize,
     /// Scanners at once: paced rounds per scanner count from 1 M endpoints up (each a
     /// thousand batches per scanner count and more, enough for their p99s in fewer rounds
     /// than the throughput's median needs).
@@ -341,15 +351,24 @@ impl Opts {
         self.attack_connections = Some(self.attack_connections.unwrap_or(hostile));
     }
 
-    /// Finals to time: `--finals`, by default 100, or one round's in quick mode.
+    /// Finals to time below 1 M endpoints: `--finals`, by default 100, or one round's in
+    /// quick mode.
     pub fn finals(&self) -> usize {
         self.finals
             .unwrap_or(if self.quick { self.scanners } else { 100 })
     }
 
-    /// Upload rounds per size: enough for `finals` finals, one per scanner and round.
-    pub fn upload_rounds(&self) -> usize {
-        self.finals().div_ceil(self.scanners.max(1)).max(1)
+    /// Finals to time at `size`: `--large-finals` from 1 M up (at most `finals`).
+    pub fn finals_at(&self, size: usize) -> usize {
+        match size >= 1_000_000 {
+            true => self.large_finals.unwrap_or(40).min(self.finals()),
+            false => self.finals(),
+        }
+    }
+
+    /// Upload rounds at `size`: enough for its finals, one per scanner and round.
+    pub fn upload_rounds(&self, size: usize) -> usize {
+        self.finals_at(size).div_ceil(self.scanners.max(1)).max(1)
     }
 }
 

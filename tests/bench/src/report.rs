@@ -532,9 +532,17 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
             crate::scenario::SHORT_PUBLICATION_S, opts.short_publication_runs,
             crate::scenario::NOISY_PUBLICATION_S, opts.publication_runs);
     }
-    let rounds = opts.upload_rounds();
-    if rounds > 1 {
-        let _ = writeln!(o, "- {rounds} upload rounds per size, for {} finals per size (one per scanner and round): after the first round and its publication, {} more sets of executions of the same size were uploaded (publication off; a repeated publication's upload is one of them while they last), each into fresh indices (scanstore's indices are deleted before a round and installed again by its scanstore, so every round meets the store as the first did); latency tables and server-side stages count every round, throughput and memory are the first round's", rounds * opts.scanners, rounds - 1);
+    let rounds: Vec<String> = opts
+        .sizes
+        .iter()
+        .filter(|&&size| opts.upload_rounds(size) > 1)
+        .map(|&size| {
+            let n = opts.upload_rounds(size);
+            format!("{n} at {size} ({} finals)", n * opts.scanners)
+        })
+        .collect();
+    if !rounds.is_empty() {
+        let _ = writeln!(o, "- upload rounds per size, one final per scanner and round: {} (`--finals`, from 1 M up `--large-finals`): after the first round and its publication, more sets of executions of the same size were uploaded (publication off; a repeated publication's upload is one of them while they last), each into fresh indices (scanstore's indices are deleted before a round and installed again by its scanstore, so every round meets the store as the first did); latency tables and server-side stages count every round, throughput and memory are the first round's", rounds.join(", "));
     }
     if opts.quick {
         let _ = writeln!(o, "- **quick mode**: 10 k endpoints only, small pool comparison; this checks the tool, not the product's limits");
@@ -766,8 +774,12 @@ pub fn write(opts: &Opts, r: &Results, pngs: &[PathBuf]) -> Result<PathBuf, Stri
 fn queue_section(o: &mut String, q: &QueueResult) {
     let _ = writeln!(
         o,
-        "\n## Queue at scale\n\n{} due outbox rows throughout; history added step by step: finished executions of one task, each with a processed outbox row and {} confirmed receipts (written in SQL, then `VACUUM ANALYZE`). Each statement is called {} times per run through scanstore's own functions (claim then release; checkpoints of one claimed row; the sampler's backlog query) or, for `scripts/backlog.sql`'s summary, as its text; {} runs per step, the four statements in turn. ms p50 / p99 of the run with the median p99, the runs' p99 range in brackets.\n\n| processed rows | receipts | fill s | claim | checkpoint | backlog | backlog summary |\n|---:|---:|---:|---:|---:|---:|---:|",
-        q.due, 10, q.samples, q.runs
+        "\n## Queue at scale\n\n{} due outbox rows throughout; history added step by step: finished executions of one task, each with a processed outbox row and {} confirmed receipts (written in SQL on two sessions, then `VACUUM ANALYZE`). Each statement is called {} times per run through scanstore's own functions (claim then release; checkpoints of one claimed row; the sampler's backlog query), `scripts/backlog.sql`'s summary {} times as its text; {} runs per step, the four statements in turn. ms p50 / p99 of the run with the median p99, the runs' p99 range in brackets.\n\n| processed rows | receipts | fill s | claim | checkpoint | backlog | backlog summary |\n|---:|---:|---:|---:|---:|---:|---:|",
+        q.due,
+        10,
+        q.samples,
+        crate::queue::summary_samples(q.samples),
+        q.runs
     );
     let cell =
         |x: [f64; 4], (lo, hi): (f64, f64)| format!("{:.2} / {:.2} ({lo:.2}–{hi:.2})", x[0], x[2]);
@@ -788,7 +800,7 @@ fn queue_section(o: &mut String, q: &QueueResult) {
     let (p, secs) = &q.prune;
     let _ = writeln!(
         o,
-        "\nRetention (`execution_days`) then pruned that history: {} executions, {} receipts, {} upload streams and {} outbox rows in {:.0} s ({:.0} receipts/s), in transactions of 1000 rows.\n\nPlans at the largest step (the write path's on the execution that holds the newest receipt, a final's on the task of all that history):\n",
+        "\nRetention (`execution_days`) then pruned the oldest tenth of that history (the rate at that size, in a tenth of the time): {} executions, {} receipts, {} upload streams and {} outbox rows in {:.0} s ({:.0} receipts/s), in transactions of 1000 rows.\n\nPlans at the largest step (the write path's on the execution that holds the newest receipt, a final's on the task of all that history):\n",
         p.executions,
         p.receipts,
         p.upload_streams,

@@ -477,7 +477,7 @@ pub fn size_run(
             let outcome = scanner::run(&more.url, jobs, opts.retry_every, &b)?;
             b.finish_and_clear();
             more.stop();
-            if n <= opts.upload_rounds() {
+            if n <= opts.upload_rounds(size) {
                 upload.latencies.merge(&outcome.latencies);
                 upload_events.extend(logs::read(&stack::log_path(dir, &label)));
             }
@@ -509,7 +509,7 @@ pub fn size_run(
     // More latency samples: each round is another set of executions of this size, uploaded
     // with publication off into fresh indices, as the repeated publications' uploads were.
     cfg.workers = 0;
-    for round in publications.len().max(1) + 1..=opts.upload_rounds() {
+    for round in publications.len().max(1) + 1..=opts.upload_rounds(size) {
         drop_indices(&es_url, &prefix)?;
         let label = format!("{name}-upload-round{round}");
         let mut more = stack::scanstore(opts, &db, &es_url, &prefix, &cfg, dir, &label)?;

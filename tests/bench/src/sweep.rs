@@ -228,13 +228,17 @@ impl SweepResult {
     }
 }
 
-/// Rounds per point at `size`: `--sweep-rounds`, or `--sweep-large-rounds` from 1 M up (the
-/// sweep's longest rounds, so they can be had fewer).
-fn rounds(opts: &Opts, size: usize) -> usize {
-    if size >= 1_000_000 {
-        opts.sweep_large_rounds.max(1)
-    } else {
-        opts.sweep_rounds.unwrap_or(1).max(1)
+/// The scanner count at which the upload target is judged.
+pub const TARGET_SCANNERS: usize = 16;
+
+/// Rounds per point: `--sweep-rounds`; from 1 M up (the sweep's longest rounds, so they are
+/// had fewer) `--sweep-large-rounds` at the target's scanner count, `--sweep-large-side-rounds`
+/// at the others.
+fn rounds(opts: &Opts, size: usize, scanners: usize) -> usize {
+    match (size >= 1_000_000, scanners == TARGET_SCANNERS) {
+        (true, true) => opts.sweep_large_rounds.max(1),
+        (true, false) => opts.sweep_large_side_rounds.max(1),
+        (false, _) => opts.sweep_rounds.unwrap_or(1).max(1),
     }
 }
 
@@ -244,7 +248,7 @@ fn rounds(opts: &Opts, size: usize) -> usize {
 /// a p99 at the fewest scanners too, not their slowest final. A quick run keeps its one
 /// round.
 fn paced_rounds(opts: &Opts, size: usize, scanners: usize) -> usize {
-    let rounds = rounds(opts, size);
+    let rounds = rounds(opts, size, scanners);
     if size >= 1_000_000 {
         opts.sweep_paced_large_rounds.max(1)
     } else if !opts.quick {
@@ -429,7 +433,7 @@ fn size_sweep(
             ceiling_threads: opts.bulk_concurrency,
         };
         let mut events = Vec::new();
-        for round in 1..=rounds(opts, size) {
+        for round in 1..=rounds(opts, size, n) {
             let (warm, jobs) = new_jobs(n)?;
             let sent = ceiling::upload(&es_url, &cp, owner, &jobs, opts)?;
             let ceiling_cpu = scenario::usage(sampler, &sent.spans);
@@ -506,7 +510,7 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
     let cpus = crate::report::machine().cpus;
     let _ = writeln!(
         o,
-        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution, half `port_scan`, half `mixed`; {}), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, {} from 1 M (`--sweep-rounds`, `--sweep-large-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. *Whole machine* cores busy is every CPU's busy time from `/proc/stat` (every process, the kernel's threads, interrupts) over the wall time: where it stays under the CPU count, neither run was bound by the CPU alone. *Emulator store lock held* is the share of the wall time the emulator's single store lock, under which it applies every write, was held (`GET /_emulator/store`, read before and after each run; a real cluster has none, –): a run that keeps it held all the time is bound by it. *ES bulk permit wait* is how long scanstore's bulk requests waited for one of the `bulk_max_concurrency` permits (`ElasticsearchBulkCompleted`, every round): where it is long, the permits were never idle and as many requests were in flight as the ceiling's client threads keep. *ES µs in flight per operation* is then what the ratio follows, less the time either side has fewer requests in flight (a round's start and end, the ceiling's final refresh): scanstore's bulk requests' time on the wire over the operations they carried, against the ceiling's threads × its wall time over its operations. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution, half `port_scan`, half `mixed`; {}), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, from 1 M {} at {TARGET_SCANNERS} scanners (the target's) and {} at the others (`--sweep-rounds`, `--sweep-large-rounds`, `--sweep-large-side-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. *Whole machine* cores busy is every CPU's busy time from `/proc/stat` (every process, the kernel's threads, interrupts) over the wall time: where it stays under the CPU count, neither run was bound by the CPU alone. *Emulator store lock held* is the share of the wall time the emulator's single store lock, under which it applies every write, was held (`GET /_emulator/store`, read before and after each run; a real cluster has none, –): a run that keeps it held all the time is bound by it. *ES bulk permit wait* is how long scanstore's bulk requests waited for one of the `bulk_max_concurrency` permits (`ElasticsearchBulkCompleted`, every round): where it is long, the permits were never idle and as many requests were in flight as the ceiling's client threads keep. *ES µs in flight per operation* is then what the ratio follows, less the time either side has fewer requests in flight (a round's start and end, the ceiling's final refresh): scanstore's bulk requests' time on the wire over the operations they carried, against the ceiling's threads × its wall time over its operations. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
         opts.sweep_scanners,
         match opts.sweep_split {
             Split::Endpoints => "size ÷ scanners endpoints each (`--sweep-split endpoints`)",
@@ -518,6 +522,7 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
         opts.bulk_concurrency,
         opts.sweep_rounds.unwrap_or(1),
         opts.sweep_large_rounds,
+        opts.sweep_large_side_rounds,
         cpus
     );
     let _ = writeln!(o, "| endpoints | scanners | upload endpoints/s | ceiling endpoints/s | ratio | cores busy, upload / ceiling | whole machine cores busy, upload / ceiling | emulator store lock held, upload / ceiling | machine µs/endpoint, upload / ceiling | ratio the CPU allows | scanstore µs/endpoint | PostgreSQL µs/endpoint | ceiling client µs/endpoint | emulator µs/endpoint, upload / ceiling | ES bulk permit wait p50 ms | ES µs in flight per operation, upload / ceiling | normal p99 ms | final p99 ms (finals) | PostgreSQL statements per request | pool wait p99 ms | ES requests sent holding a connection | peak RSS MiB |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -601,7 +606,7 @@ pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
     let cpus = crate::report::machine().cpus;
     let sizes = s.sizes();
     for &size in &sizes {
-        if let Some(p) = s.at(size, 16) {
+        if let Some(p) = s.at(size, TARGET_SCANNERS) {
             let (m, lo, hi) = p.ratio();
             let in_flight = p.in_flight_us_per_op();
             t.push((
@@ -636,7 +641,8 @@ pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
     }
     if let (Some(&small), Some(&large)) = (sizes.first(), sizes.last()) {
         if large > small {
-            if let (Some(a), Some(b)) = (s.at(small, 16), s.at(large, 16)) {
+            if let (Some(a), Some(b)) = (s.at(small, TARGET_SCANNERS), s.at(large, TARGET_SCANNERS))
+            {
                 let x = b.endpoints_per_s().0 / a.endpoints_per_s().0.max(1e-9);
                 t.push((
                     format!("upload throughput at {large} ≥ 0.9 × at {small} (16 scanners)"),
