@@ -159,8 +159,8 @@ pub struct Opts {
     #[arg(long)]
     pub finals: Option<usize>,
     /// Finals to time at sizes from 1 M endpoints up, whose extra rounds are the size runs'
-    /// longest (with fewer than 100, their "p99" is the slowest, which only makes the
-    /// comparison with the smaller sizes stricter). [default: 40; with `--quick`, one round]
+    /// longest (with fewer than 100, their "p99" is the slowest: of 40, about the 98th
+    /// percentile). [default: 40; with `--quick`, one round]
     #[arg(long)]
     pub large_finals: Option<usize>,
     /// A size whose first publication lasts under 2 s is published this many times in all:
