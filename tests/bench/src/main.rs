@@ -288,6 +288,12 @@ pub struct Opts {
     pub publish_timeout: u64,
 }
 
+/// Whether `size` is one of the large sizes (from 1 M endpoints up), whose rounds are the
+/// run's longest and so are had fewer (`--large-finals`, `--sweep-large-rounds`, …).
+pub fn is_large(size: usize) -> bool {
+    size >= 1_000_000
+}
+
 impl Opts {
     /// Environment defaults, then the quick mode's sizes.
     fn resolve(&mut self) {
@@ -360,7 +366,7 @@ impl Opts {
 
     /// Finals to time at `size`: `--large-finals` from 1 M up (at most `finals`).
     pub fn finals_at(&self, size: usize) -> usize {
-        match size >= 1_000_000 {
+        match is_large(size) {
             true => self.large_finals.unwrap_or(40).min(self.finals()),
             false => self.finals(),
         }

@@ -2,7 +2,8 @@
 //! outbox holds only due rows, then again after history is added — processed outbox rows
 //! of finished executions, ten upload receipts each — step by step; the p99 of each
 //! against the empty database's, the plans of the hot statements at the largest step, and
-//! how fast retention prunes the oldest of that history. PostgreSQL only: no Elasticsearch, no server.
+//! how fast retention prunes the oldest of that history. PostgreSQL only: no Elasticsearch,
+//! no server.
 
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};

@@ -235,7 +235,7 @@ pub const TARGET_SCANNERS: usize = 16;
 /// had fewer) `--sweep-large-rounds` at the target's scanner count, `--sweep-large-side-rounds`
 /// at the others.
 fn rounds(opts: &Opts, size: usize, scanners: usize) -> usize {
-    match (size >= 1_000_000, scanners == TARGET_SCANNERS) {
+    match (crate::is_large(size), scanners == TARGET_SCANNERS) {
         (true, true) => opts.sweep_large_rounds.max(1),
         (true, false) => opts.sweep_large_side_rounds.max(1),
         (false, _) => opts.sweep_rounds.unwrap_or(1).max(1),
@@ -249,7 +249,7 @@ fn rounds(opts: &Opts, size: usize, scanners: usize) -> usize {
 /// round.
 fn paced_rounds(opts: &Opts, size: usize, scanners: usize) -> usize {
     let rounds = rounds(opts, size, scanners);
-    if size >= 1_000_000 {
+    if crate::is_large(size) {
         opts.sweep_paced_large_rounds.max(1)
     } else if !opts.quick {
         rounds.max(opts.finals().div_ceil(scanners.max(1)))
@@ -599,7 +599,7 @@ fn paced_table(o: &mut String, s: &SweepResult) {
     }
 }
 
-/// The targets the sweep decides: upload ≥ 0.8 × ceiling at 16 scanners, p99 at the most
+/// The targets the sweep decides: upload ≥ 0.8 × ceiling at TARGET_SCANNERS, p99 at the most
 /// scanners ≤ 2 × at the fewest, and upload throughput growing linearly with size.
 pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
     let mut t = Vec::new();
@@ -610,7 +610,7 @@ pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
             let (m, lo, hi) = p.ratio();
             let in_flight = p.in_flight_us_per_op();
             t.push((
-                format!("upload ≥ 0.8 × ceiling ({size} endpoints, 16 scanners)"),
+                format!("upload ≥ 0.8 × ceiling ({size} endpoints, {TARGET_SCANNERS} scanners)"),
                 format!(
                     "{m:.2} × (median of {} rounds, {lo:.2}–{hi:.2}); scanstore {} µs CPU per endpoint, the ceiling client {}; the machine's CPU allows {:.2} × ({:.2} cores busy uploading, {} of the whole machine's); the emulator's store lock held {} of the upload's wall time, {} of the ceiling's; bulk permits waited for {:.0} ms (p50), ES µs in flight per operation {:.1} against the ceiling's {:.1}",
                     p.rounds.len(),
@@ -645,7 +645,7 @@ pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
             {
                 let x = b.endpoints_per_s().0 / a.endpoints_per_s().0.max(1e-9);
                 t.push((
-                    format!("upload throughput at {large} ≥ 0.9 × at {small} (16 scanners)"),
+                    format!("upload throughput at {large} ≥ 0.9 × at {small} ({TARGET_SCANNERS} scanners)"),
                     format!("{x:.2} ×"),
                     Some(x >= 0.9),
                 ));
@@ -653,7 +653,7 @@ pub fn targets(s: &SweepResult) -> Vec<(String, String, Option<bool>)> {
                     let x = rb as f64 / ra.max(1) as f64;
                     t.push((
                         format!(
-                            "scanstore peak RSS uploading {large} ≤ 1.5 × {small} (16 scanners)"
+                            "scanstore peak RSS uploading {large} ≤ 1.5 × {small} ({TARGET_SCANNERS} scanners)"
                         ),
                         format!(
                             "{:.0} MiB vs {:.0} MiB = {x:.2} ×",
