@@ -229,16 +229,19 @@ pub struct Opts {
     #[arg(long, default_value_t = 5)]
     pub sweep_large_rounds: usize,
     /// Scanners at once: rounds at the other scanner counts from 1 M endpoints up, whose
-    /// throughput is reported beside the target's, not judged.
+    /// throughput is reported beside the target's, not judged; and paced rounds at the
+    /// counts between the fewest and the most, whose latencies are reported beside the two
+    /// the latency target compares.
     #[arg(long, default_value_t = 1)]
     pub sweep_large_side_rounds: usize,
-    /// Scanners at once: paced rounds per scanner count from 1 M endpoints up (each a
-    /// thousand batches per scanner count and more, enough for their p99s in fewer rounds
-    /// than the throughput's median needs).
-    #[arg(long, default_value_t = 3)]
+    /// Scanners at once: most paced rounds at the fewest and the most scanners from 1 M
+    /// endpoints up, where each round is long: as many as `--finals` finals need (one per
+    /// scanner and round), at most this many.
+    #[arg(long, default_value_t = 5)]
     pub sweep_paced_large_rounds: usize,
-    /// Scanners at once: after the flat-out rounds, as many again per scanner count (from
-    /// 1 M up `--sweep-paced-large-rounds`) paced to this share of what the fewest scanners
+    /// Scanners at once: after the flat-out rounds, as many again per scanner count (and
+    /// enough for `--finals` finals; from 1 M up see `--sweep-paced-large-rounds`) paced to
+    /// this share of what the fewest scanners
     /// reached flat out (the same offered load at every count, so latency shows the cost of
     /// concurrency rather than of queueing behind a saturated machine); 0 skips it.
     #[arg(long, default_value_t = 0.5)]

@@ -228,6 +228,10 @@ impl SweepResult {
     }
 }
 
+/// Most endpoints of a round's small-batch warm-up: a hundred batches, ten or more per
+/// pooled session, plan every statement as well as the thousand a tenth of 1 M sends.
+const WARM_UP_SMALL: usize = 10_000;
+
 /// The scanner count at which the upload target is judged.
 pub const TARGET_SCANNERS: usize = 16;
 
@@ -242,17 +246,25 @@ fn rounds(opts: &Opts, size: usize, scanners: usize) -> usize {
     }
 }
 
-/// Paced rounds per point: from 1 M up (whose rounds are long) `--sweep-paced-large-rounds`;
-/// below, as many as flat out and at least enough for `--finals` finals (one per scanner
-/// and round), so that the final p99 the latency target compares across scanner counts is
-/// a p99 at the fewest scanners too, not their slowest final. A quick run keeps its one
-/// round.
+/// Paced rounds per point: enough for `--finals` finals (one per scanner and round), so that
+/// the final p99 the latency target compares across scanner counts is a p99 at the fewest
+/// scanners too, not their slowest final; below 1 M at least as many as flat out. From
+/// 1 M up, whose rounds are long, at most `--sweep-paced-large-rounds` at the fewest and the
+/// most scanners, the two counts the latency target compares, and
+/// `--sweep-large-side-rounds` at those between, reported beside them. A quick run keeps
+/// its one round.
 fn paced_rounds(opts: &Opts, size: usize, scanners: usize) -> usize {
     let rounds = rounds(opts, size, scanners);
+    let for_finals = opts.finals().div_ceil(scanners.max(1));
+    let counts = &opts.sweep_scanners;
+    let compared = [counts.iter().min(), counts.iter().max()].contains(&Some(&scanners));
     if crate::is_large(size) {
-        opts.sweep_paced_large_rounds.max(1)
+        match compared {
+            true => for_finals.clamp(1, opts.sweep_paced_large_rounds.max(1)),
+            false => opts.sweep_large_side_rounds.max(1),
+        }
     } else if !opts.quick {
-        rounds.max(opts.finals().div_ceil(scanners.max(1)))
+        rounds.max(for_finals)
     } else {
         rounds
     }
@@ -395,12 +407,16 @@ fn size_sweep(
         sampler,
     };
     // Each round's timed executions, beside the two warm-ups' (endpoints of their own): a
-    // tenth of the size in batches a tenth as large, so that every pooled session has
-    // planned every statement, then one batch per scanner as large as the round's largest
-    // (a full one, or the whole execution where that is smaller), so that the heap has grown
-    // to what as many batches at once need.
+    // tenth of the size (at most WARM_UP_SMALL) in batches a tenth as large, so that every
+    // pooled session has planned every statement, then one batch per scanner as large as
+    // the round's largest (a full one, or the whole execution where that is smaller), so
+    // that the heap has grown to what as many batches at once need.
     let mut new_jobs = |n: usize| -> Result<(Warm, Vec<Job>), String> {
-        let small = (n, (size / 10).max(n), scenario::WARM_UP_FIRST);
+        let small = (
+            n,
+            (size / 10).min(WARM_UP_SMALL).max(n),
+            scenario::WARM_UP_FIRST,
+        );
         let full = (
             n,
             (n * opts.batch).min(size),
@@ -510,7 +526,7 @@ pub fn section(o: &mut String, opts: &Opts, s: &SweepResult) {
     let cpus = crate::report::machine().cpus;
     let _ = writeln!(
         o,
-        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution, half `port_scan`, half `mixed`; {}), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, from 1 M {} at {TARGET_SCANNERS} scanners (the target's) and {} at the others (`--sweep-rounds`, `--sweep-large-rounds`, `--sweep-large-side-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. *Whole machine* cores busy is every CPU's busy time from `/proc/stat` (every process, the kernel's threads, interrupts) over the wall time: where it stays under the CPU count, neither run was bound by the CPU alone. *Emulator store lock held* is the share of the wall time the emulator's single store lock, under which it applies every write, was held (`GET /_emulator/store`, read before and after each run; a real cluster has none, –): a run that keeps it held all the time is bound by it. *ES bulk permit wait* is how long scanstore's bulk requests waited for one of the `bulk_max_concurrency` permits (`ElasticsearchBulkCompleted`, every round): where it is long, the permits were never idle and as many requests were in flight as the ceiling's client threads keep. *ES µs in flight per operation* is then what the ratio follows, less the time either side has fewer requests in flight (a round's start and end, the ceiling's final refresh): scanstore's bulk requests' time on the wire over the operations they carried, against the ceiling's threads × its wall time over its operations. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
+        "\n## Scanners at once\n\nAt each size, the same uploads by {:?} concurrent scanners (each one execution, half `port_scan`, half `mixed`; {}), `pool_size` {} throughout and HTTP `worker_threads` twice the scanners (at least 16), scanstore at nice {} (`--sweep-nice`: a unit's `Nice=` beside Elasticsearch, README \"Deployment\"). A round is the ceiling (the very documents as raw `_bulk`, {} client threads) then scanstore's upload of fresh executions into freshly installed indices by a fresh scanstore, warmed first as the publication's publisher is (untimed: the same scanners upload a tenth of the size, at most {WARM_UP_SMALL} endpoints, in batches a tenth as large, so that every pooled session has planned every statement, then one batch each as large as the round's largest, so that its heap has grown; the ceiling has no process to start, and a deployed scanstore has long since paid both), every scanner's batch bodies built before the clock starts as the ceiling's are; rounds per point: {} below 1 M, from 1 M {} at {TARGET_SCANNERS} scanners (the target's) and {} at the others (`--sweep-rounds`, `--sweep-large-rounds`, `--sweep-large-side-rounds`). Throughput and CPU are the median round's (range in brackets); latencies count every round's requests. CPU is µs per endpoint read from `/proc`: scanstore's and PostgreSQL's during the upload, the ceiling client's (the bench's threads sending `_bulk`) during the ceiling; the emulator's during each. *Machine* µs per endpoint is every watched process's CPU (emulator, scanstore, PostgreSQL, the bench: the simulated scanners sending in the upload, the `_bulk` client in the ceiling) over the endpoints; *the ratio the CPU allows* is the machine's {} cores spent at the upload's machine µs per endpoint, over the ceiling's throughput: where the upload keeps every core busy, it is the most any upload on this machine could reach against that ceiling, and only cutting CPU anywhere in the upload's path (scanstore's, PostgreSQL's, the emulator's work for it, the scanners') moves it. *Whole machine* cores busy is every CPU's busy time from `/proc/stat` (every process, the kernel's threads, interrupts) over the wall time: where it stays under the CPU count, neither run was bound by the CPU alone. *Emulator store lock held* is the share of the wall time the emulator's single store lock, under which it applies every write, was held (`GET /_emulator/store`, read before and after each run; a real cluster has none, –): a run that keeps it held all the time is bound by it. *ES bulk permit wait* is how long scanstore's bulk requests waited for one of the `bulk_max_concurrency` permits (`ElasticsearchBulkCompleted`, every round): where it is long, the permits were never idle and as many requests were in flight as the ceiling's client threads keep. *ES µs in flight per operation* is then what the ratio follows, less the time either side has fewer requests in flight (a round's start and end, the ceiling's final refresh): scanstore's bulk requests' time on the wire over the operations they carried, against the ceiling's threads × its wall time over its operations. PostgreSQL statements per request: what `pg_stat_statements` counted in the bench's database during the upload (BEGIN and COMMIT included, each a round trip; the sampler's few beside them) over the requests sent (batches, confirmed retries, DNS sidecar batches).\n",
         opts.sweep_scanners,
         match opts.sweep_split {
             Split::Endpoints => "size ÷ scanners endpoints each (`--sweep-split endpoints`)",
@@ -570,7 +586,7 @@ fn paced_table(o: &mut String, s: &SweepResult) {
     if s.points.iter().all(|p| p.paced.is_none()) {
         return;
     }
-    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count (below 1 M at least as many as `--finals` finals need at that count, so that the final p99s compared are p99s at every count; from 1 M up `--sweep-paced-large-rounds`), the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each: a scanner's main batch k is due k batch intervals after its own start, whatever the batch's size, and the starts are staggered over one interval, so the crowd's batches arrive evenly; every scanner builds its batches before the clock starts), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs, the server-side column how much of it is spent inside scanstore (from its `ScanResultUpload` events), the ES bulk columns how much of that waited for one of the `bulk_max_concurrency` permits and how long the requests themselves took (`ElasticsearchBulkCompleted`), the pool column for a pooled connection. The latency targets use these. Where an execution is not a whole number of batches its first batch is the short one, so with few batches per execution (100 k among 64 scanners: 562 + a final of 1 000) the normal batches are smaller than at 4 scanners; the finals are full batches at every count.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | server-side p99 ms, normal / final | ES bulk p99 ms, permit wait / request | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(o, "\nPaced: as many rounds again per scanner count (below 1 M at least as many as `--finals` finals need at that count, so that the final p99s compared are p99s at every count; from 1 M up as many, at most `--sweep-paced-large-rounds`, at the fewest and the most scanners, the counts the latency target compares, and `--sweep-large-side-rounds` at those between), the scanners together offering the same load whatever their number (`--sweep-pace` of what the fewest reached flat out, an even share each: a scanner's main batch k is due k batch intervals after its own start, whatever the batch's size, and the starts are staggered over one interval, so the crowd's batches arrive evenly; every scanner builds its batches before the clock starts), as scanners that find ports at their own pace do. Flat out, a closed loop of n scanners on a saturated machine waits n times as long per request whatever the server does; paced, latency shows what concurrency itself costs, the server-side column how much of it is spent inside scanstore (from its `ScanResultUpload` events), the ES bulk columns how much of that waited for one of the `bulk_max_concurrency` permits and how long the requests themselves took (`ElasticsearchBulkCompleted`), the pool column for a pooled connection. The latency targets use these. Where an execution is not a whole number of batches its first batch is the short one, so with few batches per execution (100 k among 64 scanners: 562 + a final of 1 000) the normal batches are smaller than at 4 scanners; the finals are full batches at every count.\n\n| endpoints | scanners | offered endpoints/s | reached | normal p50 / p99 ms | final p50 / p99 ms (finals) | server-side p99 ms, normal / final | ES bulk p99 ms, permit wait / request | pool wait p99 ms | ES requests sent holding a connection |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &s.points {
         let Some(x) = &p.paced else { continue };
         let q = |c: &str| quantiles(&x.latencies.0[c]);
@@ -700,4 +716,40 @@ fn p99_target(class: &str, size: usize, a: &Point, b: &Point) -> (String, String
         format!("{pb:.1} ms vs {pa:.1} ms = {x:.2} × ({how}; {nb} and {na} requests{few})"),
         Some(x <= 2.0),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn opts(args: &[&str]) -> Opts {
+        Opts::parse_from(
+            ["scanstore-bench", "--sweep-scanners", "4,16,64"]
+                .iter()
+                .chain(args),
+        )
+    }
+
+    #[test]
+    fn paced_rounds_give_the_compared_counts_their_finals_within_the_large_cap() {
+        let o = opts(&["--sweep-rounds", "5"]);
+        // Below 1 M: enough for 100 finals, and at least the flat-out rounds.
+        assert_eq!(paced_rounds(&o, 100_000, 4), 25);
+        assert_eq!(paced_rounds(&o, 100_000, 16), 7);
+        assert_eq!(paced_rounds(&o, 100_000, 64), 5);
+        // From 1 M: the fewest and the most capped by --sweep-paced-large-rounds (5), the
+        // count between them given the side rounds.
+        assert_eq!(paced_rounds(&o, 1_000_000, 4), 5);
+        assert_eq!(paced_rounds(&o, 1_000_000, 64), 2);
+        assert_eq!(paced_rounds(&o, 1_000_000, 16), 1);
+        let o = opts(&[
+            "--sweep-paced-large-rounds",
+            "30",
+            "--sweep-large-side-rounds",
+            "2",
+        ]);
+        assert_eq!(paced_rounds(&o, 1_000_000, 4), 25);
+        assert_eq!(paced_rounds(&o, 1_000_000, 16), 2);
+    }
 }
