@@ -55,8 +55,12 @@ pub struct FinalReads {
 
 // The execution lock: every transaction A and B of one execution serialises here, which
 // is what makes "one final" and "no batch after a final" hold under concurrency. Short.
+// With it, whether scanner $2 is still enabled: its token was checked before a large body
+// was read, which may take until `server.body_deadline`, and a scanner disabled meanwhile
+// must not have the batch reserved.
 const LOCK_EXECUTION: &str = "
-    SELECT e.status, e.scanner_id, e.task_id, t.owner_id, t.kind
+    SELECT e.status, e.scanner_id, e.task_id, t.owner_id, t.kind,
+           EXISTS (SELECT 1 FROM scanners s WHERE s.id = $2 AND NOT s.disabled)
       FROM executions e JOIN tasks t ON t.id = e.task_id
      WHERE e.id = $1
        FOR UPDATE OF e";
@@ -350,22 +354,34 @@ fn known_receipt(tx: &mut Tx<'_>, execution_id: Uuid, batch: &Batch) -> Result<K
     })
 }
 
-/// Locks the execution for this scanner: its status and what a batch needs of it.
+/// Locks the execution for this scanner: its status and what a batch needs of it. A scanner
+/// disabled since its token was checked is refused here.
 pub(super) fn lock_execution(
     tx: &mut Tx<'_>,
     scanner: &Scanner,
     execution_id: Uuid,
 ) -> Result<(String, Execution), UploadError> {
     let row = tx
-        .query_opt(LOCK_EXECUTION, &[&execution_id])?
+        .query_opt(LOCK_EXECUTION, &[&execution_id, &scanner.id])?
         .ok_or(UploadError::NotFound)?;
-    let (status, scanner_id, task_id, owner_id, task_kind): (
+    let (status, scanner_id, task_id, owner_id, task_kind, enabled): (
         String,
         Option<Uuid>,
         Uuid,
         Uuid,
         TaskKind,
-    ) = (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+        bool,
+    ) = (
+        row.get(0),
+        row.get(1),
+        row.get(2),
+        row.get(3),
+        row.get(4),
+        row.get(5),
+    );
+    if !enabled {
+        return Err(UploadError::Unauthorized);
+    }
     // No scanner: queued again for any scanner of the owner after a lapsed lease.
     let Some(scanner_id) = scanner_id else {
         return Err(conflict(

@@ -263,6 +263,45 @@ fn a_large_batch_looks_its_scanner_up_once() {
 
 #[test]
 #[ignore = "needs PostgreSQL"]
+fn a_scanner_disabled_while_its_large_body_is_read_has_nothing_written() {
+    // Every body is large, so its token is checked before it is read; the body then takes
+    // as long as the client sends it (up to body_deadline).
+    let s = stack(|c| {
+        c.server.preauth_body_bytes = 0;
+        c.server.body_deadline = Duration::from_secs(30);
+    });
+    // Over the 1 KiB tiny_http reads whole before it hands a request over.
+    let body = Batch::main(Uuid::new_v4(), 0, scan::endpoints(0, 40, t0())).body();
+    assert!(body.len() > 4096);
+    let (head, tail) = body.as_bytes().split_at(body.len() / 2);
+    let mut c = connect(s.base());
+    write!(
+        c,
+        "POST {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        batches_path(&s),
+        s.scanner.token,
+        body.len()
+    )
+    .unwrap();
+    c.write_all(head).unwrap();
+    // Time for the body reader to look the token up (were it slower, it would find the
+    // scanner disabled and refuse the body unread: a 401 all the same).
+    std::thread::sleep(Duration::from_millis(500));
+    s.sql()
+        .execute(
+            "UPDATE scanners SET disabled = true WHERE id = $1",
+            &[&s.scanner.id],
+        )
+        .unwrap();
+    c.write_all(tail).unwrap();
+    let out = read_to_close(&mut c);
+    assert_eq!(statuses(&out), vec![401], "{out}");
+    assert!(s.receipts().is_empty());
+    assert_eq!(s.fact_count(), 0);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL"]
 fn oversized_heads_are_431_and_closed() {
     let s = stack(|_| {});
     // One 16 KiB + 1 header line with no end: refused once the head budget is spent.
