@@ -241,9 +241,9 @@ pub struct Opts {
     pub sweep_paced_large_rounds: usize,
     /// Scanners at once: after the flat-out rounds, as many again per scanner count (and
     /// enough for `--finals` finals; from 1 M up see `--sweep-paced-large-rounds`) paced to
-    /// this share of what the fewest scanners
-    /// reached flat out (the same offered load at every count, so latency shows the cost of
-    /// concurrency rather than of queueing behind a saturated machine); 0 skips it.
+    /// this share of what the fewest scanners reached flat out (the same offered load at
+    /// every count, so latency shows the cost of concurrency rather than of queueing behind
+    /// a saturated machine); 0 skips it.
     #[arg(long, default_value_t = 0.5)]
     pub sweep_pace: f64,
     /// Scanners at once: scanstore's nice value, as the systemd unit's `Nice=` sets it where
