@@ -37,6 +37,25 @@ fn count(s: &Stack, sql: &str) -> i64 {
     s.sql().query_one(sql, &[]).unwrap().get(0)
 }
 
+/// A stack with `adjust`'s retention configured, once `serve`'s daily run, due at start,
+/// has completed on the empty stack and what it queued is published: left running, it
+/// would race the runs a test makes (holding their lock, or expiring documents first).
+fn settled(adjust: impl FnOnce(&mut scanstore::config::Config)) -> Stack {
+    let s = Stack::build(crate::support::emulator::target(), "port_scan", adjust);
+    wait_for_the_run_at_start(&s);
+    drain(&s, 20);
+    s
+}
+
+fn wait_for_the_run_at_start(s: &Stack) {
+    wait_for("the daily run at start", Duration::from_secs(20), || {
+        count(
+            s,
+            "SELECT count(*) FROM retention_runs WHERE outcome = 'completed'",
+        ) == 1
+    });
+}
+
 /// A new running execution of the stack's task.
 fn new_execution(s: &Stack) -> Uuid {
     s.sql()
@@ -68,7 +87,7 @@ fn post_final(s: &Stack, execution: Uuid, endpoints: Vec<Value>) {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn stale_assets_are_deleted_with_tombstones_and_stay_deleted_until_seen_again() {
-    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+    let s = settled(|cfg| {
         cfg.projection.workers = 0;
         cfg.retention.asset_age = Some(chrono::Duration::days(1));
     });
@@ -150,7 +169,7 @@ fn stale_assets_are_deleted_with_tombstones_and_stay_deleted_until_seen_again() 
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn a_retired_tombstone_leaves_marks_that_keep_the_deletion() {
-    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+    let s = settled(|cfg| {
         cfg.projection.workers = 0;
         // Shorter than the file allows (it must outlast the upload window), so that an
         // observation the test can upload is old enough.
@@ -256,7 +275,7 @@ fn an_asset_merged_after_its_page_was_read_is_kept() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn finished_executions_lose_their_upload_records_but_still_read_and_rebuild() {
-    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+    let s = settled(|cfg| {
         cfg.projection.workers = 0;
         cfg.retention.execution_age = Some(chrono::Duration::days(1));
         cfg.retention.batch_size = 100;
@@ -354,7 +373,7 @@ fn finished_executions_lose_their_upload_records_but_still_read_and_rebuild() {
 #[test]
 #[ignore = "needs PostgreSQL"]
 fn facts_indices_are_dropped_a_whole_month_at_a_time() {
-    let s = Stack::build(crate::support::emulator::target(), "port_scan", |cfg| {
+    let s = settled(|cfg| {
         cfg.projection.workers = 0;
         cfg.retention.facts_months = Some(1);
     });
@@ -397,12 +416,7 @@ fn one_instance_runs_at_a_time_and_serve_runs_it_when_due() {
         cfg.retention.check_every = Duration::from_millis(100);
     });
     // The daily run: due at start (no run recorded), then not again within the interval.
-    wait_for("the daily run at start", Duration::from_secs(20), || {
-        count(
-            &s,
-            "SELECT count(*) FROM retention_runs WHERE outcome = 'completed'",
-        ) == 1
-    });
+    wait_for_the_run_at_start(&s);
     std::thread::sleep(Duration::from_millis(500)); // five more checks: none runs
     assert_eq!(count(&s, "SELECT count(*) FROM retention_runs"), 1);
 
