@@ -378,6 +378,8 @@ mod tests {
         // Ticks are 10 ms; a busy 300 ms shows as most of that (and never as nothing).
         assert!(bench > 0.1, "{u:?}");
         assert_eq!(u.roles[Role::Emulator as usize], None);
-        assert!(u.machine.unwrap() >= bench, "{u:?}");
+        // The machine's busy time and the process's are separate counts of 10 ms ticks,
+        // each interpolated between samples: a tick either way is no disagreement.
+        assert!(u.machine.unwrap() >= bench - 0.02, "{u:?}");
     }
 }
