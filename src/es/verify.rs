@@ -13,6 +13,11 @@ use super::bulk::{BulkOp, OpKind};
 use super::error::{item_class, ErrorClass, EsError};
 use crate::json::Text;
 
+/// Where bulks are sent: the answer carries only what [`verify`] reads (`filter_path`), so
+/// neither the cluster nor this process spends time on each item's `_shards`, `_seq_no`,
+/// `_primary_term` and `_version`. Error answers are never filtered.
+pub const BULK_PATH: &str = "/_bulk?filter_path=took,errors,items.*._index,items.*._id,items.*.status,items.*.result,items.*.error";
+
 /// What a verified bulk did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Verified {

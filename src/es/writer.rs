@@ -105,7 +105,7 @@ impl Writer<'_> {
             let body = bulk::BodyReader::new(ops);
             let response = self
                 .es
-                .post_reader("/_bulk", "application/x-ndjson", body_len, body)
+                .post_reader(verify::BULK_PATH, "application/x-ndjson", body_len, body)
                 .and_then(|r| r.ok());
             request_time += sent.elapsed();
             // The permit bounds requests to the cluster; checking the answer is this

@@ -7,15 +7,82 @@ use serde_json::{json, Map, Value};
 
 use crate::app::{lock, App};
 use crate::bulk_parse::{parse, Parsed};
-use crate::docs::{apply, OpKind, WriteErr};
+use crate::docs::{apply, ItemFields, OpKind, WriteErr};
 use crate::error::EsError;
 use crate::faults::corrupt;
+use crate::filter_path::{Decision, FilterPath};
 use crate::http::{HandlerResult, Reply, Req};
 use crate::source_filter::SourceFilter;
 
 /// Items applied per hold of the store lock (a 1000-item scripted bulk holds it ~20 ms in
 /// all; a slice about a millisecond).
 const ITEMS_PER_LOCK: usize = 64;
+
+/// How a `filter_path` shapes the answer.
+enum Filtering {
+    /// Everything written.
+    Off,
+    /// Decided field by field as items are written (a kind's fields in the order of
+    /// [`OpKind`]), so that a filtered answer costs less to write, as on a real node.
+    Items {
+        kinds: [ItemFields; 4],
+        took: bool,
+        errors: bool,
+        /// The `items` array even when no item is left in it.
+        items_always: bool,
+    },
+    /// A field kept only in part (`items.*._shards.total`): the written answer filtered.
+    Whole(FilterPath),
+}
+
+/// Objects among the item fields, which a per-field choice cannot keep in part.
+const OBJECT_FIELDS: [&str; 3] = ["_shards", "get", "error"];
+
+impl Filtering {
+    fn of(filter: Option<FilterPath>) -> Filtering {
+        let Some(filter) = filter else {
+            return Filtering::Off;
+        };
+        let scalar = |path: &[&str]| match filter.decide(path) {
+            Decision::Keep => true,
+            Decision::Drop => false,
+            Decision::Descend { leaf } => leaf,
+        };
+        let kind = |kind: OpKind| {
+            ItemFields::pick(
+                |field| match filter.decide(&["items", kind.name(), field]) {
+                    Decision::Keep => Some(true),
+                    Decision::Drop => Some(false),
+                    Decision::Descend { .. } if OBJECT_FIELDS.contains(&field) => None,
+                    Decision::Descend { leaf } => Some(leaf),
+                },
+            )
+        };
+        let kinds = [
+            OpKind::Index,
+            OpKind::Create,
+            OpKind::Update,
+            OpKind::Delete,
+        ]
+        .map(kind);
+        match kinds {
+            [Some(i), Some(c), Some(u), Some(d)] => Filtering::Items {
+                kinds: [i, c, u, d],
+                took: scalar(&["took"]),
+                errors: scalar(&["errors"]),
+                items_always: scalar(&["items"]),
+            },
+            _ => Filtering::Whole(filter),
+        }
+    }
+
+    fn fields(&self, kind: OpKind) -> Option<&ItemFields> {
+        match self {
+            Filtering::Items { kinds, .. } => Some(&kinds[kind as usize]),
+            _ => None,
+        }
+    }
+}
 
 fn error_item(index: &str, id: &str, e: &EsError) -> Map<String, Value> {
     let mut m = Map::new();
@@ -49,6 +116,7 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                 req.param("_source_excludes"),
             )
         });
+    let filtering = Filtering::of(req.param("filter_path").map(FilterPath::parse));
     let mut items: Vec<Vec<u8>> = Vec::with_capacity(parsed.len());
     let mut errors = false;
     let mut touched: Vec<String> = Vec::new();
@@ -93,11 +161,12 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                     (kind, res, fetch)
                 }
             };
+            let fields = filtering.fields(kind);
             let mut item = Vec::with_capacity(256);
             item.extend_from_slice(b"{\"");
             item.extend_from_slice(kind.name().as_bytes());
             item.extend_from_slice(b"\":");
-            match res {
+            let written = match res {
                 Ok(ok) => {
                     if touched.last() != Some(&ok.index) && !touched.contains(&ok.index) {
                         touched.push(ok.index.clone());
@@ -106,16 +175,29 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
                         let doc = store.indices.get(&ok.index)?.docs.get(ok.id.as_str())?.latest.clone()?;
                         Some(json!({"_seq_no": doc.seq_no, "_primary_term": 1, "found": true, "_source": f.apply(&doc.source)?}))
                     });
-                    ok.write_item(&mut item, forced && ok.result != "noop", get.as_ref());
+                    let forced = forced && ok.result != "noop";
+                    match fields {
+                        Some(fields) => ok.write_picked(&mut item, forced, get.as_ref(), fields),
+                        None => {
+                            ok.write_item(&mut item, forced, get.as_ref());
+                            true
+                        }
+                    }
                 }
                 Err(e) => {
                     errors = true;
-                    let _ =
-                        serde_json::to_writer(&mut item, &error_item(&e.index, &e.id, &e.error));
+                    let mut answer = error_item(&e.index, &e.id, &e.error);
+                    if let Some(fields) = fields {
+                        answer.retain(|field, _| fields.keeps(field));
+                    }
+                    let _ = serde_json::to_writer(&mut item, &answer);
+                    !answer.is_empty()
                 }
+            };
+            if written {
+                item.push(b'}');
+                items.push(item);
             }
-            item.push(b'}');
-            items.push(item);
         }
         drop(faults);
         drop(store);
@@ -162,15 +244,41 @@ pub fn handle(app: &App, req: &Req, default_index: Option<&str>) -> HandlerResul
             .collect();
     }
     let took = started.elapsed().as_millis() as u64;
-    let mut body = Vec::with_capacity(items.iter().map(Vec::len).sum::<usize>() + items.len() + 64);
-    body.extend_from_slice(format!("{{\"errors\":{errors},\"took\":{took},\"items\":[").as_bytes());
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(item);
+    let (with_took, with_errors, with_items) = match &filtering {
+        Filtering::Items {
+            took,
+            errors,
+            items_always,
+            ..
+        } => (*took, *errors, *items_always || !items.is_empty()),
+        _ => (true, true, true),
+    };
+    let mut heads = Vec::new();
+    if with_errors {
+        heads.push(format!("\"errors\":{errors}"));
     }
-    body.extend_from_slice(b"]}");
+    if with_took {
+        heads.push(format!("\"took\":{took}"));
+    }
+    if with_items {
+        heads.push("\"items\":[".to_owned());
+    }
+    let mut body = Vec::with_capacity(items.iter().map(Vec::len).sum::<usize>() + items.len() + 64);
+    body.push(b'{');
+    body.extend_from_slice(heads.join(",").as_bytes());
+    if with_items {
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            body.extend_from_slice(item);
+        }
+        body.push(b']');
+    }
+    body.push(b'}');
+    if let Filtering::Whole(filter) = &filtering {
+        body = filter.apply_to_body(body);
+    }
     Ok(Reply {
         status: 200,
         body,

@@ -70,7 +70,91 @@ pub struct WriteOk {
     pub shards: (u64, u64, u64),
 }
 
+/// The fields a bulk item may carry, in the order they are written.
+pub const ITEM_FIELDS: [&str; 11] = [
+    "_index",
+    "_id",
+    "_version",
+    "result",
+    "forced_refresh",
+    "_shards",
+    "_seq_no",
+    "_primary_term",
+    "status",
+    "get",
+    "error",
+];
+
+/// Which of [`ITEM_FIELDS`] a bulk item keeps under a `filter_path`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemFields([bool; ITEM_FIELDS.len()]);
+
+impl ItemFields {
+    /// `keep(field)` for each field; `None` if any is kept only in part (`_shards.total`),
+    /// which a per-field choice cannot say.
+    pub fn pick(keep: impl Fn(&str) -> Option<bool>) -> Option<ItemFields> {
+        let mut kept = [false; ITEM_FIELDS.len()];
+        for (slot, field) in kept.iter_mut().zip(ITEM_FIELDS) {
+            *slot = keep(field)?;
+        }
+        Some(ItemFields(kept))
+    }
+
+    pub fn keeps(&self, field: &str) -> bool {
+        ITEM_FIELDS
+            .iter()
+            .position(|f| *f == field)
+            .is_some_and(|i| self.0[i])
+    }
+}
+
 impl WriteOk {
+    /// Appends the fields of this result that `fields` keeps as a bulk item body (`{...}`);
+    /// false, with nothing written, if it keeps none.
+    pub fn write_picked(
+        &self,
+        out: &mut Vec<u8>,
+        forced_refresh: bool,
+        get: Option<&Value>,
+        fields: &ItemFields,
+    ) -> bool {
+        use std::io::Write;
+        let mut first = true;
+        let mut put = |out: &mut Vec<u8>, i: usize, value: &dyn Fn(&mut Vec<u8>)| {
+            if fields.0[i] {
+                out.extend_from_slice(if first { b"{\"" } else { b",\"" });
+                first = false;
+                out.extend_from_slice(ITEM_FIELDS[i].as_bytes());
+                out.extend_from_slice(b"\":");
+                value(out);
+            }
+        };
+        put(out, 0, &|o| drop(serde_json::to_writer(o, &self.index)));
+        put(out, 1, &|o| drop(serde_json::to_writer(o, &self.id)));
+        put(out, 2, &|o| drop(write!(o, "{}", self.version)));
+        put(out, 3, &|o| drop(write!(o, "\"{}\"", self.result)));
+        if forced_refresh {
+            put(out, 4, &|o| o.extend_from_slice(b"true"));
+        }
+        let (total, successful, failed) = self.shards;
+        put(out, 5, &|o| {
+            drop(write!(
+                o,
+                "{{\"total\":{total},\"successful\":{successful},\"failed\":{failed}}}"
+            ))
+        });
+        put(out, 6, &|o| drop(write!(o, "{}", self.seq_no)));
+        put(out, 7, &|o| o.push(b'1'));
+        put(out, 8, &|o| drop(write!(o, "{}", self.status)));
+        if let Some(g) = get {
+            put(out, 9, &|o| drop(serde_json::to_writer(o, g)));
+        }
+        if !first {
+            out.push(b'}');
+        }
+        !first
+    }
+
     /// Appends this result as a bulk item body (`{...}`), written directly for speed.
     pub fn write_item(&self, out: &mut Vec<u8>, forced_refresh: bool, get: Option<&Value>) {
         use std::io::Write;

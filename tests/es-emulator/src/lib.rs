@@ -23,6 +23,7 @@ mod error;
 mod extract;
 pub mod faults;
 mod fielddata;
+mod filter_path;
 mod http;
 mod index_view;
 mod indices;

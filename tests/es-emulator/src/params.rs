@@ -5,8 +5,9 @@ use crate::error::EsError;
 use crate::http::Req;
 
 /// Parameters every route takes: they change only how a response is printed (`pretty`,
-/// `human`) or what an error carries (`error_trace`), never what a request does.
-const EVERYWHERE: [&str; 3] = ["pretty", "human", "error_trace"];
+/// `human`), which of its fields are written (`filter_path`) or what an error carries
+/// (`error_trace`), never what a request does.
+const EVERYWHERE: [&str; 4] = ["pretty", "human", "filter_path", "error_trace"];
 
 /// Refuses the parameters of `req` that are not in `allowed`, naming them (sorted, as
 /// Elasticsearch sorts them) and suggesting close allowed names as Elasticsearch does.

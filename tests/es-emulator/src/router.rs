@@ -6,6 +6,7 @@ use serde_json::json;
 use crate::app::App;
 use crate::docs::OpKind;
 use crate::error::EsError;
+use crate::filter_path::FilterPath;
 use crate::http::{HandlerResult, Reply, Req};
 use crate::{
     aliases, analysis, bulk, cluster, doc_api, faults, indices, params, search, settings_update,
@@ -96,7 +97,17 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
     match found {
         Some((allowed, handler)) => {
             params::check(req, allowed)?;
-            handler()
+            let reply = handler()?;
+            // `_bulk` filters its items as it writes them.
+            match req.param("filter_path") {
+                Some(filter)
+                    if reply.json && reply.status < 400 && segs.last() != Some(&"_bulk") =>
+                {
+                    let body = FilterPath::parse(filter).apply_to_body(reply.body);
+                    Ok(Reply { body, ..reply })
+                }
+                _ => Ok(reply),
+            }
         }
         None => Ok(Reply::json(
             400,

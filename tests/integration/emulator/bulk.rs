@@ -353,3 +353,107 @@ fn unknown_or_missing_scripts_fail_the_item() {
     );
     assert_eq!(es.get(&format!("/{idx}/_doc/1")).0, 404);
 }
+
+#[test]
+fn filter_path_keeps_only_the_item_fields_it_names() {
+    let t = target();
+    let es = t.es();
+    let idx = unique("filtered");
+    strict_index(&es, &idx);
+    let lines = |n: &str| {
+        [
+            json!({"index": {"_id": format!("{n}a")}}),
+            json!({"name": "a"}),
+            json!({"create": {"_id": format!("{n}a")}}),
+            json!({"name": "again"}),
+            json!({"delete": {"_id": format!("{n}zz")}}),
+        ]
+    };
+    // What scanstore asks for: everything its verification reads, nothing else.
+    let (status, v) = es.bulk(
+        &format!(
+            "/{idx}/_bulk?filter_path=took,errors,items.*._index,items.*._id,items.*.status,items.*.result,items.*.error"
+        ),
+        &lines("1"),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert!(v["took"].is_u64(), "{v}");
+    assert_eq!(v["errors"], true);
+    let conflict = &v["items"][1]["create"];
+    assert_eq!(
+        conflict["error"]["type"], "version_conflict_engine_exception",
+        "{v}"
+    );
+    let mut without_error = v.clone();
+    if let Some(item) = without_error["items"][1]["create"].as_object_mut() {
+        item.remove("error");
+    }
+    assert_eq!(
+        without_error["items"],
+        json!([
+            {"index": {"_index": idx, "_id": "1a", "result": "created", "status": 201}},
+            {"create": {"_index": idx, "_id": "1a", "status": 409}},
+            {"delete": {"_index": idx, "_id": "1zz", "result": "not_found", "status": 404}}
+        ])
+    );
+    // Fields kept in part.
+    let (_, v) = es.bulk(
+        &format!("/{idx}/_bulk?filter_path=items.*.error.type,items.*._shards.failed"),
+        &lines("2"),
+    );
+    assert_eq!(
+        v,
+        json!({"items": [
+            {"index": {"_shards": {"failed": 0}}},
+            {"create": {"error": {"type": "version_conflict_engine_exception"}}},
+            {"delete": {"_shards": {"failed": 0}}}
+        ]})
+    );
+    // Items with nothing named are left out, and then the array.
+    let (_, v) = es.bulk(
+        &format!("/{idx}/_bulk?filter_path=errors,items.*.error.type"),
+        &lines("3"),
+    );
+    assert_eq!(
+        v,
+        json!({"errors": true, "items": [
+            {"create": {"error": {"type": "version_conflict_engine_exception"}}}
+        ]})
+    );
+    let (_, v) = es.bulk(
+        &format!("/{idx}/_bulk?filter_path=errors,items.*.error"),
+        &[json!({"index": {"_id": "4a"}}), json!({"name": "a"})],
+    );
+    assert_eq!(v, json!({"errors": false}));
+    let (_, v) = es.bulk(
+        &format!("/{idx}/_bulk?filter_path=-items,-took"),
+        &lines("5"),
+    );
+    assert_eq!(v, json!({"errors": true}));
+}
+
+#[test]
+fn filter_path_applies_to_every_answer_but_errors() {
+    let t = target();
+    let es = t.es();
+    let idx = unique("filtered-search");
+    strict_index(&es, &idx);
+    es.bulk(
+        &format!("/{idx}/_bulk?refresh=true"),
+        &[
+            json!({"index": {"_id": "x"}}),
+            json!({"name": "x", "port": 22}),
+        ],
+    );
+    let (status, v) = es.get(&format!(
+        "/{idx}/_search?filter_path=hits.hits._id,hits.hits._source.port"
+    ));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"hits": {"hits": [{"_id": "x", "_source": {"port": 22}}]}})
+    );
+    let (status, v) = es.get(&format!("/{idx}-missing/_search?filter_path=took"));
+    assert_eq!(status, 404);
+    assert_eq!(v["error"]["type"], "index_not_found_exception", "{v}");
+}
