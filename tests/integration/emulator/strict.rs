@@ -85,8 +85,8 @@ fn url_parameters_es_takes_but_the_emulator_does_not_implement_are_refused() {
         ),
         (
             "GET",
-            format!("/{name}/_search?filter_path=hits"),
-            "filter_path",
+            format!("/{name}/_search?expand_wildcards=open"),
+            "expand_wildcards",
         ),
     ] {
         let (kind, reason) = refused(&es, method, &path, None);
