@@ -101,7 +101,9 @@ pub fn route(app: &App, req: &Req) -> HandlerResult {
             // `_bulk` filters its items as it writes them.
             match req.param("filter_path") {
                 Some(filter)
-                    if reply.json && reply.status < 400 && segs.last() != Some(&"_bulk") =>
+                    if reply.json
+                        && reply.status < 400
+                        && !matches!(segs[..], ["_bulk"] | [_, "_bulk"]) =>
                 {
                     let body = FilterPath::parse(filter).apply_to_body(reply.body);
                     Ok(Reply { body, ..reply })
